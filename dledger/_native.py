@@ -1,0 +1,28 @@
+"""Chooses the compiled `dledger._store` or its pure-Python twin.
+
+The compiled module is used unless DLEDGER_NO_EXTENSIONS=1 is set; if it is missing
+(the package was not built) that is an error, not a silent slowdown.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+
+def _load() -> ModuleType:
+    if os.environ.get("DLEDGER_NO_EXTENSIONS") == "1":
+        from dledger import _store_py
+
+        return _store_py
+    try:
+        from dledger import _store  # type: ignore[attr-defined]
+    except ImportError as exc:  # pragma: no cover - only on a broken install
+        raise ImportError(
+            "dledger's compiled extension is missing: run `make install` (or `pip install -e .`), "
+            "or set DLEDGER_NO_EXTENSIONS=1 to use the slow pure-Python store"
+        ) from exc
+    return _store  # type: ignore[no-any-return]
+
+
+impl: ModuleType = _load()

@@ -1,0 +1,892 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# cython: initializedcheck=False, freethreading_compatible=False
+"""Compiled hot path of the store: codecs, mapped segment tables and the log core.
+
+The pure-Python twin `dledger._store_py` has the same API and must give the same bytes
+and results; `tests/property/test_twin.py` proves it. Layout constants come from
+`native/dl_layout.h`.
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING
+from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from libc.string cimport memcpy, memset, memmove
+from libc.stdint cimport int32_t, int64_t, uint32_t
+
+cdef extern from "pythread.h":
+    ctypedef void *PyThread_type_lock
+    PyThread_type_lock PyThread_allocate_lock()
+    void PyThread_free_lock(PyThread_type_lock)
+    int PyThread_acquire_lock(PyThread_type_lock, int) nogil
+    void PyThread_release_lock(PyThread_type_lock) nogil
+
+cdef extern from "unistd.h":
+    void _exit(int) nogil
+
+cdef extern from "dl_layout.h":
+    int DL_OFF_MAGIC, DL_OFF_SIZE, DL_OFF_INDEX, DL_OFF_TERM, DL_OFF_POS
+    int DL_OFF_CHANNEL, DL_OFF_CHAIN_CRC, DL_OFF_BODY_CRC, DL_OFF_BODY_SIZE
+    int DL_HEADER_SIZE, DL_MIN_ENTRY_SIZE_EXCL
+    int DL_IDX_OFF_MAGIC, DL_IDX_OFF_POS, DL_IDX_OFF_SIZE, DL_IDX_OFF_INDEX, DL_IDX_OFF_TERM
+    int DL_INDEX_UNIT, DL_MAGIC_BLANK, DL_MAGIC_NORMAL, DL_MAGIC_NOOP, DL_MIN_BLANK_LEN
+    int DL_MAX_ENTRY_SIZE
+
+cdef extern from "dl_endian.h" nogil:
+    void dl_put32(unsigned char *p, int32_t v)
+    void dl_put64(unsigned char *p, int64_t v)
+    int32_t dl_get32(const unsigned char *p)
+    int64_t dl_get64(const unsigned char *p)
+
+cdef extern from "dl_crc.h" nogil:
+    uint32_t dl_crc32(const unsigned char *p, size_t n)
+    const char *DL_CRC_IMPL
+
+cdef extern from "dl_segment.h" nogil:
+    int dl_msync(unsigned char *base, size_t frm, size_t to)
+    int dl_prefault(unsigned char *base, size_t frm, size_t to)
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import Entry
+
+COMPILED = True
+CRC_IMPL = DL_CRC_IMPL.decode()
+
+# Scan stop reasons (same numbers in the twin).
+STOP_END = 0          # zero header or end of the last segment: the clean end of the log
+STOP_BAD_HEADER = 1   # magic/size/bodySize inconsistent, or the entry overruns its segment
+STOP_CRC = 2          # body CRC present and wrong
+STOP_INDEX = 3        # index is not previous + 1
+STOP_TERM = 4         # term lower than the previous entry's
+STOP_POS = 5          # pos field is not the entry's own position
+STOP_BLANK = 6        # blank record with an impossible length
+STOP_NO_SEGMENT = 7   # the walk reached a position no segment covers (gap)
+
+# Lifecycle states of a core.
+STATE_OK = 0
+STATE_DISK_FULL = 1
+STATE_DISK_ERROR = 2
+STATE_READ_ONLY = 3
+
+# Failpoint codes (set from DLEDGER_FAILPOINT by the Python layer).
+FAIL_NONE = 0
+FAIL_AFTER_DATA_BEFORE_INDEX = 1
+
+DEF GIL_RELEASE_BYTES = 65536
+
+# --------------------------------------------------------------------------- codecs
+
+def crc32(data) -> int:
+    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32)."""
+    cdef Py_buffer view
+    cdef uint32_t c
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        with nogil:
+            c = dl_crc32(<const unsigned char *>view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return c
+
+
+cdef inline int32_t _crc_field(const unsigned char *body, Py_ssize_t n) noexcept nogil:
+    return <int32_t>dl_crc32(body, <size_t>n)
+
+
+cdef inline void _write_header(unsigned char *p, int32_t magic, int32_t size, int64_t index,
+                               int64_t term, int64_t pos, int32_t body_crc) noexcept nogil:
+    dl_put32(p + DL_OFF_MAGIC, magic)
+    dl_put32(p + DL_OFF_SIZE, size)
+    dl_put64(p + DL_OFF_INDEX, index)
+    dl_put64(p + DL_OFF_TERM, term)
+    dl_put64(p + DL_OFF_POS, pos)
+    dl_put32(p + DL_OFF_CHANNEL, 0)
+    dl_put32(p + DL_OFF_CHAIN_CRC, 0)
+    dl_put32(p + DL_OFF_BODY_CRC, body_crc)
+    dl_put32(p + DL_OFF_BODY_SIZE, size - DL_HEADER_SIZE)
+
+
+cdef inline void _write_unit(unsigned char *p, int32_t magic, int64_t pos, int32_t size,
+                             int64_t index, int64_t term) noexcept nogil:
+    dl_put32(p + DL_IDX_OFF_MAGIC, magic)
+    dl_put64(p + DL_IDX_OFF_POS, pos)
+    dl_put32(p + DL_IDX_OFF_SIZE, size)
+    dl_put64(p + DL_IDX_OFF_INDEX, index)
+    dl_put64(p + DL_IDX_OFF_TERM, term)
+
+
+def encode_entry(int magic, long long index, long long term, long long pos, bytes body,
+                 bint write_crc=True) -> bytes:
+    """Encode one entry: the 48-byte big-endian header followed by the body."""
+    cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+    out = PyBytes_FromStringAndSize(NULL, DL_HEADER_SIZE + n)
+    cdef unsigned char *p = <unsigned char *>PyBytes_AS_STRING(out)
+    cdef const unsigned char *b = <const unsigned char *>PyBytes_AS_STRING(body)
+    cdef int32_t crc = _crc_field(b, n) if write_crc else 0
+    _write_header(p, magic, <int32_t>(DL_HEADER_SIZE + n), index, term, pos, crc)
+    memcpy(p + DL_HEADER_SIZE, b, n)
+    return out
+
+
+def decode_header(data, Py_ssize_t offset=0) -> tuple:
+    """Decode the 48-byte header at `offset`:
+    (magic, size, index, term, pos, channel, chain_crc, body_crc, body_size)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset + DL_HEADER_SIZE > view.len:
+            raise ValueError("header out of range")
+        return _header_tuple(<const unsigned char *>view.buf + offset)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple _header_tuple(const unsigned char *p):
+    return (dl_get32(p + DL_OFF_MAGIC), dl_get32(p + DL_OFF_SIZE), dl_get64(p + DL_OFF_INDEX),
+            dl_get64(p + DL_OFF_TERM), dl_get64(p + DL_OFF_POS), dl_get32(p + DL_OFF_CHANNEL),
+            dl_get32(p + DL_OFF_CHAIN_CRC), dl_get32(p + DL_OFF_BODY_CRC),
+            dl_get32(p + DL_OFF_BODY_SIZE))
+
+
+def encode_index_unit(int magic, long long pos, int size, long long index, long long term) -> bytes:
+    """Encode one 32-byte index unit (magic, pos, size, index, term)."""
+    out = PyBytes_FromStringAndSize(NULL, DL_INDEX_UNIT)
+    _write_unit(<unsigned char *>PyBytes_AS_STRING(out), magic, pos, size, index, term)
+    return out
+
+
+def decode_index_unit(data, Py_ssize_t offset=0) -> tuple:
+    """Decode the index unit at `offset`: (magic, pos, size, index, term)."""
+    cdef Py_buffer view
+    PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
+    try:
+        if offset < 0 or offset + DL_INDEX_UNIT > view.len:
+            raise ValueError("index unit out of range")
+        return _unit_tuple(<const unsigned char *>view.buf + offset)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef tuple _unit_tuple(const unsigned char *p):
+    return (dl_get32(p + DL_IDX_OFF_MAGIC), dl_get64(p + DL_IDX_OFF_POS),
+            dl_get32(p + DL_IDX_OFF_SIZE), dl_get64(p + DL_IDX_OFF_INDEX),
+            dl_get64(p + DL_IDX_OFF_TERM))
+
+
+# --------------------------------------------------------------------------- quota
+
+cdef class Quota:
+    """Per-second byte budget over a window of 5 one-second slots (DLedger's Quota)."""
+    cdef public long long max_per_second
+    cdef long long samples[5]
+    cdef long long seconds[5]
+
+    def __cinit__(self, long long max_per_second):
+        self.max_per_second = max_per_second
+        cdef int i
+        for i in range(5):
+            self.samples[i] = 0
+            self.seconds[i] = -1
+
+    cpdef void sample(self, long long value, long long now_ms):
+        """Account `value` bytes to the second containing `now_ms`."""
+        cdef long long sec = now_ms // 1000
+        cdef int slot = <int>(sec % 5)
+        if self.seconds[slot] != sec:
+            self.seconds[slot] = sec
+            self.samples[slot] = value
+        else:
+            self.samples[slot] += value
+
+    cpdef bint validate_now(self, long long now_ms):
+        """True when this second's budget is used up (the caller must wait)."""
+        cdef long long sec = now_ms // 1000
+        cdef int slot = <int>(sec % 5)
+        return self.seconds[slot] == sec and self.samples[slot] >= self.max_per_second
+
+    cpdef long long left_now_ms(self, long long now_ms):
+        """Milliseconds until the next second starts."""
+        return 1000 - now_ms % 1000
+
+
+# --------------------------------------------------------------------------- mapped tables
+
+cdef class MappedTable:
+    """The contiguous, fixed-size mapped segments of one file list (data or index).
+
+    Holds a buffer export of each segment's mmap, so the mapping stays valid while it is
+    in the table. Segment k covers [first_offset + k*file_size, ... + file_size).
+    """
+    cdef readonly long long file_size
+    cdef readonly long long first_offset
+    cdef readonly Py_ssize_t count
+    cdef readonly bint writable
+    cdef Py_ssize_t cap
+    cdef Py_buffer *views
+    cdef list objs
+
+    def __cinit__(self, long long file_size):
+        if file_size <= DL_MIN_BLANK_LEN:
+            raise ValueError("segment size too small")
+        self.file_size = file_size
+        self.first_offset = -1
+        self.count = 0
+        self.cap = 0
+        self.views = NULL
+        self.objs = []
+        self.writable = True
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        for i in range(self.count):
+            PyBuffer_Release(&self.views[i])
+        PyMem_Free(self.views)
+
+    @property
+    def end_offset(self) -> int:
+        if self.count == 0:
+            return -1
+        return self.first_offset + self.count * self.file_size
+
+    def segments(self) -> list:
+        """The mapped objects, first to last."""
+        return list(self.objs)
+
+    def push(self, obj, long long from_offset) -> None:
+        """Add a mapped segment after the last one (or as the first of an empty table)."""
+        if self.count and from_offset != self.first_offset + self.count * self.file_size:
+            raise ValueError("segment offset %d does not follow the table" % from_offset)
+        if from_offset % self.file_size != 0:
+            raise ValueError("segment offset %d is not a multiple of the size" % from_offset)
+        if self.count == self.cap:
+            newcap = self.cap * 2 if self.cap else 8
+            p = <Py_buffer *>PyMem_Realloc(self.views, newcap * sizeof(Py_buffer))
+            if p == NULL:
+                raise MemoryError()
+            self.views = p
+            self.cap = newcap
+        cdef Py_buffer *v = &self.views[self.count]
+        try:
+            PyObject_GetBuffer(obj, v, PyBUF_WRITABLE)
+        except BufferError:
+            PyObject_GetBuffer(obj, v, PyBUF_SIMPLE)
+            self.writable = False
+        if v.len != self.file_size:
+            PyBuffer_Release(v)
+            raise ValueError("segment length %d != configured size %d" % (v.len, self.file_size))
+        if self.count == 0:
+            self.first_offset = from_offset
+        self.objs.append(obj)
+        self.count += 1
+
+    def pop_first(self) -> None:
+        """Drop the first segment (prefix deletion)."""
+        if self.count == 0:
+            raise IndexError("empty table")
+        PyBuffer_Release(&self.views[0])
+        memmove(self.views, self.views + 1, (self.count - 1) * sizeof(Py_buffer))
+        self.count -= 1
+        del self.objs[0]
+        self.first_offset = self.first_offset + self.file_size if self.count else -1
+
+    def pop_last(self) -> None:
+        """Drop the last segment (truncation)."""
+        if self.count == 0:
+            raise IndexError("empty table")
+        self.count -= 1
+        PyBuffer_Release(&self.views[self.count])
+        del self.objs[self.count]
+        if self.count == 0:
+            self.first_offset = -1
+
+    cdef inline unsigned char *at(self, long long offset, long long n) noexcept nogil:
+        """Pointer to [offset, offset+n) when one segment holds it all, else NULL."""
+        if self.count == 0 or offset < self.first_offset:
+            return NULL
+        cdef long long rel = offset - self.first_offset
+        cdef long long k = rel // self.file_size
+        cdef long long inner = rel - k * self.file_size
+        if k >= self.count or inner + n > self.file_size:
+            return NULL
+        return <unsigned char *>self.views[k].buf + inner
+
+    def read(self, long long offset, long long n) -> bytes:
+        """Copy of [offset, offset+n), which must lie inside one segment."""
+        cdef unsigned char *p = self.at(offset, n)
+        if p == NULL:
+            raise IndexError("range %d+%d is not mapped" % (offset, n))
+        return PyBytes_FromStringAndSize(<char *>p, n)
+
+    def write(self, long long offset, bytes data) -> None:
+        """Overwrite [offset, offset+len(data)) inside one segment."""
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data)
+        cdef unsigned char *p = self.at(offset, n)
+        if p == NULL or not self.writable:
+            raise IndexError("range %d+%d is not mapped writable" % (offset, n))
+        memcpy(p, PyBytes_AS_STRING(data), n)
+
+    def zero(self, long long offset, long long n) -> None:
+        """Zero [offset, offset+n) inside one segment."""
+        cdef unsigned char *p = self.at(offset, n)
+        if p == NULL or not self.writable:
+            raise IndexError("range %d+%d is not mapped writable" % (offset, n))
+        with nogil:
+            memset(p, 0, n)
+
+    def _span(self, long long frm, long long to, int op) -> None:
+        # Runs op (0 = msync, 1 = prefault) over every segment part of [frm, to) with
+        # the GIL released; each segment's buffer is re-exported for the duration so a
+        # concurrent pop cannot unmap it.
+        cdef Py_buffer view
+        cdef long long start, end, seg_from, lo, hi
+        cdef int rc = 0
+        if self.count == 0 or to <= frm:
+            return
+        start = max(frm, self.first_offset)
+        end = min(to, self.first_offset + self.count * self.file_size)
+        while start < end:
+            k = (start - self.first_offset) // self.file_size
+            seg_from = self.first_offset + k * self.file_size
+            lo = start - seg_from
+            hi = min(end - seg_from, self.file_size)
+            PyObject_GetBuffer(self.objs[k], &view, PyBUF_SIMPLE)
+            with nogil:
+                if op == 0:
+                    rc = dl_msync(<unsigned char *>view.buf, <size_t>lo, <size_t>hi)
+                else:
+                    rc = dl_prefault(<unsigned char *>view.buf, <size_t>lo, <size_t>hi)
+            PyBuffer_Release(&view)
+            if rc != 0:
+                raise OSError(rc, "msync failed")
+            start = seg_from + hi
+
+    def msync(self, long long frm, long long to) -> None:
+        """Make [frm, to) durable (msync MS_SYNC) without holding the GIL."""
+        self._span(frm, to, 0)
+
+    def prefault(self, long long frm, long long to) -> None:
+        """Fault [frm, to) in writable without changing its bytes."""
+        self._span(frm, to, 1)
+
+
+# --------------------------------------------------------------------------- log core
+
+cdef class LogCore:
+    """Appends and reads entries over a data table and an index table.
+
+    Role-agnostic: the caller decides who may append. All state changes happen under an
+    internal lock that also guards reads against concurrent truncation. When an append
+    needs a segment that is not mapped yet it calls ``roller(kind, offset)`` (kind 0 =
+    data, 1 = index) with the lock held; the roller must push a segment starting at
+    ``offset`` onto the table, or raise.
+    """
+    cdef MappedTable data
+    cdef MappedTable index
+    cdef object roller
+    cdef PyThread_type_lock lock
+    cdef public long long term
+    cdef readonly long long begin_index
+    cdef readonly long long end_index
+    cdef readonly long long end_term
+    cdef readonly long long write_pos
+    cdef public bint write_crc
+    cdef public bint verify_crc
+    cdef public int state
+    cdef public int failpoint
+    cdef public long long max_entry_size
+
+    def __cinit__(self, *args, **kwargs):
+        self.lock = PyThread_allocate_lock()
+        if self.lock == NULL:
+            raise MemoryError()
+        self.begin_index = -1
+        self.end_index = -1
+        self.end_term = -1
+        self.write_pos = 0
+        self.term = 0
+        self.write_crc = True
+        self.verify_crc = True
+        self.state = STATE_OK
+        self.failpoint = FAIL_NONE
+        self.max_entry_size = DL_MAX_ENTRY_SIZE
+
+    def __dealloc__(self):
+        if self.lock != NULL:
+            PyThread_free_lock(self.lock)
+
+    def _init_core(self, MappedTable data not None, MappedTable index not None, roller) -> None:
+        self.data = data
+        self.index = index
+        self.roller = roller
+
+    # -- locking (also used by the Python layer for truncate / reset / recovery)
+
+    cdef inline void _lock(self):
+        if not PyThread_acquire_lock(self.lock, 0):
+            with nogil:
+                PyThread_acquire_lock(self.lock, 1)
+
+    cdef inline void _unlock(self) noexcept:
+        PyThread_release_lock(self.lock)
+
+    def _acquire(self) -> None:
+        self._lock()
+
+    def _release(self) -> None:
+        self._unlock()
+
+    def _set_state(self, long long begin_index, long long end_index, long long end_term,
+                   long long write_pos) -> None:
+        """Set the ledger bounds (recovery, truncate, reset). Caller holds the lock."""
+        self.begin_index = begin_index
+        self.end_index = end_index
+        self.end_term = end_term
+        self.write_pos = write_pos
+
+    # -- write path
+
+    cdef int _check_writable(self) except -1:
+        if self.state == STATE_OK:
+            return 0
+        if self.state == STATE_DISK_FULL:
+            raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused")
+        if self.state == STATE_DISK_ERROR:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
+        raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
+
+    cdef int _check_size(self, long long size) except -1:
+        if size > self.max_entry_size or size + DL_MIN_BLANK_LEN > self.data.file_size:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                               "entry of %d bytes exceeds the maximum entry size %d"
+                               % (size, min(self.max_entry_size,
+                                            self.data.file_size - DL_MIN_BLANK_LEN)))
+        return 0
+
+    cdef unsigned char *_unit_slot(self, long long idx) except NULL:
+        cdef long long off = idx * DL_INDEX_UNIT
+        cdef unsigned char *p = self.index.at(off, DL_INDEX_UNIT)
+        if p == NULL:
+            if self.index.count and off != self.index.first_offset + self.index.count * self.index.file_size:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "index slot %d is not mapped" % idx)
+            self.roller(1, off - off % self.index.file_size)
+            p = self.index.at(off, DL_INDEX_UNIT)
+            if p == NULL:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "roller did not map index offset %d" % off)
+        return p
+
+    cdef long long _pre_append(self, long long size) except -1:
+        """Position for an entry of `size` bytes; pads the segment with a blank and rolls
+        to the next one when `size + 8` does not fit (DLedger's preAppend)."""
+        cdef long long fs = self.data.file_size
+        cdef long long rel, remaining
+        cdef unsigned char *p
+        if self.data.count == 0 or self.write_pos >= self.data.first_offset + self.data.count * fs:
+            self.roller(0, self.write_pos)
+        rel = (self.write_pos - self.data.first_offset) % fs
+        remaining = fs - rel
+        if size + DL_MIN_BLANK_LEN > remaining:
+            p = self.data.at(self.write_pos, remaining)
+            if p == NULL:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % self.write_pos)
+            dl_put32(p, DL_MAGIC_BLANK)
+            dl_put32(p + 4, <int32_t>remaining)
+            memset(p + 8, 0, remaining - 8)
+            self.write_pos += remaining
+            self.roller(0, self.write_pos)
+        return self.write_pos
+
+    cdef long long _append_one(self, const unsigned char *body, Py_ssize_t n, int magic) except -2:
+        cdef long long size = DL_HEADER_SIZE + n
+        cdef long long idx = self.end_index + 1
+        cdef long long pos
+        cdef unsigned char *unit = self._unit_slot(idx)
+        pos = self._pre_append(size)
+        cdef unsigned char *p = self.data.at(pos, size)
+        if p == NULL:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % pos)
+        cdef int32_t crc = 0
+        if n >= GIL_RELEASE_BYTES:
+            with nogil:
+                memcpy(p + DL_HEADER_SIZE, body, n)
+                if self.write_crc:
+                    crc = _crc_field(body, n)
+        else:
+            memcpy(p + DL_HEADER_SIZE, body, n)
+            if self.write_crc:
+                crc = _crc_field(body, n)
+        _write_header(p, magic, <int32_t>size, idx, self.term, pos, crc)
+        if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+            _exit(137)
+        _write_unit(unit, DL_MAGIC_NORMAL if magic == DL_MAGIC_NORMAL else magic, pos,
+                    <int32_t>size, idx, self.term)
+        self.end_index = idx
+        self.end_term = self.term
+        self.write_pos = pos + size
+        if self.begin_index < 0:
+            self.begin_index = idx
+        return idx
+
+    def append(self, bytes body not None) -> int:
+        """Append one entry with the current `term`; returns its index."""
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+        self._check_writable()
+        self._check_size(DL_HEADER_SIZE + n)
+        self._lock()
+        try:
+            return self._append_one(<const unsigned char *>PyBytes_AS_STRING(body), n, DL_MAGIC_NORMAL)
+        finally:
+            self._unlock()
+
+    def append_noop(self) -> int:
+        """Append an empty NOOP entry (magic 2) with the current `term`; returns its index."""
+        self._check_writable()
+        self._lock()
+        try:
+            return self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)
+        finally:
+            self._unlock()
+
+    def append_many(self, bodies) -> int:
+        """Append several bodies as consecutive entries; returns the first index
+        (or the next index when `bodies` is empty)."""
+        cdef tuple items = tuple(bodies)
+        cdef Py_ssize_t i, k = len(items)
+        cdef long long first
+        self._check_writable()
+        for i in range(k):
+            b = items[i]
+            if type(b) is not bytes:
+                raise TypeError("bodies must be bytes")
+            self._check_size(DL_HEADER_SIZE + PyBytes_GET_SIZE(b))
+        self._lock()
+        try:
+            first = self.end_index + 1
+            for i in range(k):
+                b = items[i]
+                self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
+                                 DL_MAGIC_NORMAL)
+            return first
+        finally:
+            self._unlock()
+
+    def append_encoded(self, run) -> int:
+        """Append a run of already-encoded entries verbatim (the follower path).
+
+        Every header is validated first (magic, sizes, CRC when present, contiguous
+        indexes from ``end_index + 1``, non-decreasing terms, and ``pos`` equal to where
+        the entry lands here, blank padding included); nothing is written unless the
+        whole run is valid. Returns the number of entries appended.
+        """
+        cdef Py_buffer view
+        cdef const unsigned char *r
+        cdef Py_ssize_t off = 0, total
+        cdef long long idx, term, pos, wp, size, fs = self.data.file_size, rel, cnt = 0
+        cdef int32_t magic, bsize, crc
+        self._check_writable()
+        PyObject_GetBuffer(run, &view, PyBUF_SIMPLE)
+        self._lock()
+        try:
+            r = <const unsigned char *>view.buf
+            total = view.len
+            idx = self.end_index
+            term = self.end_term
+            wp = self.write_pos
+            # validation pass: simulate the positions preAppend will give
+            while off < total:
+                if off + DL_HEADER_SIZE > total:
+                    raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "run ends inside a header at %d" % off)
+                magic = dl_get32(r + off + DL_OFF_MAGIC)
+                size = dl_get32(r + off + DL_OFF_SIZE)
+                bsize = dl_get32(r + off + DL_OFF_BODY_SIZE)
+                if magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP:
+                    raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "bad magic %d at run offset %d" % (magic, off))
+                if size < DL_HEADER_SIZE or bsize + DL_HEADER_SIZE != size or off + size > total:
+                    raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "bad size %d at run offset %d" % (size, off))
+                self._check_size(size)
+                if dl_get64(r + off + DL_OFF_INDEX) != idx + 1:
+                    raise DLedgerError(ResponseCode.INCONSISTENT_INDEX,
+                                       "run entry index %d, expected %d" % (dl_get64(r + off + DL_OFF_INDEX), idx + 1))
+                if dl_get64(r + off + DL_OFF_TERM) < term:
+                    raise DLedgerError(ResponseCode.INCONSISTENT_TERM, "run entry term goes backwards at index %d" % (idx + 1))
+                crc = dl_get32(r + off + DL_OFF_BODY_CRC)
+                if crc != 0 and self.verify_crc and _crc_field(r + off + DL_HEADER_SIZE, bsize) != crc:
+                    raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "body CRC mismatch at index %d" % (idx + 1))
+                rel = wp % fs if self.data.count == 0 else (wp - self.data.first_offset) % fs
+                if size + DL_MIN_BLANK_LEN > fs - rel:
+                    wp += fs - rel
+                pos = dl_get64(r + off + DL_OFF_POS)
+                if pos != wp:
+                    raise DLedgerError(ResponseCode.INCONSISTENT_STATE,
+                                       "entry %d has pos %d but lands at %d" % (idx + 1, pos, wp))
+                idx += 1
+                term = dl_get64(r + off + DL_OFF_TERM)
+                wp += size
+                off += size
+            # write pass
+            off = 0
+            while off < total:
+                size = dl_get32(r + off + DL_OFF_SIZE)
+                idx = self.end_index + 1
+                unit = self._unit_slot(idx)
+                pos = self._pre_append(size)
+                p = self.data.at(pos, size)
+                if p == NULL:
+                    raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % pos)
+                if size >= GIL_RELEASE_BYTES:
+                    with nogil:
+                        memcpy(p, r + off, size)
+                else:
+                    memcpy(p, r + off, size)
+                if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+                    _exit(137)
+                term = dl_get64(r + off + DL_OFF_TERM)
+                _write_unit(unit, dl_get32(r + off + DL_OFF_MAGIC), pos, <int32_t>size, idx, term)
+                self.end_index = idx
+                self.end_term = term
+                self.write_pos = pos + size
+                if self.begin_index < 0:
+                    self.begin_index = idx
+                off += size
+                cnt += 1
+            return cnt
+        finally:
+            self._unlock()
+            PyBuffer_Release(&view)
+
+    # -- read path
+
+    cdef const unsigned char *_locate(self, long long idx, long long *pos, long long *size) except NULL:
+        """Data pointer of entry `idx` (caller holds the lock)."""
+        if idx < self.begin_index or idx > self.end_index or self.begin_index < 0:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE,
+                               "index %d outside [%d, %d]" % (idx, self.begin_index, self.end_index))
+        cdef unsigned char *u = self.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
+        if u == NULL:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "index unit %d is not mapped" % idx)
+        pos[0] = dl_get64(u + DL_IDX_OFF_POS)
+        size[0] = dl_get32(u + DL_IDX_OFF_SIZE)
+        cdef unsigned char *p = self.data.at(pos[0], size[0]) if size[0] >= DL_HEADER_SIZE else NULL
+        if p == NULL or dl_get64(p + DL_OFF_INDEX) != idx or dl_get32(p + DL_OFF_SIZE) != size[0]:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "entry %d does not match its index unit (pos %d)" % (idx, pos[0]))
+        cdef int32_t crc = dl_get32(p + DL_OFF_BODY_CRC)
+        if crc != 0 and self.verify_crc and _crc_field(p + DL_HEADER_SIZE, size[0] - DL_HEADER_SIZE) != crc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "body CRC mismatch for entry %d at pos %d" % (idx, pos[0]))
+        return p
+
+    def get(self, long long idx) -> Entry:
+        """The entry at `idx` (raises DLedgerError INDEX_OUT_OF_RANGE outside the log)."""
+        cdef long long pos, size
+        cdef const unsigned char *p
+        self._lock()
+        try:
+            p = self._locate(idx, &pos, &size)
+            body = PyBytes_FromStringAndSize(<const char *>p + DL_HEADER_SIZE, size - DL_HEADER_SIZE)
+            return Entry(idx, dl_get64(p + DL_OFF_TERM), pos, dl_get32(p + DL_OFF_MAGIC), body,
+                         dl_get32(p + DL_OFF_BODY_CRC))
+        finally:
+            self._unlock()
+
+    def get_body(self, long long idx) -> bytes:
+        """The body of the entry at `idx` (the fastest single read)."""
+        cdef long long pos, size
+        cdef const unsigned char *p
+        self._lock()
+        try:
+            p = self._locate(idx, &pos, &size)
+            return PyBytes_FromStringAndSize(<const char *>p + DL_HEADER_SIZE, size - DL_HEADER_SIZE)
+        finally:
+            self._unlock()
+
+    def term_at(self, long long idx) -> int:
+        """Term of the entry at `idx`, read from its index unit."""
+        self._lock()
+        try:
+            if idx < self.begin_index or idx > self.end_index or self.begin_index < 0:
+                raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, "index %d outside [%d, %d]" % (idx, self.begin_index, self.end_index))
+            u = self.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
+            if u == NULL:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "index unit %d is not mapped" % idx)
+            return dl_get64(u + DL_IDX_OFF_TERM)
+        finally:
+            self._unlock()
+
+    def read_run(self, long long from_index, long long max_bytes) -> tuple:
+        """Already-encoded entries from `from_index` on, as one bytes object: at least one
+        entry, then more while the total stays within `max_bytes`, all from one data
+        segment and none above `end_index`. Returns (bytes, count)."""
+        cdef long long pos, size, start, cur, idx, last_end
+        cdef const unsigned char *p
+        cdef unsigned char *q
+        self._lock()
+        try:
+            p = self._locate(from_index, &pos, &size)
+            start = pos
+            cur = pos + size
+            idx = from_index
+            while idx < self.end_index:
+                q = self.data.at(cur, DL_HEADER_SIZE)
+                if q == NULL or dl_get32(q) == DL_MAGIC_BLANK:
+                    break
+                size = dl_get32(q + DL_OFF_SIZE)
+                if cur + size - start > max_bytes or dl_get64(q + DL_OFF_INDEX) != idx + 1 or size < DL_HEADER_SIZE:
+                    break
+                cur += size
+                idx += 1
+            return PyBytes_FromStringAndSize(<const char *>p, cur - start), idx - from_index + 1
+        finally:
+            self._unlock()
+
+    def read_columns(self, long long from_index, long long max_count, long long max_bytes) -> tuple:
+        """Column-wise batch from `from_index`: (count, index, term, pos, offsets, bodies)
+        where index/term/pos are native int64 bytearrays, offsets native int32 with
+        count+1 values (Arrow's binary layout) and bodies one bytearray. Stops at
+        `end_index`, after `max_count` entries or once bodies exceed `max_bytes` (at least
+        one entry is returned when `from_index` is in range)."""
+        cdef long long n = 0, total = 0, idx, pos, size, last
+        cdef unsigned char *u
+        cdef const unsigned char *p
+        cdef int64_t *ci
+        cdef int64_t *ct
+        cdef int64_t *cp
+        cdef int32_t *co
+        cdef char *cb
+        self._lock()
+        try:
+            if max_count <= 0 or from_index > self.end_index:
+                return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray())
+            self._locate(from_index, &pos, &size)
+            last = min(self.end_index, from_index + max_count - 1)
+            idx = from_index
+            while idx <= last:
+                u = self.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
+                if u == NULL:
+                    break
+                size = dl_get32(u + DL_IDX_OFF_SIZE) - DL_HEADER_SIZE
+                if n > 0 and total + size > max_bytes:
+                    break
+                total += size
+                n += 1
+                idx += 1
+            if total > 0x7FFFFFFF:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "column batch over 2 GiB")
+            a_i = PyByteArray_FromStringAndSize(NULL, n * 8)
+            a_t = PyByteArray_FromStringAndSize(NULL, n * 8)
+            a_p = PyByteArray_FromStringAndSize(NULL, n * 8)
+            a_o = PyByteArray_FromStringAndSize(NULL, (n + 1) * 4)
+            a_b = PyByteArray_FromStringAndSize(NULL, total)
+            ci = <int64_t *>PyByteArray_AS_STRING(a_i)
+            ct = <int64_t *>PyByteArray_AS_STRING(a_t)
+            cp = <int64_t *>PyByteArray_AS_STRING(a_p)
+            co = <int32_t *>PyByteArray_AS_STRING(a_o)
+            cb = PyByteArray_AS_STRING(a_b)
+            co[0] = 0
+            total = 0
+            for k in range(n):
+                p = self._locate(from_index + k, &pos, &size)
+                ci[k] = from_index + k
+                ct[k] = dl_get64(p + DL_OFF_TERM)
+                cp[k] = pos
+                memcpy(cb + total, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE)
+                total += size - DL_HEADER_SIZE
+                co[k + 1] = <int32_t>total
+            return (n, a_i, a_t, a_p, a_o, a_b)
+        finally:
+            self._unlock()
+
+    # -- recovery support
+
+    def scan(self, long long start, long long prev_index, long long prev_term, bint check_crc,
+             bint check_index) -> tuple:
+        """Walk entries from data position `start` across segments, validating headers
+        the way recovery does. `prev_index` = -1 accepts any first index.
+
+        Returns (end_pos, first_index, last_index, last_term, count, stop_reason,
+        stop_pos, index_mismatch) where index_mismatch is the first index whose unit
+        disagrees with the data (-1 when all agree or `check_index` is false).
+        """
+        cdef long long fs = self.data.file_size, cur = start, rel, size, idx, term, pos
+        cdef long long first = -1, count = 0, mismatch = -1
+        cdef int reason = STOP_END
+        cdef int32_t magic, bsize, crc
+        cdef unsigned char *p
+        cdef unsigned char *u
+        while True:
+            if self.data.count == 0 or cur >= self.data.first_offset + self.data.count * fs:
+                reason = STOP_END
+                break
+            p = self.data.at(cur, DL_MIN_BLANK_LEN)
+            if p == NULL:
+                reason = STOP_NO_SEGMENT
+                break
+            rel = (cur - self.data.first_offset) % fs
+            magic = dl_get32(p)
+            size = dl_get32(p + 4)
+            if magic == DL_MAGIC_BLANK:
+                if size < DL_MIN_BLANK_LEN or rel + size > fs:
+                    reason = STOP_BLANK
+                    break
+                cur += size
+                continue
+            if magic == 0 and size == 0:
+                reason = STOP_END
+                break
+            if rel + DL_HEADER_SIZE > fs:
+                reason = STOP_BAD_HEADER
+                break
+            bsize = dl_get32(p + DL_OFF_BODY_SIZE)
+            if (magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP) or size <= DL_MIN_ENTRY_SIZE_EXCL \
+                    or size < DL_HEADER_SIZE or bsize + DL_HEADER_SIZE != size or rel + size > fs:
+                reason = STOP_BAD_HEADER
+                break
+            idx = dl_get64(p + DL_OFF_INDEX)
+            term = dl_get64(p + DL_OFF_TERM)
+            pos = dl_get64(p + DL_OFF_POS)
+            if pos != cur:
+                reason = STOP_POS
+                break
+            if prev_index >= 0 and idx != prev_index + 1:
+                reason = STOP_INDEX
+                break
+            if idx < 0:
+                reason = STOP_INDEX
+                break
+            if term < prev_term:
+                reason = STOP_TERM
+                break
+            crc = dl_get32(p + DL_OFF_BODY_CRC)
+            if check_crc and crc != 0 and _crc_field(p + DL_HEADER_SIZE, bsize) != crc:
+                reason = STOP_CRC
+                break
+            if check_index and mismatch < 0:
+                u = self.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
+                if u == NULL or dl_get32(u + DL_IDX_OFF_MAGIC) != magic \
+                        or dl_get64(u + DL_IDX_OFF_POS) != cur or dl_get32(u + DL_IDX_OFF_SIZE) != size \
+                        or dl_get64(u + DL_IDX_OFF_INDEX) != idx or dl_get64(u + DL_IDX_OFF_TERM) != term:
+                    mismatch = idx
+            if first < 0:
+                first = idx
+            prev_index = idx
+            prev_term = term
+            count += 1
+            cur += size
+        return (cur if reason != STOP_NO_SEGMENT else cur, first, prev_index, prev_term, count,
+                reason, cur, mismatch)
+
+    def write_units(self, long long start, long long from_index, long long to_index) -> None:
+        """Rewrite index units for entries from_index..to_index walking the data from
+        position `start` (the data position of from_index). Caller holds the lock."""
+        cdef long long cur = start, idx = from_index, size, fs = self.data.file_size
+        cdef unsigned char *p
+        cdef unsigned char *u
+        while idx <= to_index:
+            p = self.data.at(cur, DL_MIN_BLANK_LEN)
+            if p == NULL:
+                raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % cur)
+            if dl_get32(p) == DL_MAGIC_BLANK:
+                cur += dl_get32(p + 4)
+                continue
+            size = dl_get32(p + DL_OFF_SIZE)
+            u = self._unit_slot(idx)
+            _write_unit(u, dl_get32(p), cur, <int32_t>size, dl_get64(p + DL_OFF_INDEX),
+                        dl_get64(p + DL_OFF_TERM))
+            cur += size
+            idx += 1
