@@ -516,8 +516,7 @@ cdef class LogCore:
         _write_header(p, magic, <int32_t>size, idx, self.term, pos, crc)
         if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
             _exit(137)
-        _write_unit(unit, DL_MAGIC_NORMAL if magic == DL_MAGIC_NORMAL else magic, pos,
-                    <int32_t>size, idx, self.term)
+        _write_unit(unit, magic, pos, <int32_t>size, idx, self.term)
         self.end_index = idx
         self.end_term = self.term
         self.write_pos = pos + size
@@ -799,12 +798,13 @@ cdef class LogCore:
         """Walk entries from data position `start` across segments, validating headers
         the way recovery does. `prev_index` = -1 accepts any first index.
 
-        Returns (end_pos, first_index, last_index, last_term, count, stop_reason,
-        stop_pos, index_mismatch) where index_mismatch is the first index whose unit
-        disagrees with the data (-1 when all agree or `check_index` is false).
+        Returns (stop_pos, first_index, last_index, last_term, count, stop_reason,
+        mismatch_index, mismatch_pos): the walk stopped at data position stop_pos;
+        mismatch_index is the first index whose unit disagrees with the data (-1 when
+        all agree or `check_index` is false) and mismatch_pos its data position.
         """
         cdef long long fs = self.data.file_size, cur = start, rel, size, idx, term, pos
-        cdef long long first = -1, count = 0, mismatch = -1
+        cdef long long first = -1, count = 0, mismatch = -1, mismatch_pos = -1
         cdef int reason = STOP_END
         cdef int32_t magic, bsize, crc
         cdef unsigned char *p
@@ -862,14 +862,14 @@ cdef class LogCore:
                         or dl_get64(u + DL_IDX_OFF_POS) != cur or dl_get32(u + DL_IDX_OFF_SIZE) != size \
                         or dl_get64(u + DL_IDX_OFF_INDEX) != idx or dl_get64(u + DL_IDX_OFF_TERM) != term:
                     mismatch = idx
+                    mismatch_pos = cur
             if first < 0:
                 first = idx
             prev_index = idx
             prev_term = term
             count += 1
             cur += size
-        return (cur if reason != STOP_NO_SEGMENT else cur, first, prev_index, prev_term, count,
-                reason, cur, mismatch)
+        return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos)
 
     def write_units(self, long long start, long long from_index, long long to_index) -> None:
         """Rewrite index units for entries from_index..to_index walking the data from

@@ -505,7 +505,7 @@ class LogCore:
     ) -> tuple[int, int, int, int, int, int, int, int]:
         """Walk and validate entries from data position `start` (see the compiled twin)."""
         fs = self._data.file_size
-        cur, first, count, mismatch, reason = start, -1, 0, -1, STOP_END
+        cur, first, count, mismatch, mismatch_pos, reason = start, -1, 0, -1, -1, STOP_END
         while True:
             if self._data.count == 0 or cur >= self._data.end_offset:
                 reason = STOP_END
@@ -554,13 +554,13 @@ class LogCore:
             if check_index and mismatch < 0:
                 uloc = self._index.locate(idx * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
                 if uloc is None or _UNIT.unpack_from(*uloc) != (magic, cur, size, idx, term):
-                    mismatch = idx
+                    mismatch, mismatch_pos = idx, cur
             if first < 0:
                 first = idx
             prev_index, prev_term = idx, term
             count += 1
             cur += size
-        return (cur, first, prev_index, prev_term, count, reason, cur, mismatch)
+        return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos)
 
     def write_units(self, start: int, from_index: int, to_index: int) -> None:
         """Rewrite index units for from_index..to_index walking the data from `start`."""

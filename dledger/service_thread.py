@@ -1,0 +1,68 @@
+"""ServiceThread: a named daemon thread whose body is `run_once()`, woken early by
+`wakeup()` and stopped by `stop()` (DLedger's ShutdownAbleThread)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class ServiceThread:
+    """Runs `body()` every `interval_ms` (or sooner after `wakeup()`) until stopped.
+
+    Args:
+        name: thread name (shown in logs and py-spy).
+        body: one iteration of work; an exception is logged and, when `on_error` is
+            given, passed to it (the thread keeps running unless on_error stops it).
+        interval_ms: the pause between iterations.
+        on_error: called with the exception raised by `body`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        body: Callable[[], None],
+        interval_ms: float,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.name = name
+        self._body = body
+        self._interval_s = interval_ms / 1000.0
+        self._on_error = on_error
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def wakeup(self) -> None:
+        """Run the next iteration now."""
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        """True until stop() was called."""
+        return not self._stopped.is_set()
+
+    def stop(self, join_timeout_s: float = 5.0) -> None:
+        """Stop after the current iteration and wait for the thread to end."""
+        self._stopped.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(join_timeout_s)
+
+    def _loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._body()
+            except BaseException as exc:  # a service thread must not die silently
+                log.exception("%s failed", self.name)
+                if self._on_error is not None:
+                    self._on_error(exc)
+            self._wake.wait(self._interval_s)
+            self._wake.clear()

@@ -1,0 +1,514 @@
+"""MmapLogStore: DLedger's DLedgerMmapFileStore — byte-compatible segmented mmap files.
+
+The hot path (append, reads, scans) is inherited from the compiled `LogCore`, so
+`store.append(body)` is one call into C. This module adds the files around it: opening
+and recovery, the checkpoint, truncation and prefix deletion, the flush thread (async
+mode), group commit (sync mode), warm-ahead of the next segments and retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from dledger._native import impl
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAX_ENTRY_SIZE, Entry
+from dledger.service_thread import ServiceThread
+from dledger.store import failpoints, kvfile
+from dledger.store.base import ColumnBatch
+from dledger.store.clean import CleanSpaceService
+from dledger.store.recovery import RecoveryReport, Recovery
+from dledger.store.segment_list import SegmentList
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "checkpoint"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Options of a file store (DLedger's names in Python form; DLedger's defaults).
+
+    Attributes:
+        data_file_size: bytes per data segment (mappedFileSizeForEntryData, 1 GiB).
+        index_file_size: bytes per index segment (mappedFileSizeForEntryIndex, 160 MiB).
+        flush_mode: "async" acks before fsync and flushes every flush_file_interval_ms
+            (DLedger's behaviour); "sync" returns from an append only once it is durable
+            (concurrent appends share one msync: group commit).
+        flush_file_interval_ms: async flush period (flushFileInterval, 10 ms).
+        checkpoint_interval_ms: how often `checkpoint` is rewritten (checkPointInterval).
+        write_crc: compute the body CRC-32 (Java writes 0; reads verify non-zero CRCs).
+        verify_crc: check non-zero CRCs on reads, follower appends and recovery.
+        java_compat: write what Java DLedger <= 0.3.x can open (no CRCs, no NOOPs).
+        warm_ahead_bytes: pre-fault this many bytes ahead of the writer and prepare the
+            next segment in the background (0 disables warming).
+        read_only: open without writing anything (inspection, offline readers).
+        max_entry_size: the largest entry accepted (header + body), DLedger's 4 MiB.
+        file_reserved_hours, delete_when, disk_space_ratio_to_check_expired,
+        disk_space_ratio_to_force_clean, enable_disk_force_clean, clean_interval_ms:
+            retention, as DLedger's CleanSpaceService.
+    """
+
+    data_file_size: int = 1024 * 1024 * 1024
+    index_file_size: int = 32 * 5 * 1024 * 1024
+    flush_mode: Literal["async", "sync"] = "async"
+    flush_file_interval_ms: int = 10
+    checkpoint_interval_ms: int = 3000
+    write_crc: bool = True
+    verify_crc: bool = True
+    java_compat: bool = False
+    warm_ahead_bytes: int = 64 * 1024 * 1024
+    read_only: bool = False
+    max_entry_size: int = MAX_ENTRY_SIZE
+    file_reserved_hours: int = 72
+    delete_when: str = "04"
+    disk_space_ratio_to_check_expired: float = 0.70
+    disk_space_ratio_to_force_clean: float = 0.85
+    enable_disk_force_clean: bool = True
+    clean_interval_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.index_file_size % INDEX_UNIT_SIZE:
+            raise ValueError("index_file_size must be a multiple of 32")
+        if self.data_file_size < 64 or self.index_file_size < INDEX_UNIT_SIZE:
+            raise ValueError("segment sizes are too small")
+        if self.flush_mode not in ("async", "sync"):
+            raise ValueError("flush_mode must be 'async' or 'sync'")
+
+
+class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
+    """The file store of one node: `<store_base_dir>/dledger-<selfId>/{data,index}` plus
+    `checkpoint`. Use `MmapLogStore.open(node_dir, config)`.
+
+    Thread-safe: appends, reads, truncation and the background threads share the core's
+    lock; reads never see a partially written entry.
+    """
+
+    def __init__(self, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+        super().__init__()
+        cfg = config or StoreConfig()
+        if cfg.java_compat:
+            cfg = replace(cfg, write_crc=False)
+        self.config = cfg
+        self.node_dir = Path(node_dir)
+        self.write_crc = cfg.write_crc
+        self.verify_crc = cfg.verify_crc
+        self.max_entry_size = cfg.max_entry_size
+        if "after_data_before_index" in failpoints.active():
+            self.failpoint = impl.FAIL_AFTER_DATA_BEFORE_INDEX
+        self._committed = -1
+        self._retention_floor = 1 << 62
+        self._flushed_data = 0
+        self._flushed_index = 0
+        self._durable_end_index = -1
+        self._checkpointed = (-2, -2)
+        self._last_checkpoint_ms = 0.0
+        self._warmed_to = 0
+        self._flush_lock = threading.Lock()
+        self._durable_cond = threading.Condition()
+        self._syncing = False
+        self._threads: list[ServiceThread] = []
+        self._closed = False
+        self.failure: BaseException | None = None
+        self._open_files()
+
+    @classmethod
+    def open(cls, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> MmapLogStore:
+        """Open (creating if needed) and recover the store in `node_dir`, then start its
+        flush, warm-ahead and retention threads (none when read-only)."""
+        cfg = config or StoreConfig()
+        store_cls = SyncMmapLogStore if cfg.flush_mode == "sync" and cls is MmapLogStore else cls
+        store = store_cls(node_dir, cfg)
+        store.start()
+        return store
+
+    # -- opening
+
+    def _open_files(self) -> None:
+        cfg = self.config
+        ro = cfg.read_only
+        if not ro:
+            if self.node_dir.exists() and not self.node_dir.is_dir():
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a directory")
+            self.node_dir.mkdir(parents=True, exist_ok=True)
+            if not os.access(self.node_dir, os.W_OK):
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
+        elif not self.node_dir.is_dir():
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a store directory")
+        self.data_list = SegmentList(self.node_dir / "data", cfg.data_file_size, ro)
+        self.index_list = SegmentList(self.node_dir / "index", cfg.index_file_size, ro)
+        self._init_core(self.data_list.table, self.index_list.table, self._roll)
+        self.data_list.load()
+        self._load_index()
+        checkpoint = kvfile.read(self.node_dir / CHECKPOINT_FILE)
+        committed = kvfile.read_int(checkpoint, "committedIndex", -1)
+        self._acquire()
+        try:
+            self.recovery: RecoveryReport = Recovery(
+                self, self.data_list, self.index_list, cfg.verify_crc, committed
+            ).run()
+        finally:
+            self._release()
+        if committed > self.end_index or committed < self.begin_index - 1 or committed < -1:
+            committed = min(max(committed, -1), self.end_index)
+            if committed < self.begin_index:
+                committed = -1
+        self._committed = committed
+        self._flushed_data = int(self.write_pos)
+        self._flushed_index = (self.end_index + 1) * INDEX_UNIT_SIZE
+        self._durable_end_index = self.end_index
+        if ro:
+            self.state = impl.STATE_READ_ONLY
+
+    def _load_index(self) -> None:
+        try:
+            self.index_list.load()
+        except DLedgerError as exc:
+            if self.index_list.read_only:
+                raise
+            log.warning("index files unusable (%s); rebuilding the index from the data", exc)
+            self.index_list.close()
+            for path in (self.node_dir / "index").glob("*"):
+                path.unlink()
+            self.index_list.load()
+
+    def _roll(self, kind: int, offset: int) -> None:
+        (self.data_list if kind == 0 else self.index_list).roll(offset)
+
+    def start(self) -> None:
+        """Start the background threads (flush, warm-ahead, retention)."""
+        if self.config.read_only:
+            return
+        cfg = self.config
+        self._threads.append(
+            ServiceThread("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail)
+        )
+        if cfg.warm_ahead_bytes > 0:
+            self._threads.append(ServiceThread("dledger-warm", self._warm_once, 5, self._fail_warm))
+        self.cleaner = CleanSpaceService(self, cfg)
+        self._threads.append(ServiceThread("dledger-clean", self.cleaner.run_once, cfg.clean_interval_ms))
+        for thread in self._threads:
+            thread.start()
+
+    # -- committed index and checkpoint
+
+    @property
+    def committed_index(self) -> int:
+        """Highest committed index (from `checkpoint` at open, then as updated)."""
+        return self._committed
+
+    def update_committed_index(self, index: int) -> None:
+        """Record the committed index (clamped to end_index; never decreases)."""
+        self._committed = max(self._committed, min(index, self.end_index))
+
+    def set_retention_floor(self, index: int) -> None:
+        """Retention never deletes a segment holding entries at or above `index`."""
+        self._retention_floor = index
+
+    @property
+    def retention_floor(self) -> int:
+        """Entries at or above this index are never expired."""
+        return min(self._retention_floor, self.committed_index + 1)
+
+    def write_checkpoint(self) -> None:
+        """Persist `committedIndex` and `endIndex` (only what is durable)."""
+        end = self._durable_end_index
+        committed = min(self.committed_index, end)
+        if (committed, end) == self._checkpointed:
+            return
+        kvfile.write_atomic(
+            self.node_dir / CHECKPOINT_FILE, {"committedIndex": str(committed), "endIndex": str(end)}
+        )
+        self._checkpointed = (committed, end)
+
+    # -- durability
+
+    def flush(self) -> None:
+        """msync everything appended so far (data then index); fail-stop on I/O errors."""
+        with self._flush_lock:
+            end_index = self.end_index
+            data_to = self.write_pos
+            index_to = (end_index + 1) * INDEX_UNIT_SIZE
+            try:
+                self.data_list.table.msync(min(self._flushed_data, data_to), data_to)
+                self.index_list.table.msync(min(self._flushed_index, index_to), index_to)
+            except OSError as exc:
+                self._fail(exc)
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
+            self._flushed_data = data_to
+            self._flushed_index = index_to
+            self._durable_end_index = end_index
+
+    def _flush_once(self) -> None:
+        if self.state == impl.STATE_DISK_ERROR:
+            return
+        if self.write_pos != self._flushed_data or self.end_index != self._durable_end_index:
+            self.flush()
+        now = time.monotonic() * 1000
+        if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
+            self._last_checkpoint_ms = now
+            self.write_checkpoint()
+
+    def _fail(self, exc: BaseException) -> None:
+        # fsyncgate: after a failed flush nothing may be acknowledged any more.
+        if isinstance(exc, OSError | DLedgerError):
+            log.error("store failed, refusing further writes: %s", exc)
+            self.failure = exc
+            self.state = impl.STATE_DISK_ERROR
+
+    def _fail_warm(self, exc: BaseException) -> None:
+        if isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL:
+            log.warning("cannot prepare the next segment: %s", exc)
+        else:
+            self._fail(exc)
+
+    # -- warm-ahead
+
+    def _warm_once(self) -> None:
+        window = self.config.warm_ahead_bytes
+        pos = int(self.write_pos)
+        if self._warmed_to - pos > window // 2:
+            return  # still well ahead of the writer
+        self._warmed_to = pos + window
+        self._warm_list(self.data_list, pos, window)
+        index_pos = (self.end_index + 1) * INDEX_UNIT_SIZE
+        self._warm_list(self.index_list, index_pos, max(INDEX_UNIT_SIZE, window // 4))
+
+    def _warm_list(self, segments: SegmentList, pos: int, window: int) -> None:
+        table = segments.table
+        if table.count == 0:
+            return
+        target = pos + window
+        end = table.end_offset
+        table.prefault(pos, min(target, end))
+        if target > end:
+            segments.prepare_next()
+            spare = segments.spare()
+            if spare is not None:
+                scratch = impl.MappedTable(segments.file_size)
+                scratch.push(spare[1], spare[0])
+                scratch.prefault(spare[0], min(target, spare[0] + segments.file_size))
+                scratch.pop_last()
+
+    def wait_warm(self) -> None:
+        """Warm the window ahead of the writer now (benchmarks and tests)."""
+        self._warm_once()
+
+    # -- reads
+
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:  # type: ignore[override]
+        """Entries from `from_index` column-wise (see ColumnBatch)."""
+        return ColumnBatch.from_raw(super().read_columns(from_index, max_count, max_bytes))
+
+    def get_range(self, from_index: int, to_index: int) -> list[Entry]:
+        """Entries in [from_index, to_index) that exist."""
+        lo, hi = max(from_index, self.begin_index), min(to_index, self.end_index + 1)
+        return [self.get(i) for i in range(lo, hi)]
+
+    # -- truncation and prefix deletion
+
+    def truncate(self, from_index: int) -> None:
+        """Delete entries [from_index, end_index]; their bytes are zeroed so recovery can
+        never bring them back."""
+        self._check_writable_py()
+        self._acquire()
+        try:
+            if from_index > self.end_index:
+                return
+            if from_index <= self.begin_index or self.begin_index < 0:
+                self._truncate_all(from_index)
+                return
+            entry = self.get_locked(from_index)
+            old_write = int(self.write_pos)
+            old_index_end = (self.end_index + 1) * INDEX_UNIT_SIZE
+            new_term = self.term_locked(from_index - 1)
+            self.data_list.truncate_to(entry.pos)
+            failpoints.hit("mid_truncate")
+            self._zero_tail(self.data_list, entry.pos, old_write)
+            cut = from_index * INDEX_UNIT_SIZE
+            self.index_list.truncate_to(cut)
+            self._zero_tail(self.index_list, cut, old_index_end)
+            self._set_state(self.begin_index, from_index - 1, new_term, entry.pos)
+            self._after_shrink()
+        finally:
+            self._release()
+        self.flush()
+        self.write_checkpoint()
+
+    def _truncate_all(self, from_index: int) -> None:
+        self.data_list.drop_all()
+        self.index_list.drop_all()
+        self._set_state(-1, from_index - 1, -1, 0)
+        self._after_shrink()
+
+    def _zero_tail(self, segments: SegmentList, start: int, end: int) -> None:
+        table = segments.table
+        if table.count:
+            segments.zero_range(start, min(end, table.end_offset))
+            table.msync(start, min(end, table.end_offset))
+
+    def _after_shrink(self) -> None:
+        self._flushed_data = min(self._flushed_data, int(self.write_pos))
+        self._flushed_index = min(self._flushed_index, (self.end_index + 1) * INDEX_UNIT_SIZE)
+        self._durable_end_index = min(self._durable_end_index, self.end_index)
+        self._committed = min(self._committed, self.end_index)
+        self._warmed_to = 0
+
+    def get_locked(self, index: int) -> Entry:
+        """`get` for callers that already hold the core lock."""
+        header = impl.decode_index_unit(self.index_list.table.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
+        _, pos, size, idx, term = header
+        raw = self.data_list.table.read(pos, size)
+        magic, _, _, term, _, _, _, crc, _ = impl.decode_header(raw)
+        return Entry(idx, term, pos, magic, raw[HEADER_SIZE:], crc)
+
+    def term_locked(self, index: int) -> int:
+        """Term of `index` for callers holding the lock (-1 below the log)."""
+        if index < self.begin_index or index < 0:
+            return -1
+        return int(impl.decode_index_unit(self.index_list.table.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))[4])
+
+    def reset(self, before_begin_index: int, before_begin_term: int) -> int:
+        """Delete the prefix up to `before_begin_index` (DLedger 0.4.0 reset): whole
+        segments are deleted and a blank record covers the dead part of the first kept
+        data segment. Returns the new begin index."""
+        self._check_writable_py()
+        self._acquire()
+        try:
+            if self.begin_index < 0 or before_begin_index < self.begin_index:
+                return max(self.begin_index, 0)
+            if before_begin_index >= self.end_index:
+                end_pos = int(self.write_pos)
+                self.data_list.drop_all()
+                self.index_list.drop_all()
+                self._set_state(-1, before_begin_index, before_begin_term, end_pos)
+                self._after_shrink()
+                return before_begin_index + 1
+            new_begin = before_begin_index + 1
+            start = self.get_locked(new_begin).pos
+            self._delete_data_before(start)
+            self._write_head_blank(start)
+            self._delete_index_before(new_begin)
+            self._set_state(new_begin, self.end_index, self.end_term, int(self.write_pos))
+            return new_begin
+        finally:
+            self._release()
+
+    def _delete_data_before(self, pos: int) -> None:
+        table = self.data_list.table
+        while table.count > 1 and table.first_offset + table.file_size <= pos:
+            self.data_list.drop_first()
+
+    def _write_head_blank(self, pos: int) -> None:
+        table = self.data_list.table
+        dead = pos - table.first_offset
+        if dead >= 8:
+            self.data_list.zero_range(table.first_offset, pos)
+            table.write(table.first_offset, _blank(dead))
+            table.msync(table.first_offset, pos)
+
+    def _delete_index_before(self, begin: int) -> None:
+        table = self.index_list.table
+        floor = begin * INDEX_UNIT_SIZE
+        while table.count > 1 and table.first_offset + table.file_size <= floor:
+            self.index_list.drop_first()
+
+    def delete_segments_before(self, pos: int) -> None:
+        """Retention: delete whole data segments ending at or before `pos` and move the
+        begin index to the first entry left. Caller holds the core lock."""
+        self._delete_data_before(pos)
+        table = self.data_list.table
+        first = Recovery(self, self.data_list, self.index_list, False, -1)._first_record(table.first_offset)
+        if first is not None:
+            begin = int(first[2])
+            self._delete_index_before(begin)
+            self._set_state(begin, self.end_index, self.end_term, int(self.write_pos))
+
+    # -- lifecycle
+
+    def _check_writable_py(self) -> None:
+        if self.state == impl.STATE_READ_ONLY:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
+        if self.state == impl.STATE_DISK_ERROR:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
+
+    def close(self) -> None:
+        """Stop the threads, flush, write the checkpoint and unmap everything."""
+        if self._closed:
+            return
+        self._closed = True
+        for thread in self._threads:
+            thread.stop()
+        if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
+            self.flush()
+            self.write_checkpoint()
+        self._acquire()
+        try:
+            self.data_list.close()
+            self.index_list.close()
+            self._set_state(-1, -1, -1, 0)
+            self.state = impl.STATE_READ_ONLY
+        finally:
+            self._release()
+
+    def __enter__(self) -> MmapLogStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _blank(length: int) -> bytes:
+    return MAGIC_BLANK.to_bytes(4, "big", signed=True) + length.to_bytes(4, "big")
+
+
+class SyncMmapLogStore(MmapLogStore):
+    """`flush_mode="sync"`: every append returns only once its bytes are durable.
+
+    Concurrent appenders share msyncs (group commit): the first waiter flushes
+    everything written so far while the others wait for it.
+    """
+
+    def _wait_durable(self) -> None:
+        target = self.end_index
+        cond = self._durable_cond
+        while True:
+            with cond:
+                while self._durable_end_index < target and self._syncing:
+                    cond.wait()
+                if self._durable_end_index >= target:
+                    return
+                self._syncing = True
+            try:
+                self.flush()
+            finally:
+                with cond:
+                    self._syncing = False
+                    cond.notify_all()
+
+    def append(self, body: bytes) -> int:
+        index = int(super().append(body))
+        self._wait_durable()
+        return index
+
+    def append_many(self, bodies: Sequence[bytes]) -> int:
+        first = int(super().append_many(bodies))
+        self._wait_durable()
+        return first
+
+    def append_noop(self) -> int:
+        index = int(super().append_noop())
+        self._wait_durable()
+        return index
+
+    def append_encoded(self, run: bytes) -> int:
+        count = int(super().append_encoded(run))
+        self._wait_durable()
+        return count

@@ -1,0 +1,219 @@
+"""SegmentList: DLedger's MmapFileList — fixed-size segment files named by their 20-digit
+start offset, mapped and registered in a compiled MappedTable.
+
+New segments are preallocated with posix_fallocate (a write into a sparse mapping on a
+full disk would kill the process with SIGBUS); ENOSPC becomes DISK_FULL. A spare next
+segment can be prepared off the hot path (see `prepare_next`), so a roll only swaps it in.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dledger._native import impl
+from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.store import failpoints
+from dledger.store.kvfile import fsync_dir
+
+log = logging.getLogger(__name__)
+
+NAME_DIGITS = 20
+
+
+def offset_to_name(offset: int) -> str:
+    """DLedgerUtils.offset2FileName: the offset in decimal, zero-padded to 20 digits."""
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def is_segment_name(name: str) -> bool:
+    """True for a 20-digit segment file name."""
+    return len(name) == NAME_DIGITS and name.isdigit()
+
+
+class SegmentList:
+    """The segment files of one directory (data or index) and their mappings.
+
+    Args:
+        directory: where the segment files live (created unless read-only).
+        file_size: the fixed size of every segment.
+        read_only: map files read-only and never create, extend or delete any.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], file_size: int, read_only: bool = False) -> None:
+        self.directory = Path(directory)
+        self.file_size = file_size
+        self.read_only = read_only
+        self.table = impl.MappedTable(file_size)
+        self.foreign_files: list[str] = []
+        self._spare: tuple[int, Any] | None = None
+        self._spare_lock = threading.Lock()
+
+    # -- naming
+
+    def path_of(self, offset: int) -> Path:
+        """Path of the segment starting at `offset`."""
+        return self.directory / offset_to_name(offset)
+
+    def locate(self, offset: int) -> tuple[Path, int]:
+        """(file, offset inside it) for a logical offset."""
+        start = offset - offset % self.file_size
+        return self.path_of(start), offset - start
+
+    # -- loading
+
+    def load(self) -> None:
+        """Map every segment in the directory, checking names, sizes and contiguity.
+
+        A last segment shorter than the configured size (a crash while creating it) is
+        extended with zeros; any other size mismatch, a gap or an overlap is an error.
+        """
+        if not self.directory.is_dir():
+            if self.directory.exists():
+                raise CorruptStoreError(str(self.directory), 0, "is not a directory")
+            return
+        names = sorted(os.listdir(self.directory))
+        segments = [n for n in names if is_segment_name(n)]
+        self.foreign_files = [n for n in names if not is_segment_name(n) and not n.endswith(".tmp")]
+        for name in self.foreign_files:
+            log.warning("ignoring foreign file %s in %s", name, self.directory)
+        for k, name in enumerate(segments):
+            path = self.directory / name
+            offset = int(name)
+            if offset % self.file_size:
+                raise CorruptStoreError(
+                    str(path), 0, f"name is not a multiple of the segment size {self.file_size} (overlapping segments?)"
+                )
+            if self.table.count and offset != self.table.end_offset:
+                raise CorruptStoreError(
+                    str(path), 0, f"segment gap: expected {offset_to_name(self.table.end_offset)} before it"
+                )
+            size = path.stat().st_size
+            if size != self.file_size:
+                if size < self.file_size and k == len(segments) - 1 and not self.read_only:
+                    log.warning("extending short last segment %s from %d to %d bytes", path, size, self.file_size)
+                    self._preallocate(path)
+                elif size < self.file_size and k == len(segments) - 1:
+                    raise CorruptStoreError(str(path), size, f"last segment is short ({size} of {self.file_size} bytes)")
+                else:
+                    raise CorruptStoreError(
+                        str(path), size, f"segment is {size} bytes, the configured size is {self.file_size}"
+                    )
+            self.table.push(self._map(path), offset)
+
+    def _map(self, path: Path) -> mmap.mmap:
+        flags = os.O_RDONLY if self.read_only else os.O_RDWR
+        fd = os.open(path, flags)
+        try:
+            access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
+            return mmap.mmap(fd, self.file_size, access=access)
+        finally:
+            os.close(fd)
+
+    def _preallocate(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, self.file_size)
+        except OSError as exc:
+            os.close(fd)
+            fd = -1
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                path.unlink(missing_ok=True)
+                raise DLedgerError(ResponseCode.DISK_FULL, f"no space to create segment {path}") from exc
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot preallocate {path}: {exc}") from exc
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    # -- growth
+
+    def _create(self, offset: int) -> mmap.mmap:
+        if self.read_only:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.path_of(offset)
+        self._preallocate(path)
+        fsync_dir(self.directory)
+        failpoints.hit("mid_segment_roll")
+        return self._map(path)
+
+    def prepare_next(self) -> None:
+        """Create and map the segment after the last one ahead of time (warm-ahead)."""
+        if self.read_only or not self.table.count:
+            return
+        offset = self.table.end_offset
+        with self._spare_lock:
+            if self._spare is not None and self._spare[0] == offset:
+                return
+        mapped = self._create(offset)
+        with self._spare_lock:
+            self._spare = (offset, mapped)
+
+    def spare(self) -> tuple[int, Any] | None:
+        """The prepared next segment, if any: (offset, mapping)."""
+        with self._spare_lock:
+            return self._spare
+
+    def roll(self, offset: int) -> None:
+        """Map a segment starting at `offset` as the new last one (the store's roller)."""
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        mapped = spare[1] if spare is not None and spare[0] == offset else self._create(offset)
+        self.table.push(mapped, offset)
+
+    # -- shrinking
+
+    def drop_last(self) -> None:
+        """Unmap and delete the last segment."""
+        offset = self.table.end_offset - self.file_size
+        self.table.pop_last()
+        if not self.read_only:
+            self.path_of(offset).unlink(missing_ok=True)
+
+    def drop_first(self) -> None:
+        """Unmap and delete the first segment."""
+        offset = self.table.first_offset
+        self.table.pop_first()
+        if not self.read_only:
+            self.path_of(offset).unlink(missing_ok=True)
+
+    def truncate_to(self, offset: int) -> None:
+        """Delete every segment that starts after `offset` (a segment starting exactly at
+        `offset` is kept, as DLedger's truncateOffset does)."""
+        while self.table.count and self.table.end_offset - self.file_size > offset:
+            self.drop_last()
+        with self._spare_lock:
+            self._spare = None
+
+    def drop_all(self) -> None:
+        """Delete every segment."""
+        while self.table.count:
+            self.drop_last()
+
+    def zero_range(self, start: int, end: int) -> None:
+        """Zero [start, end), skipping 64 KiB chunks that are zero already (so untouched
+        preallocated pages are not dirtied)."""
+        chunk = 1 << 16
+        pos = start
+        while pos < end and self.table.count:
+            seg_end = pos - (pos - self.table.first_offset) % self.file_size + self.file_size
+            stop = min(end, seg_end, pos + chunk - pos % chunk)
+            if self.table.first_offset <= pos < self.table.end_offset:
+                data = np.frombuffer(self.table.read(pos, stop - pos), dtype=np.uint8)
+                if data.any():
+                    self.table.zero(pos, stop - pos)
+            pos = stop
+
+    def close(self) -> None:
+        """Unmap everything (files stay)."""
+        while self.table.count:
+            self.table.pop_last()
+        with self._spare_lock:
+            self._spare = None
