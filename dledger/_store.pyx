@@ -344,7 +344,11 @@ cdef class MappedTable:
         start = max(frm, self.first_offset)
         end = min(to, self.first_offset + self.count * self.file_size)
         while start < end:
+            if self.count == 0 or start < self.first_offset:
+                return  # the table shrank meanwhile: nothing left to do there
             k = (start - self.first_offset) // self.file_size
+            if k >= self.count:
+                return
             seg_from = self.first_offset + k * self.file_size
             lo = start - seg_from
             hi = min(end - seg_from, self.file_size)
@@ -495,6 +499,9 @@ cdef class LogCore:
         return self.write_pos
 
     cdef long long _append_one(self, const unsigned char *body, Py_ssize_t n, int magic) except -2:
+        if self.term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM,
+                               "term %d is below the last entry's term %d" % (self.term, self.end_term))
         cdef long long size = DL_HEADER_SIZE + n
         cdef long long idx = self.end_index + 1
         cdef long long pos

@@ -198,7 +198,11 @@ class MappedTable:
             return
         start, end = max(frm, self.first_offset), min(to, self.end_offset)
         while start < end:
+            if not self._views or start < self.first_offset:
+                return
             k = (start - self.first_offset) // self.file_size
+            if k >= len(self._objs):
+                return
             seg_from = self.first_offset + k * self.file_size
             lo, hi = start - seg_from, min(end - seg_from, self.file_size)
             yield self._objs[k], lo, hi
@@ -306,6 +310,10 @@ class LogCore:
         return self.write_pos
 
     def _append_one(self, body: bytes, magic: int) -> int:
+        if self.term < self.end_term:
+            raise DLedgerError(
+                ResponseCode.INCONSISTENT_TERM, f"term {self.term} is below the last entry's term {self.end_term}"
+            )
         size = HEADER_SIZE + len(body)
         idx = self.end_index + 1
         uview, uat = self._unit_slot(idx)
@@ -369,14 +377,18 @@ class LogCore:
                 if e_idx != idx + 1:
                     raise DLedgerError(ResponseCode.INCONSISTENT_INDEX, f"run entry index {e_idx}, expected {idx + 1}")
                 if e_term < term:
-                    raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"run entry term goes backwards at index {idx + 1}")
+                    raise DLedgerError(
+                        ResponseCode.INCONSISTENT_TERM, f"run entry term goes backwards at index {idx + 1}"
+                    )
                 if crc != 0 and self.verify_crc and _crc_field(data[off + HEADER_SIZE : off + size]) != crc:
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body CRC mismatch at index {idx + 1}")
                 rel = wp % fs if self._data.count == 0 else (wp - self._data.first_offset) % fs
                 if size + MIN_BLANK_LEN > fs - rel:
                     wp += fs - rel
                 if pos != wp:
-                    raise DLedgerError(ResponseCode.INCONSISTENT_STATE, f"entry {idx + 1} has pos {pos} but lands at {wp}")
+                    raise DLedgerError(
+                        ResponseCode.INCONSISTENT_STATE, f"entry {idx + 1} has pos {pos} but lands at {wp}"
+                    )
                 idx, term, wp, off = idx + 1, e_term, wp + size, off + size
             off = count = 0
             while off < total:

@@ -59,8 +59,12 @@ class MemoryLogStore:
         return self.end_index
 
     def _append_body(self, body: bytes, magic: int) -> int:
+        if self.term < self.end_term:
+            raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"term {self.term} is below the last entry's term")
         if HEADER_SIZE + len(body) > MAX_ENTRY_SIZE:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"entry of {HEADER_SIZE + len(body)} bytes is too large")
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"entry of {HEADER_SIZE + len(body)} bytes is too large"
+            )
         encoded = impl.encode_entry(magic, self.end_index + 1, self.term, self._next_pos, body, self._write_crc)
         return self._push(encoded, self._next_pos)
 
@@ -83,7 +87,7 @@ class MemoryLogStore:
         with self._lock:
             view = memoryview(run)
             entries: list[tuple[bytes, int]] = []
-            off, idx, term, pos_expected = 0, self.end_index, self.end_term, self._next_pos
+            off, idx, term = 0, self.end_index, self.end_term
             while off < len(view):
                 if off + HEADER_SIZE > len(view):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"run ends inside a header at {off}")
@@ -97,10 +101,13 @@ class MemoryLogStore:
                 if e_term < term:
                     raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"run entry term goes backwards at {e_idx}")
                 body = view[off + HEADER_SIZE : off + size]
-                if crc != 0 and (impl.crc32(body) - (1 << 32) if impl.crc32(body) >= 1 << 31 else impl.crc32(body)) != crc:
+                if (
+                    crc != 0
+                    and (impl.crc32(body) - (1 << 32) if impl.crc32(body) >= 1 << 31 else impl.crc32(body)) != crc
+                ):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body CRC mismatch at index {e_idx}")
                 entries.append((bytes(view[off : off + size]), pos))
-                idx, term, pos_expected, off = e_idx, e_term, pos + size, off + size
+                idx, term, off = e_idx, e_term, off + size
             for encoded, pos in entries:
                 self._push(encoded, pos)
             return len(entries)
@@ -190,9 +197,6 @@ class MemoryLogStore:
             drop = min(before_begin_index - self._before_begin_index, len(self._encoded))
             del self._encoded[:drop]
             del self._positions[:drop]
-            if before_begin_index >= self.end_index:
-                self._encoded.clear()
-                self._positions.clear()
             self._before_begin_index = before_begin_index
             self._before_begin_term = before_begin_term
             return before_begin_index + 1

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -24,12 +24,13 @@ from dledger.service_thread import ServiceThread
 from dledger.store import failpoints, kvfile
 from dledger.store.base import ColumnBatch
 from dledger.store.clean import CleanSpaceService
-from dledger.store.recovery import RecoveryReport, Recovery
+from dledger.store.recovery import Recovery, RecoveryReport
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint"
+RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._last_checkpoint_ms = 0.0
         self._warmed_to = 0
         self._flush_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()
         self._durable_cond = threading.Condition()
         self._syncing = False
         self._threads: list[ServiceThread] = []
@@ -149,17 +151,23 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._load_index()
         checkpoint = kvfile.read(self.node_dir / CHECKPOINT_FILE)
         committed = kvfile.read_int(checkpoint, "committedIndex", -1)
+        reset = kvfile.read(self.node_dir / RESET_FILE)
         self._acquire()
         try:
             self.recovery: RecoveryReport = Recovery(
                 self, self.data_list, self.index_list, cfg.verify_crc, committed
             ).run()
+            before_begin = kvfile.read_int(reset, "beforeBeginIndex", -1)
+            if self.begin_index < 0 and before_begin > self.end_index:
+                # every entry after the last reset is gone: the log still ends there
+                term = kvfile.read_int(reset, "beforeBeginTerm", -1)
+                self._set_state(-1, before_begin, term, int(self.write_pos))
         finally:
             self._release()
-        if committed > self.end_index or committed < self.begin_index - 1 or committed < -1:
-            committed = min(max(committed, -1), self.end_index)
-            if committed < self.begin_index:
-                committed = -1
+        # Clamp to the ledger end (DLedger #316); a deleted prefix was committed.
+        committed = min(max(committed, -1), self.end_index)
+        if self.begin_index > 0:
+            committed = max(committed, self.begin_index - 1)
         self._committed = committed
         self._flushed_data = int(self.write_pos)
         self._flushed_index = (self.end_index + 1) * INDEX_UNIT_SIZE
@@ -187,9 +195,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         if self.config.read_only:
             return
         cfg = self.config
-        self._threads.append(
-            ServiceThread("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail)
-        )
+        self._threads.append(ServiceThread("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail))
         if cfg.warm_ahead_bytes > 0:
             self._threads.append(ServiceThread("dledger-warm", self._warm_once, 5, self._fail_warm))
         self.cleaner = CleanSpaceService(self, cfg)
@@ -219,14 +225,15 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
 
     def write_checkpoint(self) -> None:
         """Persist `committedIndex` and `endIndex` (only what is durable)."""
-        end = self._durable_end_index
-        committed = min(self.committed_index, end)
-        if (committed, end) == self._checkpointed:
-            return
-        kvfile.write_atomic(
-            self.node_dir / CHECKPOINT_FILE, {"committedIndex": str(committed), "endIndex": str(end)}
-        )
-        self._checkpointed = (committed, end)
+        with self._checkpoint_lock:
+            end = self._durable_end_index
+            committed = min(self.committed_index, end)
+            if (committed, end) == self._checkpointed:
+                return
+            kvfile.write_atomic(
+                self.node_dir / CHECKPOINT_FILE, {"committedIndex": str(committed), "endIndex": str(end)}
+            )
+            self._checkpointed = (committed, end)
 
     # -- durability
 
@@ -303,7 +310,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
 
     # -- reads
 
-    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:  # type: ignore[override]
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
         """Entries from `from_index` column-wise (see ColumnBatch)."""
         return ColumnBatch.from_raw(super().read_columns(from_index, max_count, max_bytes))
 
@@ -311,6 +318,14 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         """Entries in [from_index, to_index) that exist."""
         lo, hi = max(from_index, self.begin_index), min(to_index, self.end_index + 1)
         return [self.get(i) for i in range(lo, hi)]
+
+    def iterate(self, from_index: int | None = None, to_index: int | None = None) -> Iterator[Entry]:
+        """Entries in [from_index, to_index) (default: the whole log), in order.
+        For bulk reads prefer `read_columns`."""
+        first = self.begin_index if from_index is None else max(from_index, self.begin_index)
+        stop = self.end_index + 1 if to_index is None else min(to_index, self.end_index + 1)
+        for index in range(max(first, 0), stop):
+            yield self.get(index)
 
     # -- truncation and prefix deletion
 
@@ -383,7 +398,11 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._acquire()
         try:
             if self.begin_index < 0 or before_begin_index < self.begin_index:
-                return max(self.begin_index, 0)
+                return int(max(self.begin_index, 0))
+            kvfile.write_atomic(
+                self.node_dir / RESET_FILE,
+                {"beforeBeginIndex": str(before_begin_index), "beforeBeginTerm": str(before_begin_term)},
+            )
             if before_begin_index >= self.end_index:
                 end_pos = int(self.write_pos)
                 self.data_list.drop_all()
@@ -400,6 +419,8 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             return new_begin
         finally:
             self._release()
+            self._committed = max(self._committed, min(before_begin_index, self.end_index))
+            self.write_checkpoint()
 
     def _delete_data_before(self, pos: int) -> None:
         table = self.data_list.table

@@ -100,7 +100,7 @@ class Recovery:
 
     def _start_segment(self) -> int:
         table = self.data.table
-        k = max(0, table.count - 3)
+        k = int(max(0, table.count - 3))
         while k > 0:
             header = self._first_record(table.first_offset + k * table.file_size)
             if header is not None and self._agrees_with_index(header):

@@ -101,7 +101,9 @@ class SegmentList:
                     log.warning("extending short last segment %s from %d to %d bytes", path, size, self.file_size)
                     self._preallocate(path)
                 elif size < self.file_size and k == len(segments) - 1:
-                    raise CorruptStoreError(str(path), size, f"last segment is short ({size} of {self.file_size} bytes)")
+                    raise CorruptStoreError(
+                        str(path), size, f"last segment is short ({size} of {self.file_size} bytes)"
+                    )
                 else:
                     raise CorruptStoreError(
                         str(path), size, f"segment is {size} bytes, the configured size is {self.file_size}"

@@ -1,0 +1,32 @@
+"""dledger-py: a Raft-replicated commit log, byte-compatible with RocketMQ's DLedger.
+
+The embedded store::
+
+    import dledger
+    with dledger.open_log("/tmp/mylog") as log:
+        index = log.append(b"hello")
+        assert log.get(index).body == b"hello"
+"""
+
+from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.embedded import LocalLog, open_log
+from dledger.entry import Entry
+from dledger.store.base import ColumnBatch, LogStore
+from dledger.store.memory import MemoryLogStore
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ColumnBatch",
+    "CorruptStoreError",
+    "DLedgerError",
+    "Entry",
+    "LocalLog",
+    "LogStore",
+    "MemoryLogStore",
+    "MmapLogStore",
+    "ResponseCode",
+    "StoreConfig",
+    "open_log",
+]

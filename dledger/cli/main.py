@@ -1,0 +1,24 @@
+"""`dledger`: the command-line entry point (subcommands live in sibling modules)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from dledger import __version__
+from dledger.cli.demo import demo
+from dledger.cli.store_tools import check, read_file
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dledger")
+@click.option("-v", "--verbose", is_flag=True, help="Log what the store does (recovery, retention).")
+def main(verbose: bool) -> None:
+    """dledger-py: a Raft-replicated commit log, byte-compatible with RocketMQ's DLedger."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
+
+
+main.add_command(read_file)
+main.add_command(check)
+main.add_command(demo)

@@ -1,0 +1,252 @@
+"""EntryDispatcher: the leader's per-peer replication state machine, without I/O.
+
+COMPARE finds the last index where the follower's log matches (prev index/term checks
+with the follower's conflict hint), TRUNCATE cuts the follower's uncommitted tail after
+it, APPEND streams runs of already-encoded entries (several in flight, bounded), and
+COMMIT carries the commit index when the peer is idle. Any inconsistency, a leader or
+term change sends the dispatcher back to COMPARE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from dledger._native import impl
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.member_state import MemberState
+from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
+from dledger.raft.quorum_ack import QuorumAckChecker
+
+
+class DispatchState(Enum):
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+    APPEND = "APPEND"
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request: PushEntryRequest
+    send_ms: int
+
+
+class EntryDispatcher:
+    """Replication to one follower.
+
+    Args:
+        config: push timeouts, batch and in-flight limits, quota and throttle point.
+        member_state: the leader's state (term, commit index, store).
+        peer_id: the follower.
+        quorum: where acknowledged match indexes are recorded.
+    """
+
+    def __init__(
+        self, config: DLedgerConfig, member_state: MemberState, peer_id: str, quorum: QuorumAckChecker
+    ) -> None:
+        self.config = config
+        self.ms = member_state
+        self.store = member_state.store
+        self.peer_id = peer_id
+        self.quorum = quorum
+        self.quota: Any = impl.Quota(config.peer_push_quota)
+        self.term = -1
+        self.state = DispatchState.COMPARE
+        self.match_index = -1
+        self.write_index = 0
+        self.peer_end_index = -1
+        self.pending: dict[int, _InFlight] = {}  # APPEND requests in flight, by first index
+        self._control: _InFlight | None = None  # the COMPARE / TRUNCATE / COMMIT in flight
+        self.last_push_commit_ms = -1
+        self.last_pushed_commit_index = -1
+        self.throttled = False
+        self._retry_at_ms = -1
+
+    # -- state changes
+
+    def reset(self, term: int) -> None:
+        """Start over for leader term `term`: COMPARE from the leader's ledger end."""
+        self.term = term
+        self.state = DispatchState.COMPARE
+        self.match_index = -1
+        self.write_index = self.store.end_index + 1
+        self.pending.clear()
+        self._control = None
+
+    def _change_state(self, state: DispatchState) -> None:
+        self.state = state
+        self.pending.clear()
+        self._control = None
+        if state is DispatchState.APPEND:
+            self.write_index = self.match_index + 1
+
+    def _base(self, push_type: PushType) -> PushEntryRequest:
+        return PushEntryRequest(
+            group=self.ms.group,
+            local_id=self.ms.self_id,
+            remote_id=self.peer_id,
+            leader_id=self.ms.self_id,
+            term=self.term,
+            type=push_type,
+            commit_index=self.ms.committed_index,
+        )
+
+    def _term_at(self, index: int) -> int:
+        return -1 if index < 0 else self.store.term_at(index)
+
+    # -- the dispatcher pass
+
+    def tick(self, now_ms: int) -> list[PushEntryRequest]:
+        """One pass: the push requests to send now."""
+        ms = self.ms
+        if not ms.is_leader:
+            return []
+        if self.term != ms.current_term:
+            self.reset(ms.current_term)
+        ctl = self._control
+        if ctl is not None and now_ms - ctl.send_ms < self.config.max_push_timeout_ms:
+            return []
+        if now_ms < self._retry_at_ms:
+            return []
+        self._control = None
+        if self.state is DispatchState.COMPARE:
+            return [self._send_control(self._compare_request(), now_ms)]
+        if self.state is DispatchState.TRUNCATE:
+            req = self._base(PushType.TRUNCATE)
+            req.first_index = self.match_index + 1
+            req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
+            return [self._send_control(req, now_ms)]
+        return self._append(now_ms)
+
+    def _send_control(self, req: PushEntryRequest, now_ms: int) -> PushEntryRequest:
+        self._control = _InFlight(req, now_ms)
+        return req
+
+    def _compare_request(self) -> PushEntryRequest:
+        # compare at write_index - 1; never below the leader's first entry
+        self.write_index = max(min(self.write_index, self.store.end_index + 1), max(self.store.begin_index, 0))
+        req = self._base(PushType.COMPARE)
+        req.prev_index = self.write_index - 1
+        req.prev_term = self._term_at(req.prev_index)
+        return req
+
+    def _throttle(self, now_ms: int) -> bool:
+        """Quota only for catch-up traffic: > 1000 entries AND >= throttle point bytes behind."""
+        end = self.store.end_index
+        if end - self.write_index <= self.config.peer_push_throttle_lag_entries:
+            return False
+        last = self.store.get(end)
+        lag_bytes = last.pos + last.size - self.store.get(self.write_index).pos
+        if lag_bytes < self.config.peer_push_throttle_point:
+            return False
+        return bool(self.quota.validate_now(now_ms))
+
+    def _append(self, now_ms: int) -> list[PushEntryRequest]:
+        out: list[PushEntryRequest] = []
+        if self.pending:
+            oldest = min(self.pending)
+            if now_ms - self.pending[oldest].send_ms >= self.config.max_push_timeout_ms:
+                # lost push or ack: go back to the first unacknowledged index and resend
+                self.pending.clear()
+                self.write_index = self.match_index + 1
+        end = self.store.end_index
+        self.throttled = False
+        while len(self.pending) < self.config.max_push_in_flight_per_peer and self.write_index <= end:
+            if self._throttle(now_ms):
+                self.throttled = True
+                break
+            run, count = self.store.read_run(self.write_index, self.config.max_push_batch_bytes)
+            req = self._base(PushType.APPEND)
+            req.first_index, req.count, req.entries = self.write_index, count, run
+            req.prev_index, req.prev_term = self.write_index - 1, self._term_at(self.write_index - 1)
+            req.last_term = self.store.term_at(req.last_index)
+            self.quota.sample(len(run), now_ms)
+            self.pending[req.first_index] = _InFlight(req, now_ms)
+            self.write_index += count
+            out.append(req)
+        if not self.pending and self.write_index > end:
+            commit = self.ms.committed_index
+            due = now_ms - self.last_push_commit_ms >= self.config.commit_push_interval_ms
+            if due or commit > self.last_pushed_commit_index:
+                req = self._base(PushType.COMMIT)
+                req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
+                self.last_push_commit_ms, self.last_pushed_commit_index = now_ms, commit
+                out.append(self._send_control(req, now_ms))
+        return out
+
+    # -- answers
+
+    def on_response(self, req: PushEntryRequest, resp: PushEntryResponse | None, now_ms: int) -> None:
+        """Handle the answer to `req` (None: network error, retried after the timeout)."""
+        if req.term != self.term or not self.ms.is_leader or self.ms.current_term != self.term:
+            return
+        if resp is not None and resp.term > self.term:
+            return  # the elector steps down on the higher term
+        if req.type is PushType.APPEND:
+            self._on_append(req, resp)
+            return
+        ctl = self._control
+        if ctl is None or ctl.request is not req:
+            return
+        self._control = None
+        if resp is None or resp.code not in (ResponseCode.SUCCESS, ResponseCode.INCONSISTENT_STATE):
+            # unreachable, not a follower yet, another leader...: try again a little later
+            self._retry_at_ms = now_ms + min(100, self.config.max_push_timeout_ms)
+            return
+        self.peer_end_index = resp.end_index
+        if req.type is PushType.COMPARE:
+            self._on_compare(req, resp)
+        elif req.type is PushType.TRUNCATE:
+            if resp.code == ResponseCode.SUCCESS:
+                self._matched(req.prev_index)
+                self._change_state(DispatchState.APPEND)
+            else:
+                self._change_state(DispatchState.COMPARE)
+        elif req.type is PushType.COMMIT and resp.code != ResponseCode.SUCCESS:
+            self._change_state(DispatchState.COMPARE)
+
+    def _matched(self, index: int) -> None:
+        if self.state is DispatchState.APPEND:
+            self.match_index = max(self.match_index, index)
+            # every push ending at or below the match point is acknowledged too
+            for first in [f for f, p in self.pending.items() if p.request.last_index <= self.match_index]:
+                del self.pending[first]
+        else:
+            self.match_index = index
+        self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
+
+    def _on_compare(self, req: PushEntryRequest, resp: PushEntryResponse) -> None:
+        if resp.code == ResponseCode.SUCCESS:
+            self.match_index = req.prev_index
+            self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
+            if resp.end_index > self.match_index:
+                self._change_state(DispatchState.TRUNCATE)
+            else:
+                self._change_state(DispatchState.APPEND)
+            return
+        # walk back using the follower's hint; always strictly backwards
+        target = resp.x_index if resp.x_term != -1 and resp.x_index >= 0 else resp.end_index + 1
+        self.write_index = max(0, min(target, req.prev_index))
+        self._control = None
+
+    def _on_append(self, req: PushEntryRequest, resp: PushEntryResponse | None) -> None:
+        if self.state is not DispatchState.APPEND:
+            return
+        inflight = self.pending.get(req.first_index)
+        if inflight is None or inflight.request is not req:
+            if resp is not None and resp.code == ResponseCode.SUCCESS and req.prev_index <= self.match_index:
+                self._matched(req.last_index)  # a late ack of a resent push still proves the match
+            return
+        if resp is None:
+            return  # resent after max_push_timeout_ms
+        if resp.code == ResponseCode.SUCCESS:
+            self.pending.pop(req.first_index, None)
+            self._matched(req.last_index)
+            self.peer_end_index = max(self.peer_end_index, resp.end_index)
+        elif resp.code == ResponseCode.REPEATED_PUSH:
+            pass  # a newer copy of this push replaced it on the follower
+        else:
+            self._change_state(DispatchState.COMPARE)
+            self.write_index = self.match_index + 1

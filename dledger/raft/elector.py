@@ -1,0 +1,412 @@
+"""LeaderElector: DLedger's election and heartbeat decisions, without threads or clocks.
+
+The shell calls `tick(now_ms)` often (DLedger's state maintainer runs every 10 ms), sends
+the returned `Outbound` requests, and feeds every answer (or None for a network error)
+back through `on_vote_response` / `on_heartbeat_response`. Incoming peer requests go to
+`handle_vote` / `handle_heartbeat`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.member_state import MemberState, Role
+from dledger.raft.messages import (
+    HeartBeatRequest,
+    HeartBeatResponse,
+    ParseResult,
+    RequestOrResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+
+RoleChangeListener = Callable[[int, Role], None]
+
+
+@dataclass(slots=True)
+class Outbound:
+    """A request the shell must send to `target_id`."""
+
+    target_id: str
+    request: RequestOrResponse
+
+
+@dataclass
+class _VoteRound:
+    term: int
+    deadline_ms: int
+    requests: dict[str, VoteRequest]
+    answered: set[str] = field(default_factory=set)
+    known_max_term: int = -1
+    valid_num: int = 0
+    accepted_num: int = 0
+    not_ready_term_num: int = 0
+    bigger_ledger_num: int = 0
+    already_has_leader: bool = False
+
+
+@dataclass
+class _HeartBeatRound:
+    term: int
+    deadline_ms: int
+    requests: dict[str, HeartBeatRequest]
+    answered: set[str] = field(default_factory=set)
+    succ_num: int = 1  # the leader itself
+    not_ready_num: int = 0
+    inconsistent_leader: bool = False
+
+
+class LeaderElector:
+    """Election and heartbeat decisions of one member (DLedgerLeaderElector).
+
+    Args:
+        config: timings (heartbeat interval, leak, vote intervals).
+        member_state: the member's state; every transition goes through it.
+        rng: the source of the randomized vote interval (seeded in tests).
+    """
+
+    def __init__(self, config: DLedgerConfig, member_state: MemberState, rng: random.Random) -> None:
+        self.config = config
+        self.ms = member_state
+        self.rng = rng
+        self.last_leader_heart_beat_time = -1
+        self.last_send_heart_beat_time = -1
+        self.last_succ_heart_beat_time = -1
+        self.next_time_to_request_vote = -1
+        self.need_increase_term_immediately = False
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self.last_vote_cost_ms = 0
+        self.peers_live_table: dict[str, bool] = {}
+        self._vote_round: _VoteRound | None = None
+        self._hb_round: _HeartBeatRound | None = None
+        self._now_ms = 0
+        self.listeners: list[RoleChangeListener] = []
+
+    # -- role changes
+
+    def _role_changed(self, term: int, role: Role) -> None:
+        self._vote_round = None
+        self._hb_round = None
+        for listener in self.listeners:
+            listener(term, role)
+
+    def change_role_to_leader(self, term: int) -> None:
+        if self.ms.current_term != term:
+            return
+        self.ms.change_to_leader(term)
+        self.last_send_heart_beat_time = -1
+        self.last_succ_heart_beat_time = self._now_ms
+        self._role_changed(term, Role.LEADER)
+
+    def change_role_to_follower(self, term: int, leader_id: str) -> None:
+        self.ms.change_to_follower(term, leader_id)
+        self.last_leader_heart_beat_time = self._now_ms
+        self._role_changed(term, Role.FOLLOWER)
+
+    def change_role_to_candidate(self, term: int) -> None:
+        """Step down (or stay) candidate; a higher `term` is reached at the next round."""
+        if term < self.ms.current_term:
+            return
+        self.ms.change_to_candidate(term)
+        self._role_changed(term, Role.CANDIDATE)
+
+    def next_vote_time(self, now_ms: int) -> int:
+        """now + a random interval (shorter while this preferred member takes leadership)."""
+        if self.ms.is_taking_leadership():
+            lo, hi = self.config.min_take_leadership_vote_interval_ms, self.config.max_take_leadership_vote_interval_ms
+        else:
+            lo, hi = self.config.min_vote_interval_ms, self.config.max_vote_interval_ms
+        return now_ms + lo + self.rng.randrange(hi - lo)
+
+    # -- request handlers
+
+    def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
+        """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member."""
+        if req.remote_id != self.ms.self_id:
+            return ResponseCode.UNKNOWN_MEMBER
+        if req.group != self.ms.group:
+            return ResponseCode.UNKNOWN_GROUP
+        return None
+
+    def handle_vote(self, req: VoteRequest, now_ms: int, self_call: bool = False) -> VoteResponse:
+        """Answer a vote request, in DLedger's order (DLEDGER.md §3.5)."""
+        self._now_ms = now_ms
+        ms = self.ms
+
+        def reply(result: VoteResult, term: int | None = None, code: int = ResponseCode.SUCCESS) -> VoteResponse:
+            return VoteResponse(
+                group=ms.group,
+                local_id=ms.self_id,
+                remote_id=req.local_id,
+                leader_id=ms.leader_id,
+                term=ms.current_term if term is None else term,
+                code=code,
+                vote_result=result,
+            )
+
+        if not self_call and (bad := self.check_addressing(req)) is not None:
+            return reply(VoteResult.UNKNOWN, code=bad)
+        if not ms.is_peer_member(req.leader_id):
+            return reply(VoteResult.REJECT_UNKNOWN_LEADER)
+        if not self_call and req.leader_id == ms.self_id:
+            return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
+        candidate = req.leader_id
+        assert candidate is not None
+        if req.ledger_end_term < ms.ledger_end_term:
+            return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
+        if req.ledger_end_term == ms.ledger_end_term and req.ledger_end_index < ms.ledger_end_index:
+            return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
+        if req.term < ms.current_term:
+            return reply(VoteResult.REJECT_EXPIRED_VOTE_TERM)
+        if req.term == ms.current_term:
+            if ms.vote_for is not None and ms.vote_for != candidate:
+                if ms.leader_id is not None:
+                    return reply(VoteResult.REJECT_ALREADY_HAS_LEADER)
+                return reply(VoteResult.REJECT_ALREADY_VOTED)
+        else:
+            # stepped down by a larger term: move there first, vote in a later call
+            self.change_role_to_candidate(req.term)
+            self.need_increase_term_immediately = True
+            return reply(VoteResult.REJECT_TERM_NOT_READY)
+        if req.term < ms.ledger_end_term:
+            return reply(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, term=ms.ledger_end_term)
+        if (
+            not self_call
+            and ms.is_taking_leadership()
+            and req.ledger_end_term == ms.ledger_end_term
+            and ms.ledger_end_index >= req.ledger_end_index
+        ):
+            return reply(VoteResult.REJECT_TAKING_LEADERSHIP)
+        ms.set_vote_for(candidate)  # persisted before it is granted
+        return reply(VoteResult.ACCEPT)
+
+    def handle_heartbeat(self, req: HeartBeatRequest, now_ms: int) -> HeartBeatResponse:
+        """Answer a leader's heartbeat (DLEDGER.md §3.5)."""
+        self._now_ms = now_ms
+        ms = self.ms
+
+        def reply(code: ResponseCode) -> HeartBeatResponse:
+            return HeartBeatResponse(
+                group=ms.group,
+                local_id=ms.self_id,
+                remote_id=req.local_id,
+                leader_id=ms.leader_id,
+                term=ms.current_term,
+                code=code,
+            )
+
+        if (bad := self.check_addressing(req)) is not None:
+            return reply(bad)
+        if not ms.is_peer_member(req.leader_id):
+            return reply(ResponseCode.UNKNOWN_MEMBER)
+        if req.leader_id == ms.self_id:
+            return reply(ResponseCode.UNEXPECTED_MEMBER)
+        leader = req.leader_id
+        assert leader is not None
+        if req.term < ms.current_term:
+            return reply(ResponseCode.EXPIRED_TERM)
+        if req.term == ms.current_term:
+            if ms.leader_id is None:
+                self.change_role_to_follower(req.term, leader)
+                return reply(ResponseCode.SUCCESS)
+            if ms.leader_id == leader:
+                self.last_leader_heart_beat_time = now_ms
+                return reply(ResponseCode.SUCCESS)
+            return reply(ResponseCode.INCONSISTENT_LEADER)
+        # a larger term: become candidate there first, the next heartbeat then succeeds
+        self.change_role_to_candidate(req.term)
+        self.need_increase_term_immediately = True
+        return reply(ResponseCode.TERM_NOT_READY)
+
+    # -- the state maintainer
+
+    def tick(self, now_ms: int) -> list[Outbound]:
+        """One pass of DLedger's StateMaintainer; returns the requests to send."""
+        self._now_ms = now_ms
+        if self.ms.is_leader:
+            return self._maintain_as_leader(now_ms)
+        if self.ms.is_follower:
+            self._maintain_as_follower(now_ms)
+            return []
+        if self.ms.is_candidate:
+            return self._maintain_as_candidate(now_ms)
+        return []
+
+    def _maintain_as_follower(self, now_ms: int) -> None:
+        leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
+        if now_ms - self.last_leader_heart_beat_time > leak_ms:
+            self.change_role_to_candidate(self.ms.current_term)
+
+    def _maintain_as_leader(self, now_ms: int) -> list[Outbound]:
+        rnd = self._hb_round
+        if rnd is not None and (len(rnd.answered) == len(rnd.requests) or now_ms >= rnd.deadline_ms):
+            self._finish_heartbeat_round(rnd, now_ms)
+            if not self.ms.is_leader:
+                return []
+        if self._hb_round is not None:
+            return []
+        if now_ms - self.last_send_heart_beat_time < self.config.heart_beat_time_interval_ms and (
+            self.last_send_heart_beat_time != -1
+        ):
+            return []
+        self.last_send_heart_beat_time = now_ms
+        term = self.ms.current_term
+        requests = {
+            peer: HeartBeatRequest(
+                group=self.ms.group, local_id=self.ms.self_id, remote_id=peer, leader_id=self.ms.self_id, term=term
+            )
+            for peer in self.ms.other_peer_ids
+        }
+        deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
+        self._hb_round = _HeartBeatRound(term, deadline, requests)
+        if not requests:  # a single-node group
+            self._finish_heartbeat_round(self._hb_round, now_ms)
+        return [Outbound(peer, req) for peer, req in requests.items()]
+
+    def on_heartbeat_response(
+        self, peer: str, request: HeartBeatRequest, response: HeartBeatResponse | None, now_ms: int
+    ) -> None:
+        """Record one heartbeat answer (None: network error)."""
+        self._now_ms = now_ms
+        self.peers_live_table[peer] = response is not None and response.code != ResponseCode.NETWORK_ERROR
+        if response is not None and response.term > self.ms.current_term and self.ms.is_leader:
+            # a higher term exists: step down at once (#247)
+            self.change_role_to_candidate(response.term)
+            return
+        rnd = self._hb_round
+        if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
+            return
+        rnd.answered.add(peer)
+        if response is None:
+            return
+        if response.code == ResponseCode.SUCCESS:
+            rnd.succ_num += 1
+        elif response.code == ResponseCode.TERM_NOT_READY:
+            rnd.not_ready_num += 1
+        elif response.code == ResponseCode.INCONSISTENT_LEADER:
+            rnd.inconsistent_leader = True
+        if self.ms.is_quorum(rnd.succ_num) and now_ms < rnd.deadline_ms:
+            self._finish_heartbeat_round(rnd, now_ms)
+
+    def _finish_heartbeat_round(self, rnd: _HeartBeatRound, now_ms: int) -> None:
+        self._hb_round = None
+        if not self.ms.is_leader or rnd.term != self.ms.current_term:
+            return
+        leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
+        if self.ms.is_quorum(rnd.succ_num):
+            self.last_succ_heart_beat_time = now_ms
+        elif self.ms.is_quorum(rnd.succ_num + rnd.not_ready_num):
+            self.last_send_heart_beat_time = -1  # resend at once
+        elif rnd.inconsistent_leader or now_ms - self.last_succ_heart_beat_time > leak_ms:
+            self.change_role_to_candidate(rnd.term)
+
+    def _maintain_as_candidate(self, now_ms: int) -> list[Outbound]:
+        rnd = self._vote_round
+        if rnd is not None:
+            if self._vote_round_done(rnd) or now_ms >= rnd.deadline_ms:
+                self._parse_vote_round(rnd, now_ms)
+            return []
+        if now_ms < self.next_time_to_request_vote and not self.need_increase_term_immediately:
+            return []
+        ms = self.ms
+        if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+            term = ms.next_term()
+            self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        else:
+            term = ms.current_term
+        if self.need_increase_term_immediately:
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+            self.need_increase_term_immediately = False
+            return []
+        deadline = (
+            now_ms + self.config.heart_beat_time_interval_ms + self.rng.randrange(self.config.max_vote_interval_ms)
+        )
+        requests = {
+            peer: VoteRequest(
+                group=ms.group,
+                local_id=ms.self_id,
+                remote_id=peer,
+                leader_id=ms.self_id,
+                term=term,
+                ledger_end_index=ms.ledger_end_index,
+                ledger_end_term=ms.ledger_end_term,
+            )
+            for peer in ms.peer_ids
+        }
+        rnd = _VoteRound(term, deadline, requests, known_max_term=term)
+        self._vote_round = rnd
+        self.on_vote_response(
+            ms.self_id, requests[ms.self_id], self.handle_vote(requests[ms.self_id], now_ms, True), now_ms
+        )
+        if self._vote_round is rnd and self._vote_round_done(rnd):
+            self._parse_vote_round(rnd, now_ms)
+        return [Outbound(peer, req) for peer, req in requests.items() if peer != ms.self_id]
+
+    def _vote_round_done(self, rnd: _VoteRound) -> bool:
+        # DLedger stops waiting on a quorum of ACCEPTs or when all answered. We also stop
+        # on a quorum of ACCEPT + TERM_NOT_READY: the revote then goes out at once, before
+        # the members that just moved to this term stand themselves (with a silent,
+        # partitioned member DLedger's rounds otherwise split the vote term after term).
+        if rnd.not_ready_term_num and self.ms.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
+            return True
+        return self.ms.is_quorum(rnd.accepted_num) or len(rnd.answered) == len(rnd.requests)
+
+    def on_vote_response(self, peer: str, request: VoteRequest, response: VoteResponse | None, now_ms: int) -> None:
+        """Record one vote answer (None: network error)."""
+        self._now_ms = now_ms
+        rnd = self._vote_round
+        if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
+            return
+        rnd.answered.add(peer)
+        if response is None:
+            return
+        result = response.vote_result
+        if result != VoteResult.UNKNOWN:
+            rnd.valid_num += 1
+        if result == VoteResult.ACCEPT:
+            rnd.accepted_num += 1
+        elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
+            rnd.already_has_leader = True
+        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
+            rnd.known_max_term = max(rnd.known_max_term, response.term)
+        elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
+            rnd.bigger_ledger_num += 1
+        elif result == VoteResult.REJECT_TERM_NOT_READY:
+            rnd.not_ready_term_num += 1
+
+    def _parse_vote_round(self, rnd: _VoteRound, now_ms: int) -> ParseResult:
+        self._vote_round = None
+        ms = self.ms
+        if not ms.is_candidate or rnd.term != ms.current_term:
+            return self.last_parse_result
+        interval_ms = self.config.heart_beat_time_interval_ms
+        if rnd.known_max_term > rnd.term:
+            result = ParseResult.WAIT_TO_VOTE_NEXT
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+            self.change_role_to_candidate(rnd.known_max_term)
+        elif rnd.already_has_leader:
+            result = ParseResult.WAIT_TO_REVOTE
+            self.next_time_to_request_vote = self.next_vote_time(now_ms) + interval_ms * self.config.max_heart_beat_leak
+        elif not ms.is_quorum(rnd.valid_num):
+            result = ParseResult.WAIT_TO_REVOTE
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+        elif not ms.is_quorum(rnd.valid_num - rnd.bigger_ledger_num):
+            result = ParseResult.WAIT_TO_REVOTE
+            self.next_time_to_request_vote = self.next_vote_time(now_ms) + self.config.max_vote_interval_ms
+        elif ms.is_quorum(rnd.accepted_num):
+            result = ParseResult.PASSED
+        elif ms.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
+            result = ParseResult.REVOTE_IMMEDIATELY
+            self.next_time_to_request_vote = now_ms
+        else:
+            result = ParseResult.WAIT_TO_VOTE_NEXT
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+        self.last_parse_result = result
+        if result == ParseResult.PASSED:
+            self.change_role_to_leader(rnd.term)
+        return result

@@ -1,0 +1,252 @@
+"""EntryHandler: the follower side of replication, without threads.
+
+`handle_push` files a request and returns a future for its answer; `run_once` does one
+unit of work (the compare/truncate/commit queue first, then the APPEND whose first
+index is the next one, then the periodic abnormal-future check). Every request proves
+its position with the previous entry's index and term; the commit index only moves up
+to what the request proved to match, and never above this node's ledger end.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.member_state import MemberState
+from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
+
+MAX_CONTROL_QUEUE = 1024
+
+
+@dataclass(slots=True)
+class _Waiting:
+    request: PushEntryRequest
+    future: Future[PushEntryResponse]
+    created_ms: int
+
+
+def _entry_offset(run: bytes, count: int, skip: int) -> int:
+    """Byte offset of the `skip`-th entry of an encoded run (headers walked: rare path)."""
+    off = 0
+    for _ in range(min(skip, count)):
+        off += int.from_bytes(run[off + 4 : off + 8], "big", signed=True)
+    return off
+
+
+def _entry_term(run: bytes, offset: int) -> int:
+    return int.from_bytes(run[offset + 16 : offset + 24], "big", signed=True)
+
+
+class EntryHandler:
+    """Follower replication (DLedger's EntryHandler).
+
+    Args:
+        config: the follower push timeout.
+        member_state: the follower's state and store.
+    """
+
+    def __init__(self, config: DLedgerConfig, member_state: MemberState) -> None:
+        self.config = config
+        self.ms = member_state
+        self.store = member_state.store
+        self.write_requests: dict[int, _Waiting] = {}  # APPENDs by first index
+        self.control_queue: deque[_Waiting] = deque()  # COMPARE / TRUNCATE / COMMIT
+        self.last_check_abnormal_ms = -1
+
+    # -- intake
+
+    def _reply(self, req: PushEntryRequest, code: ResponseCode, **extra: int) -> PushEntryResponse:
+        return PushEntryResponse(
+            group=self.ms.group,
+            local_id=self.ms.self_id,
+            remote_id=req.local_id,
+            leader_id=self.ms.leader_id,
+            term=self.ms.current_term,
+            code=code,
+            index=req.first_index if req.type is PushType.APPEND else req.prev_index,
+            begin_index=self.store.begin_index,
+            end_index=self.store.end_index,
+            count=req.count,
+            **extra,
+        )
+
+    def handle_push(self, req: PushEntryRequest, now_ms: int) -> Future[PushEntryResponse]:
+        """File a push; the future completes when it has been processed."""
+        future: Future[PushEntryResponse] = Future()
+        if req.term < self.ms.current_term:
+            future.set_result(self._reply(req, ResponseCode.EXPIRED_TERM))
+            return future
+        waiting = _Waiting(req, future, now_ms)
+        if req.type is PushType.APPEND:
+            if req.count <= 0 or not req.entries:
+                future.set_result(self._reply(req, ResponseCode.REQUEST_WITH_EMPTY_BODYS))
+                return future
+            old = self.write_requests.get(req.first_index)
+            self.write_requests[req.first_index] = waiting
+            if old is not None:
+                old.future.set_result(self._reply(old.request, ResponseCode.REPEATED_PUSH))
+            return future
+        if len(self.control_queue) >= MAX_CONTROL_QUEUE:
+            future.set_result(self._reply(req, ResponseCode.PUSH_REQUEST_IS_FULL))
+            return future
+        if req.type in (PushType.COMPARE, PushType.TRUNCATE):
+            # the leader restarts from a new match point: pending appends are void
+            for stale in self.write_requests.values():
+                stale.future.set_result(self._reply(stale.request, ResponseCode.INCONSISTENT_STATE))
+            self.write_requests.clear()
+        self.control_queue.append(waiting)
+        return future
+
+    # -- processing
+
+    def run_once(self, now_ms: int) -> bool:
+        """Process one request; returns False when there was nothing to do."""
+        if self.control_queue:
+            w = self.control_queue.popleft()
+            w.future.set_result(self._process(w.request))
+            return True
+        if self.write_requests:
+            w_next = self.write_requests.pop(self.store.end_index + 1, None)
+            if w_next is not None:
+                w_next.future.set_result(self._process(w_next.request))
+                return True
+            first = min(self.write_requests)
+            if first <= self.store.end_index:  # a resent push overlapping what we hold
+                w_old = self.write_requests.pop(first)
+                w_old.future.set_result(self._process(w_old.request))
+                return True
+            return self._check_abnormal_futures(now_ms)
+        return False
+
+    def pending_count(self) -> int:
+        return len(self.write_requests) + len(self.control_queue)
+
+    def _check_leader(self, req: PushEntryRequest) -> ResponseCode | None:
+        if not self.ms.is_follower:
+            return ResponseCode.NOT_FOLLOWER
+        if req.term != self.ms.current_term:
+            return ResponseCode.INCONSISTENT_TERM
+        if req.leader_id != self.ms.leader_id:
+            return ResponseCode.INCONSISTENT_LEADER
+        return None
+
+    def _matches(self, index: int, term: int) -> bool:
+        """True when this log holds `term` at `index` (-1 always matches; indexes below
+        the begin index were committed, so they match too)."""
+        if index < 0:
+            return True
+        if index > self.store.end_index:
+            return False
+        if index < self.store.begin_index:
+            return index <= self.ms.committed_index
+        return self.store.term_at(index) == term
+
+    def _commit(self, req: PushEntryRequest, proven_index: int) -> None:
+        """Commit up to what the leader committed, but only as far as this request proved
+        the logs equal (and never above the ledger end: #316)."""
+        self.ms.update_committed_index(min(req.commit_index, proven_index))
+
+    def _process(self, req: PushEntryRequest) -> PushEntryResponse:
+        bad = self._check_leader(req)
+        if bad is not None:
+            return self._reply(req, bad)
+        try:
+            if req.type is PushType.APPEND:
+                return self._do_append(req)
+            if req.type is PushType.COMPARE:
+                return self._do_compare(req)
+            if req.type is PushType.TRUNCATE:
+                return self._do_truncate(req)
+            return self._do_commit(req)
+        except DLedgerError:
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+
+    def _do_append(self, req: PushEntryRequest) -> PushEntryResponse:
+        end = self.store.end_index
+        if req.first_index > end + 1 or not self._matches(req.prev_index, req.prev_term):
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if req.first_index == end + 1:
+            self.store.append_encoded(req.entries)
+        else:
+            # overlaps what we hold (a resent push after a lost ack): entries up to our
+            # end must be the same ones; append only the rest
+            if req.last_index <= end:
+                if self.store.term_at(req.last_index) != req.last_term:
+                    return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+            else:
+                skip = end - req.first_index + 1
+                at_end = _entry_offset(req.entries, req.count, skip - 1)
+                if self.store.term_at(end) != _entry_term(req.entries, at_end):
+                    return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+                self.store.append_encoded(req.entries[_entry_offset(req.entries, req.count, skip) :])
+        self._commit(req, req.last_index)
+        return self._reply(req, ResponseCode.SUCCESS)
+
+    def _first_index_of_term(self, index: int) -> int:
+        """The first index holding the term of `index` (terms never decrease in a log)."""
+        term = self.store.term_at(index)
+        lo, hi = min(index, max(self.store.begin_index, self.ms.committed_index + 1, 0)), index
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.store.term_at(mid) < term:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _do_compare(self, req: PushEntryRequest) -> PushEntryResponse:
+        if self._matches(req.prev_index, req.prev_term):
+            self._commit(req, req.prev_index)
+            return self._reply(req, ResponseCode.SUCCESS)
+        if req.prev_index > self.store.end_index:
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        x_term = self.store.term_at(req.prev_index)
+        x_index = self._first_index_of_term(req.prev_index)
+        return self._reply(req, ResponseCode.INCONSISTENT_STATE, x_term=x_term, x_index=x_index)
+
+    def _do_truncate(self, req: PushEntryRequest) -> PushEntryResponse:
+        if req.first_index != req.prev_index + 1 or not self._matches(req.prev_index, req.prev_term):
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if req.first_index <= self.ms.committed_index:
+            # never delete committed entries, whatever the request says
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if req.first_index <= self.store.end_index:
+            self.store.truncate(req.first_index)
+        self._commit(req, req.prev_index)
+        return self._reply(req, ResponseCode.SUCCESS)
+
+    def _do_commit(self, req: PushEntryRequest) -> PushEntryResponse:
+        if not self._matches(req.prev_index, req.prev_term):
+            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        self._commit(req, req.prev_index)
+        return self._reply(req, ResponseCode.SUCCESS)
+
+    def _check_abnormal_futures(self, now_ms: int) -> bool:
+        """Every ~1 s: ack requests we already hold (lost acks) and, when nothing can
+        proceed, answer the oldest timed-out request INCONSISTENT_STATE so the leader
+        compares again."""
+        if now_ms - self.last_check_abnormal_ms < 1000:
+            return False
+        self.last_check_abnormal_ms = now_ms
+        end = self.store.end_index
+        worked = False
+        oldest: int | None = None
+        for first in sorted(self.write_requests):
+            w = self.write_requests[first]
+            if first <= end:
+                del self.write_requests[first]
+                w.future.set_result(self._process(w.request))
+                worked = True
+                continue
+            if first == end + 1:
+                return True
+            if now_ms - w.created_ms >= self.config.follower_push_timeout_ms and oldest is None:
+                oldest = first
+        if oldest is not None:
+            w = self.write_requests.pop(oldest)
+            w.future.set_result(self._reply(w.request, ResponseCode.INCONSISTENT_STATE))
+            worked = True
+        return worked

@@ -1,0 +1,206 @@
+"""MemberState: role, term, vote and leader of this member, persisted through a TermStore."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.store.base import LogStore
+
+
+class Role(Enum):
+    """`MemberState.Role`."""
+
+    UNKNOWN = "UNKNOWN"
+    CANDIDATE = "CANDIDATE"
+    LEADER = "LEADER"
+    FOLLOWER = "FOLLOWER"
+
+
+@runtime_checkable
+class TermStore(Protocol):
+    """Durable current term and vote (DLedger's `currterm` file)."""
+
+    def load(self) -> tuple[int, str | None]:
+        """(term, vote_for) as last persisted; (0, None) when nothing was written."""
+        ...
+
+    def persist(self, term: int, vote_for: str | None) -> None:
+        """Make (term, vote_for) durable before returning (atomic replace + fsync)."""
+        ...
+
+
+class MemoryTermStore:
+    """A TermStore kept in memory (tests, MEMORY stores). `history` records every persist
+    so tests can check that a vote was persisted before it was granted."""
+
+    def __init__(self, term: int = 0, vote_for: str | None = None) -> None:
+        self.term = term
+        self.vote_for = vote_for
+        self.history: list[tuple[int, str | None]] = []
+
+    def load(self) -> tuple[int, str | None]:
+        return self.term, self.vote_for
+
+    def persist(self, term: int, vote_for: str | None) -> None:
+        self.term, self.vote_for = term, vote_for
+        self.history.append((term, vote_for))
+
+
+class MemberState:
+    """The member's view of the group. Not thread-safe: the shell holds one lock around
+    every transition (DLedger's `synchronized (memberState)`).
+
+    Args:
+        config: group, self id and peers.
+        store: the log (ledger end index/term and committed index come from it).
+        term_store: where term and vote are persisted.
+    """
+
+    def __init__(self, config: DLedgerConfig, store: LogStore, term_store: TermStore) -> None:
+        self.config = config
+        self.group = config.group
+        self.self_id = config.self_id
+        self.peer_map = config.peer_map
+        self.store = store
+        self.term_store = term_store
+        term, vote_for = term_store.load()
+        self._current_term = term
+        self._vote_for = vote_for
+        self.known_max_term_in_group = term
+        self.role = Role.CANDIDATE
+        self.leader_id: str | None = None
+        self.transferee: str | None = None
+        self.term_to_take_leadership = -1
+        # the log may have been truncated by recovery: never trust a commit above its end
+        self._committed_index = min(store.committed_index, store.end_index)
+
+    # -- term and vote
+
+    @property
+    def current_term(self) -> int:
+        """The current term (persisted)."""
+        return self._current_term
+
+    @property
+    def vote_for(self) -> str | None:
+        """Whom this member voted for in the current term (persisted)."""
+        return self._vote_for
+
+    def next_term(self) -> int:
+        """Move to the next term (or straight to the highest term seen), clearing the vote."""
+        term = (
+            self.known_max_term_in_group
+            if self.known_max_term_in_group > self._current_term
+            else self._current_term + 1
+        )
+        self.term_store.persist(term, None)
+        self._current_term, self._vote_for = term, None
+        self.known_max_term_in_group = max(self.known_max_term_in_group, term)
+        return term
+
+    def set_vote_for(self, candidate_id: str) -> None:
+        """Record the vote; it is persisted before the caller may grant it."""
+        self.term_store.persist(self._current_term, candidate_id)
+        self._vote_for = candidate_id
+
+    # -- roles
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def is_follower(self) -> bool:
+        return self.role is Role.FOLLOWER
+
+    @property
+    def is_candidate(self) -> bool:
+        return self.role is Role.CANDIDATE
+
+    def change_to_leader(self, term: int) -> None:
+        """Become leader of `term` (the current term)."""
+        if term != self._current_term:
+            raise DLedgerError(
+                ResponseCode.ILLEGAL_MEMBER_STATE, f"leader of {term} but current term {self._current_term}"
+            )
+        self.role = Role.LEADER
+        self.leader_id = self.self_id
+        self.transferee = None
+
+    def change_to_follower(self, term: int, leader_id: str) -> None:
+        """Follow `leader_id` in `term` (the current term)."""
+        if term != self._current_term:
+            raise DLedgerError(
+                ResponseCode.ILLEGAL_MEMBER_STATE, f"follower of {term} but current term {self._current_term}"
+            )
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self.transferee = None
+
+    def change_to_candidate(self, term: int) -> None:
+        """Become candidate; `term` > current only raises the known max term (the next
+        vote round then jumps to it)."""
+        if term < self._current_term:
+            raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"candidate of {term} < current {self._current_term}")
+        self.known_max_term_in_group = max(self.known_max_term_in_group, term)
+        self.role = Role.CANDIDATE
+        self.leader_id = None
+        self.transferee = None
+
+    def is_taking_leadership(self) -> bool:
+        """True while this preferred member is taking over leadership in the current term."""
+        return (
+            self.self_id in self.config.preferred_leader_id_list and self.term_to_take_leadership == self._current_term
+        )
+
+    # -- peers
+
+    @property
+    def peer_ids(self) -> list[str]:
+        return list(self.peer_map)
+
+    @property
+    def other_peer_ids(self) -> list[str]:
+        return [p for p in self.peer_map if p != self.self_id]
+
+    def is_peer_member(self, node_id: str | None) -> bool:
+        return node_id is not None and node_id in self.peer_map
+
+    def is_quorum(self, num: int) -> bool:
+        """True when `num` members are a majority of the group."""
+        return num >= len(self.peer_map) // 2 + 1
+
+    # -- log
+
+    @property
+    def ledger_end_index(self) -> int:
+        return self.store.end_index
+
+    @property
+    def ledger_end_term(self) -> int:
+        """Term of the last entry (never the current term: DLedger #52)."""
+        return self.store.end_term
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed_index
+
+    def update_committed_index(self, index: int) -> bool:
+        """Raise the committed index to `index`, clamped to the ledger end (#316); it never
+        decreases. Returns True when it moved."""
+        index = min(index, self.store.end_index)
+        if index <= self._committed_index:
+            return False
+        self._committed_index = index
+        self.store.update_committed_index(index)
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"MemberState({self.self_id} {self.role.value} term={self._current_term} vote={self._vote_for} "
+            f"leader={self.leader_id} end={self.ledger_end_index}/{self.ledger_end_term} "
+            f"commit={self._committed_index})"
+        )

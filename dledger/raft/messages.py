@@ -1,0 +1,153 @@
+"""Peer and client protocol messages (DLedger's RequestOrResponse family)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+from dledger.codes import ResponseCode
+
+
+class VoteResult(IntEnum):
+    """`VoteResponse.RESULT`, in DLedger's ordinal order."""
+
+    UNKNOWN = 0
+    ACCEPT = 1
+    REJECT_UNKNOWN_LEADER = 2
+    REJECT_UNEXPECTED_LEADER = 3
+    REJECT_EXPIRED_VOTE_TERM = 4
+    REJECT_ALREADY_VOTED = 5
+    REJECT_ALREADY_HAS_LEADER = 6
+    REJECT_TERM_NOT_READY = 7
+    REJECT_TERM_SMALL_THAN_LEDGER = 8
+    REJECT_EXPIRED_LEDGER_TERM = 9
+    REJECT_SMALL_LEDGER_END_INDEX = 10
+    REJECT_TAKING_LEADERSHIP = 11
+
+
+class ParseResult(IntEnum):
+    """`VoteResponse.ParseResult`: the candidate's verdict on a vote round."""
+
+    WAIT_TO_REVOTE = 0
+    REVOTE_IMMEDIATELY = 1
+    PASSED = 2
+    WAIT_TO_VOTE_NEXT = 3
+
+
+class PushType(Enum):
+    """`PushEntryRequest.Type`."""
+
+    APPEND = "APPEND"
+    COMMIT = "COMMIT"
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestOrResponse:
+    """Base fields of every message.
+
+    Attributes:
+        group: the Raft group.
+        remote_id: the node the message is addressed to.
+        local_id: the sender.
+        code: a ResponseCode number (200 = SUCCESS).
+        leader_id: the leader as the sender knows it (the candidate in a VoteRequest).
+        term: the sender's term.
+    """
+
+    group: str = "default"
+    remote_id: str = ""
+    local_id: str = ""
+    code: int = ResponseCode.SUCCESS
+    leader_id: str | None = None
+    term: int = -1
+
+    @property
+    def ok(self) -> bool:
+        """True when `code` is SUCCESS."""
+        return self.code == ResponseCode.SUCCESS
+
+
+@dataclass(slots=True, kw_only=True)
+class VoteRequest(RequestOrResponse):
+    """A candidate (`leader_id`) asks for a vote in `term`."""
+
+    ledger_end_index: int = -1
+    ledger_end_term: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class VoteResponse(RequestOrResponse):
+    """The answer to a VoteRequest."""
+
+    vote_result: VoteResult = VoteResult.UNKNOWN
+
+
+@dataclass(slots=True, kw_only=True)
+class HeartBeatRequest(RequestOrResponse):
+    """The leader's periodic heartbeat."""
+
+
+@dataclass(slots=True, kw_only=True)
+class HeartBeatResponse(RequestOrResponse):
+    """The answer to a HeartBeatRequest."""
+
+
+@dataclass(slots=True, kw_only=True)
+class PushEntryRequest(RequestOrResponse):
+    """Leader to follower replication message.
+
+    APPEND carries `entries`, a run of `count` already-encoded entries starting at
+    `first_index` (the leader's segment bytes, written verbatim by the follower);
+    `prev_index` / `prev_term` name the entry just before the run (-1 for none), and
+    `last_term` the term of the run's last entry. COMPARE asks whether the follower has
+    `prev_term` at `prev_index`. TRUNCATE deletes the follower's entries from
+    `first_index` after the same check on `first_index - 1`. COMMIT carries the commit
+    index with the check on `prev_index` (the follower's known match point). Every type
+    carries the leader's `commit_index`; the follower never commits beyond what the
+    request proved to match.
+    """
+
+    type: PushType = PushType.APPEND
+    prev_index: int = -1
+    prev_term: int = -1
+    commit_index: int = -1
+    first_index: int = -1
+    count: int = 0
+    last_term: int = -1
+    entries: bytes = b""
+
+    @property
+    def last_index(self) -> int:
+        """Index of the run's last entry (first_index - 1 when the run is empty)."""
+        return self.first_index + self.count - 1
+
+
+@dataclass(slots=True, kw_only=True)
+class PushEntryResponse(RequestOrResponse):
+    """The answer to a PushEntryRequest: `index` is the request's first index, and the
+    follower's `begin_index` / `end_index`; on an inconsistent COMPARE `x_term` is the
+    follower's term at the compared index and `x_index` the first index of that term."""
+
+    index: int = -1
+    begin_index: int = -1
+    end_index: int = -1
+    count: int = 0
+    x_term: int = -1
+    x_index: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class LeadershipTransferRequest(RequestOrResponse):
+    """Ask the leader (`transfer_id`) to hand leadership to `transferee_id`; the leader
+    forwards it to the transferee with `take_leadership_ledger_index`."""
+
+    transfer_id: str = ""
+    transferee_id: str = ""
+    take_leadership_ledger_index: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class LeadershipTransferResponse(RequestOrResponse):
+    """The answer to a LeadershipTransferRequest."""

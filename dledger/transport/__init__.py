@@ -1,0 +1,1 @@
+"""Transports between members: the protocol, and an in-memory fault-injecting network."""

@@ -1,0 +1,183 @@
+"""A deterministic single-threaded cluster: RaftCore members over the in-memory network,
+driven by a ManualClock (no threads, no sleeps)."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from dledger.clock import ManualClock
+from dledger.config import DLedgerConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.member_state import MemoryTermStore, Role
+from dledger.raft.messages import RequestOrResponse
+from dledger.store.memory import MemoryLogStore
+from dledger.transport.inmem import InMemoryNetwork
+
+FAST = {
+    "heart_beat_time_interval_ms": 100,
+    "max_heart_beat_leak": 3,
+    "min_vote_interval_ms": 30,
+    "max_vote_interval_ms": 100,
+    "max_push_timeout_ms": 100,
+    "commit_push_interval_ms": 50,
+    "max_wait_ack_time_ms": 1000,
+    "follower_push_timeout_ms": 200,
+}
+
+
+@dataclass
+class Member:
+    node_id: str
+    config: DLedgerConfig
+    store: MemoryLogStore
+    term_store: MemoryTermStore
+    core: RaftCore
+    alive: bool = True
+    commit_history: list[int] = field(default_factory=list)
+
+
+class Cluster:
+    """`n` members n0..n{n-1}; `step()` advances the clock by `step_ms` and runs one pass
+    of every live member plus the network deliveries due."""
+
+    def __init__(self, n: int = 3, seed: int = 0, step_ms: int = 5, **overrides: Any) -> None:
+        self.clock = ManualClock(0)
+        self.seed = seed
+        self.step_ms = step_ms
+        self.net = InMemoryNetwork(self.clock, seed=seed, min_delay_ms=1, max_delay_ms=3, rpc_timeout_ms=300)
+        self.ids = [f"n{i}" for i in range(n)]
+        peers = ";".join(f"{i}-127.0.0.1:{20911 + k}" for k, i in enumerate(self.ids))
+        self.options = {**FAST, **overrides}
+        self.members: dict[str, Member] = {}
+        for k, node_id in enumerate(self.ids):
+            config = DLedgerConfig(group="g", self_id=node_id, peers=peers, **self.options)
+            store, term_store = MemoryLogStore(), MemoryTermStore()
+            self.members[node_id] = Member(node_id, config, store, term_store, self._core(config, store, term_store, k))
+            self._register(node_id)
+        self.leaders_by_term: dict[int, set[str]] = {}
+
+    def _core(self, config: DLedgerConfig, store: MemoryLogStore, term_store: MemoryTermStore, salt: int) -> RaftCore:
+        return RaftCore(config, store, term_store, random.Random(self.seed * 1000 + salt + self.clock.now_ms()))
+
+    def _register(self, node_id: str) -> None:
+        member = self.members[node_id]
+        self.net.register(node_id, lambda req: member.core.handle_request(req, self.clock.now_ms()))
+
+    @property
+    def now(self) -> int:
+        return self.clock.now_ms()
+
+    # -- driving
+
+    def step(self) -> None:
+        self.clock.advance(self.step_ms)
+        now = self.now
+        for member in self.members.values():
+            if not member.alive:
+                continue
+            for ob in member.core.tick(now):
+                self._send(member, ob.target_id, ob.request)
+        self.net.step()
+        self._check_invariants()
+
+    def _send(self, member: Member, target: str, request: RequestOrResponse) -> None:
+        core = member.core
+        fut = self.net.send(member.node_id, target, request)
+
+        def done(f: Future[RequestOrResponse]) -> None:
+            if member.alive and member.core is core:
+                core.on_response(target, request, None if f.exception() else f.result(), self.now)
+
+        fut.add_done_callback(done)
+
+    def run_for(self, ms: int) -> None:
+        end = self.now + ms
+        while self.now < end:
+            self.step()
+
+    def run_until(self, predicate: Any, max_ms: int = 20_000) -> None:
+        end = self.now + max_ms
+        while not predicate():
+            if self.now >= end:
+                raise AssertionError(f"condition not reached within {max_ms} ms: {self.describe()}")
+            self.step()
+
+    # -- invariants checked after every step
+
+    def _check_invariants(self) -> None:
+        for member in self.members.values():
+            ms = member.core.ms
+            if member.alive and ms.is_leader:
+                leaders = self.leaders_by_term.setdefault(ms.current_term, set())
+                leaders.add(member.node_id)
+                assert len(leaders) == 1, f"two leaders in term {ms.current_term}: {leaders}"
+            assert ms.committed_index <= member.store.end_index, f"{member.node_id}: commit above ledger end"
+            history = member.commit_history
+            if history and ms.committed_index < history[-1] and member.alive:
+                raise AssertionError(
+                    f"{member.node_id}: committed index went back {history[-1]} -> {ms.committed_index}"
+                )
+            history.append(ms.committed_index)
+        # committed prefixes agree
+        committed = [(m, m.core.ms.committed_index) for m in self.members.values()]
+        for m1, c1 in committed:
+            for m2, c2 in committed:
+                upto = min(c1, c2)
+                if upto >= 0 and m1 is not m2:
+                    assert m1.store.term_at(upto) == m2.store.term_at(upto), f"committed {upto} differs"
+                    assert m1.store.get_body(upto) == m2.store.get_body(upto)
+
+    # -- members
+
+    def leader(self) -> str | None:
+        leaders = [m.node_id for m in self.members.values() if m.alive and m.core.ms.is_leader]
+        return leaders[0] if len(leaders) == 1 else None
+
+    def core(self, node_id: str) -> RaftCore:
+        return self.members[node_id].core
+
+    def role(self, node_id: str) -> Role:
+        return self.members[node_id].core.ms.role
+
+    def elect(self, max_ms: int = 20_000) -> str:
+        self.run_until(lambda: self.leader() is not None and self._all_follow(), max_ms)
+        leader = self.leader()
+        assert leader is not None
+        return leader
+
+    def _all_follow(self) -> bool:
+        leader = self.leader()
+        return all(
+            m.core.ms.leader_id == leader and (m.core.ms.is_follower or m.node_id == leader)
+            for m in self.members.values()
+            if m.alive and self.net.can_talk(leader or "", m.node_id)
+        )
+
+    def kill(self, node_id: str) -> None:
+        member = self.members[node_id]
+        member.alive = False
+        member.commit_history.clear()
+        self.net.unregister(node_id)
+
+    def restart(self, node_id: str) -> None:
+        member = self.members[node_id]
+        member.core = self._core(member.config, member.store, member.term_store, self.ids.index(node_id) + 7)
+        member.alive = True
+        self._register(node_id)
+
+    def append(self, *bodies: bytes, via: str | None = None) -> Future[int]:
+        leader = via or self.leader()
+        assert leader is not None
+        return self.core(leader).append(list(bodies), self.now)
+
+    def bodies(self, node_id: str, committed_only: bool = True) -> list[bytes]:
+        member = self.members[node_id]
+        end = member.core.ms.committed_index if committed_only else member.store.end_index
+        entries = member.store.get_range(0, end + 1)
+        return [e.body for e in entries if not e.is_noop]
+
+    def describe(self) -> str:
+        return "; ".join(repr(m.core.ms) + ("" if m.alive else " (dead)") for m in self.members.values())
