@@ -397,6 +397,7 @@ cdef class LogCore:
     cdef public int state
     cdef public int failpoint
     cdef public long long max_entry_size
+    cdef public bint allow_noop
 
     def __cinit__(self, *args, **kwargs):
         self.lock = PyThread_allocate_lock()
@@ -412,6 +413,7 @@ cdef class LogCore:
         self.state = STATE_OK
         self.failpoint = FAIL_NONE
         self.max_entry_size = DL_MAX_ENTRY_SIZE
+        self.allow_noop = True
 
     def __dealloc__(self):
         if self.lock != NULL:
@@ -545,6 +547,8 @@ cdef class LogCore:
     def append_noop(self) -> int:
         """Append an empty NOOP entry (magic 2) with the current `term`; returns its index."""
         self._check_writable()
+        if not self.allow_noop:
+            raise DLedgerError(ResponseCode.UNSUPPORTED, "NOOP entries are disabled (java_compat)")
         self._lock()
         try:
             return self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)

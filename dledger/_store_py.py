@@ -244,6 +244,7 @@ class LogCore:
         self.state = STATE_OK
         self.failpoint = FAIL_NONE
         self.max_entry_size = MAX_ENTRY_SIZE
+        self.allow_noop = True
 
     def _init_core(self, data: MappedTable, index: MappedTable, roller: Callable[[int, int], None]) -> None:
         self._data = data
@@ -340,6 +341,8 @@ class LogCore:
     def append_noop(self) -> int:
         """Append an empty NOOP entry (magic 2) with the current `term`; returns its index."""
         self._check_writable()
+        if not self.allow_noop:
+            raise DLedgerError(ResponseCode.UNSUPPORTED, "NOOP entries are disabled (java_compat)")
         with self._lock_obj:
             return self._append_one(b"", MAGIC_NOOP)
 

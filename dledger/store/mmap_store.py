@@ -102,6 +102,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self.write_crc = cfg.write_crc
         self.verify_crc = cfg.verify_crc
         self.max_entry_size = cfg.max_entry_size
+        self.allow_noop = not cfg.java_compat
         if "after_data_before_index" in failpoints.active():
             self.failpoint = impl.FAIL_AFTER_DATA_BEFORE_INDEX
         self._committed = -1
@@ -114,6 +115,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._warmed_to = 0
         self._flush_lock = threading.Lock()
         self._checkpoint_lock = threading.Lock()
+        self._warm_lock = threading.Lock()
         self._durable_cond = threading.Condition()
         self._syncing = False
         self._threads: list[ServiceThread] = []
@@ -237,26 +239,34 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
 
     # -- durability
 
-    def flush(self) -> None:
-        """msync everything appended so far (data then index); fail-stop on I/O errors."""
+    def flush(self, data_only: bool = False) -> None:
+        """msync everything appended so far (data, then index unless `data_only`: the
+        index can always be rebuilt from the data); fail-stop on I/O errors."""
         with self._flush_lock:
             end_index = self.end_index
             data_to = self.write_pos
             index_to = (end_index + 1) * INDEX_UNIT_SIZE
             try:
-                self.data_list.table.msync(min(self._flushed_data, data_to), data_to)
-                self.index_list.table.msync(min(self._flushed_index, index_to), index_to)
+                self._msync(self.data_list, min(self._flushed_data, data_to), data_to)
+                if not data_only:
+                    self._msync(self.index_list, min(self._flushed_index, index_to), index_to)
+                    self._flushed_index = index_to
             except OSError as exc:
                 self._fail(exc)
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
             self._flushed_data = data_to
-            self._flushed_index = index_to
             self._durable_end_index = end_index
+
+    @staticmethod
+    def _msync(segments: SegmentList, frm: int, to: int) -> None:
+        # the one place data becomes durable (tests inject I/O errors here)
+        segments.table.msync(frm, to)
 
     def _flush_once(self) -> None:
         if self.state == impl.STATE_DISK_ERROR:
             return
-        if self.write_pos != self._flushed_data or self.end_index != self._durable_end_index:
+        index_to = (self.end_index + 1) * INDEX_UNIT_SIZE
+        if self.write_pos != self._flushed_data or index_to != self._flushed_index:
             self.flush()
         now = time.monotonic() * 1000
         if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
@@ -278,13 +288,28 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
 
     # -- warm-ahead
 
+    WARM_CHUNK_BYTES = 8 << 20
+
     def _warm_once(self) -> None:
+        with self._warm_lock:
+            self._warm_ahead()
+
+    def _warm_ahead(self) -> None:
+        # Pre-fault the window ahead of the writer in chunks, always at least one chunk
+        # in front of it: faulting the very pages the writer is filling makes both wait
+        # on the same page locks (slower than no warming at all).
+        if self.data_list.table.count == 0:
+            return  # nothing mapped yet: the first append maps the first segment
         window = self.config.warm_ahead_bytes
+        chunk = min(self.WARM_CHUNK_BYTES, max(window // 2, 4096))
         pos = int(self.write_pos)
-        if self._warmed_to - pos > window // 2:
-            return  # still well ahead of the writer
-        self._warmed_to = pos + window
-        self._warm_list(self.data_list, pos, window)
+        lo = max(self._warmed_to, pos + chunk)
+        while lo < pos + window and not self._closed:
+            self._warm_list(self.data_list, lo, chunk)
+            lo += chunk
+            self._warmed_to = lo
+            pos = int(self.write_pos)
+            lo = max(lo, pos + chunk)
         index_pos = (self.end_index + 1) * INDEX_UNIT_SIZE
         self._warm_list(self.index_list, index_pos, max(INDEX_UNIT_SIZE, window // 4))
 
@@ -305,8 +330,15 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
                 scratch.pop_last()
 
     def wait_warm(self) -> None:
-        """Warm the window ahead of the writer now (benchmarks and tests)."""
-        self._warm_once()
+        """Pre-fault the whole warm-ahead window from the writer's position now, in the
+        caller's thread (benchmarks and tests measuring the steady state)."""
+        with self._warm_lock:
+            pos = int(self.write_pos)
+            self._warm_list(self.data_list, pos, self.config.warm_ahead_bytes)
+            if self.data_list.table.count:
+                self._warmed_to = max(self._warmed_to, pos + self.config.warm_ahead_bytes)
+            index_pos = (self.end_index + 1) * INDEX_UNIT_SIZE
+            self._warm_list(self.index_list, index_pos, self.config.warm_ahead_bytes // 4)
 
     # -- reads
 
@@ -508,7 +540,7 @@ class SyncMmapLogStore(MmapLogStore):
                     return
                 self._syncing = True
             try:
-                self.flush()
+                self.flush(data_only=True)
             finally:
                 with cond:
                     self._syncing = False

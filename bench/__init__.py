@@ -1,0 +1,1 @@
+"""Benchmarks (pytest-benchmark); run with `make bench`."""
