@@ -832,7 +832,10 @@ cdef class LogCore:
             magic = dl_get32(p)
             size = dl_get32(p + 4)
             if magic == DL_MAGIC_BLANK:
-                if size < DL_MIN_BLANK_LEN or rel + size > fs:
+                # padding runs to the end of its segment; only a reset's head blank (at the
+                # start of the first segment) may stop earlier
+                if size < DL_MIN_BLANK_LEN or rel + size > fs or (
+                        rel + size != fs and not (rel == 0 and cur == self.data.first_offset)):
                     reason = STOP_BLANK
                     break
                 cur += size

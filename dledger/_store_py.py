@@ -533,7 +533,8 @@ class LogCore:
             rel = (cur - self._data.first_offset) % fs
             magic, size = _BLANK.unpack_from(view, at)
             if magic == MAGIC_BLANK:
-                if size < MIN_BLANK_LEN or rel + size > fs:
+                head_blank = rel == 0 and cur == self._data.first_offset
+                if size < MIN_BLANK_LEN or rel + size > fs or (rel + size != fs and not head_blank):
                     reason = STOP_BLANK
                     break
                 cur += size

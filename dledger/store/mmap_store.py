@@ -154,12 +154,15 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         checkpoint = kvfile.read(self.node_dir / CHECKPOINT_FILE)
         committed = kvfile.read_int(checkpoint, "committedIndex", -1)
         reset = kvfile.read(self.node_dir / RESET_FILE)
+        before_begin = kvfile.read_int(reset, "beforeBeginIndex", -1)
         self._acquire()
         try:
+            checkpoint_end = kvfile.read_int(checkpoint, "endIndex", -1)
+            # entries up to the last reset are gone on purpose; only later ones must be there
+            must_have = committed if committed > before_begin else -1
             self.recovery: RecoveryReport = Recovery(
-                self, self.data_list, self.index_list, cfg.verify_crc, committed
+                self, self.data_list, self.index_list, cfg.verify_crc, must_have, checkpoint_end
             ).run()
-            before_begin = kvfile.read_int(reset, "beforeBeginIndex", -1)
             if self.begin_index < 0 and before_begin > self.end_index:
                 # every entry after the last reset is gone: the log still ends there
                 term = kvfile.read_int(reset, "beforeBeginTerm", -1)

@@ -25,6 +25,8 @@ from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
 
+PROBE_BYTES = 64 * 1024  # how far past a clean end recovery looks for leftovers
+
 STOP_NAMES = {
     impl.STOP_END: "end of log",
     impl.STOP_BAD_HEADER: "invalid entry header",
@@ -69,13 +71,20 @@ class Recovery:
     """Runs recovery over a core and its two segment lists (all locked by the caller)."""
 
     def __init__(
-        self, core: object, data: SegmentList, index: SegmentList, verify_crc: bool, committed_index: int
+        self,
+        core: object,
+        data: SegmentList,
+        index: SegmentList,
+        verify_crc: bool,
+        committed_index: int,
+        checkpoint_end_index: int = -1,
     ) -> None:
         self.core = core
         self.data = data
         self.index = index
         self.verify_crc = verify_crc
         self.committed_index = committed_index
+        self.checkpoint_end_index = checkpoint_end_index
 
     def _first_record(self, seg_start: int) -> tuple[int, ...] | None:
         """Header of the first entry in the segment at seg_start (after one blank)."""
@@ -127,6 +136,10 @@ class Recovery:
             self._drop_all_blank_first_segments()
         table = data.table
         if table.count == 0:
+            if 0 <= self.committed_index <= self.checkpoint_end_index:
+                raise CorruptStoreError(
+                    str(data.directory), 0, f"no data segments, but entries up to {self.committed_index} are committed"
+                )
             if not index.read_only:
                 index.drop_all()
             core._set_state(-1, -1, -1, 0)  # type: ignore[attr-defined]
@@ -137,26 +150,28 @@ class Recovery:
             start, -1, -1, self.verify_crc, True
         )
         begin = first if k == 0 else self._begin_index(first)
-        stop_file, stop_offset = ("", -1)
+        path, offset = data.locate(stop_pos)
+        stop_file, stop_offset = (str(path), offset) if reason != impl.STOP_END else ("", -1)
+        lost_committed = self.committed_index >= 0 and (count == 0 or last < self.committed_index)
+        if lost_committed and (reason != impl.STOP_END or self.committed_index <= self.checkpoint_end_index):
+            # entries the checkpoint says are committed (and were flushed) are missing:
+            # never drop them silently (a zeroed hole ends the scan like a clean end)
+            raise CorruptStoreError(
+                str(path), offset, f"{STOP_NAMES[reason]} below the committed index {self.committed_index}"
+            )
         if reason != impl.STOP_END:
-            path, offset = data.locate(stop_pos)
-            stop_file, stop_offset = str(path), offset
-            if self.committed_index >= 0 and (count == 0 or last < self.committed_index):
-                raise CorruptStoreError(
-                    stop_file, stop_offset, f"{STOP_NAMES[reason]} below the committed index {self.committed_index}"
-                )
             last_seg_start = table.end_offset - table.file_size
             if last_seg_start - stop_pos > table.file_size:
                 raise CorruptStoreError(
                     stop_file, stop_offset, f"{STOP_NAMES[reason]} more than one segment before the end of the log"
                 )
-            if data.read_only:
+        if data.read_only:
+            if reason != impl.STOP_END:
                 log.warning("read-only store: torn tail at %s offset %d left in place", stop_file, stop_offset)
-            else:
+        else:
+            if reason != impl.STOP_END:
                 log.warning("cutting torn tail: %s in %s at offset %d", STOP_NAMES[reason], stop_file, stop_offset)
-                data.truncate_to(stop_pos)
-                seg_end = stop_pos - (stop_pos - table.first_offset) % table.file_size + table.file_size
-                data.zero_range(stop_pos, seg_end)
+            self._cut_after(stop_pos, reason)
         if count == 0:
             begin, last, last_term = -1, -1, -1
         write_pos = stop_pos
@@ -169,6 +184,21 @@ class Recovery:
             self._trim_index(begin, last)
         core._set_state(begin, last, last_term, write_pos)  # type: ignore[attr-defined]
         return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt)
+
+    def _cut_after(self, stop_pos: int, reason: int) -> None:
+        """Delete segments after the end and zero what follows it in its segment, so
+        that nothing past the end can ever be read as an entry again. After a clean end
+        the rest of the segment is checked one chunk deep (a hole left by a torn write
+        shows up right after the end); after a damaged entry it is zeroed entirely."""
+        data = self.data
+        table = data.table
+        data.truncate_to(stop_pos)
+        if not table.count or stop_pos >= table.end_offset:
+            return
+        seg_end = stop_pos - (stop_pos - table.first_offset) % table.file_size + table.file_size
+        probe_end = min(seg_end, stop_pos + PROBE_BYTES)
+        if reason != impl.STOP_END or (probe_end > stop_pos and any(table.read(stop_pos, probe_end - stop_pos))):
+            data.zero_range(stop_pos, seg_end)
 
     def _begin_index(self, fallback: int) -> int:
         header = self._first_record(self.data.table.first_offset)

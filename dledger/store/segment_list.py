@@ -112,7 +112,10 @@ class SegmentList:
 
     def _map(self, path: Path) -> mmap.mmap:
         flags = os.O_RDONLY if self.read_only else os.O_RDWR
-        fd = os.open(path, flags)
+        try:
+            fd = os.open(path, flags)
+        except OSError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot open segment {path}: {exc.strerror}") from exc
         try:
             access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
             return mmap.mmap(fd, self.file_size, access=access)
@@ -120,7 +123,10 @@ class SegmentList:
             os.close(fd)
 
     def _preallocate(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot create segment {path}: {exc.strerror}") from exc
         try:
             os.posix_fallocate(fd, 0, self.file_size)
         except OSError as exc:
@@ -139,7 +145,10 @@ class SegmentList:
     def _create(self, offset: int) -> mmap.mmap:
         if self.read_only:
             raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot create {self.directory}: {exc.strerror}") from exc
         path = self.path_of(offset)
         self._preallocate(path)
         fsync_dir(self.directory)
