@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from dledger._native import impl
+from dledger.store.recovery import first_entry_header
 
 if TYPE_CHECKING:
     from dledger.store.mmap_store import MmapLogStore, StoreConfig
@@ -96,7 +97,5 @@ class CleanSpaceService:
 
     def _first_index_at(self, seg_start: int) -> int | None:
         # First entry index of the segment at seg_start; None when it holds no entry.
-        from dledger.store.recovery import Recovery
-
-        header = Recovery(self.store, self.store.data_list, self.store.index_list, False, -1)._first_record(seg_start)
+        header = first_entry_header(self.store.data_list.table, seg_start)
         return None if header is None else int(header[2])

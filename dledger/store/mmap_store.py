@@ -24,7 +24,7 @@ from dledger.service_thread import ServiceThread
 from dledger.store import failpoints, kvfile
 from dledger.store.base import ColumnBatch
 from dledger.store.clean import CleanSpaceService
-from dledger.store.recovery import Recovery, RecoveryReport
+from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
@@ -481,7 +481,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         begin index to the first entry left. Caller holds the core lock."""
         self._delete_data_before(pos)
         table = self.data_list.table
-        first = Recovery(self, self.data_list, self.index_list, False, -1)._first_record(table.first_offset)
+        first = first_entry_header(table, table.first_offset)
         if first is not None:
             begin = int(first[2])
             self._delete_index_before(begin)

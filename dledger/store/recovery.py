@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError
@@ -37,6 +38,20 @@ STOP_NAMES = {
     impl.STOP_BLANK: "blank record with an impossible length",
     impl.STOP_NO_SEGMENT: "position not covered by any segment",
 }
+
+
+def first_entry_header(table: Any, seg_start: int) -> tuple[int, ...] | None:
+    """Header of the first entry of the data segment at `seg_start` (after one leading
+    blank record, as a 0.4.0 reset writes), or None when it does not start with one."""
+    header = impl.decode_header(table.read(seg_start, HEADER_SIZE))
+    if header[0] == MAGIC_BLANK:
+        skip = header[1]
+        if skip < 8 or skip + HEADER_SIZE > table.file_size:
+            return None
+        header = impl.decode_header(table.read(seg_start + skip, HEADER_SIZE))
+    if header[0] not in (1, 2) or header[8] + HEADER_SIZE != header[1]:
+        return None
+    return tuple(header)
 
 
 @dataclass(frozen=True)
@@ -86,19 +101,6 @@ class Recovery:
         self.committed_index = committed_index
         self.checkpoint_end_index = checkpoint_end_index
 
-    def _first_record(self, seg_start: int) -> tuple[int, ...] | None:
-        """Header of the first entry in the segment at seg_start (after one blank)."""
-        table = self.data.table
-        header = impl.decode_header(table.read(seg_start, HEADER_SIZE))
-        if header[0] == MAGIC_BLANK:
-            skip = header[1]
-            if skip < 8 or skip + HEADER_SIZE > table.file_size:
-                return None
-            header = impl.decode_header(table.read(seg_start + skip, HEADER_SIZE))
-        if header[0] not in (1, 2) or header[8] + HEADER_SIZE != header[1]:
-            return None
-        return tuple(header)
-
     def _agrees_with_index(self, header: tuple[int, ...]) -> bool:
         magic, size, idx, term, pos = header[:5]
         try:
@@ -111,7 +113,7 @@ class Recovery:
         table = self.data.table
         k = int(max(0, table.count - 3))
         while k > 0:
-            header = self._first_record(table.first_offset + k * table.file_size)
+            header = first_entry_header(table, table.first_offset + k * table.file_size)
             if header is not None and self._agrees_with_index(header):
                 return k
             k -= 1
@@ -201,7 +203,7 @@ class Recovery:
             data.zero_range(stop_pos, seg_end)
 
     def _begin_index(self, fallback: int) -> int:
-        header = self._first_record(self.data.table.first_offset)
+        header = first_entry_header(self.data.table, self.data.table.first_offset)
         return int(header[2]) if header is not None else fallback
 
     def _trim_index(self, begin: int, last: int) -> None:

@@ -56,7 +56,7 @@ BUG_HEADER_TERM = (
     "the wrong term (for a committed entry too) instead of a CorruptStoreError / cutting the tail"
 )
 BUG_HEAD_BLANK = (
-    "BUG: recovery.py _first_record/scan take a blank (magic -1) over the first entry of the first "
+    "BUG: recovery.py first_entry_header/scan take a blank (magic -1) over the first entry of the first "
     "segment for a reset head blank, although its payload is not zero: begin_index silently moves "
     "past committed entry 0 instead of a CorruptStoreError"
 )
