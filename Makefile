@@ -24,7 +24,7 @@ sysdeps:
 
 $(STAMP): $(BIN)/python $(BUILD_INPUTS)
 	@$(MAKE) --no-print-directory sysdeps
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,spark]'
 	@touch $@
 
 install: $(STAMP)
