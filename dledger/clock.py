@@ -58,3 +58,8 @@ class ManualClock:
         if now_ms < self._now_ms:
             raise ValueError(f"a clock cannot go backwards ({now_ms} < {self._now_ms})")
         self._now_ms = now_ms
+
+
+def perf_us() -> float:
+    """A high-resolution timestamp in microseconds, for latency metrics only."""
+    return time.perf_counter_ns() / 1000.0

@@ -196,8 +196,8 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         (self.data_list if kind == 0 else self.index_list).roll(offset)
 
     def start(self) -> None:
-        """Start the background threads (flush, warm-ahead, retention)."""
-        if self.config.read_only:
+        """Start the background threads (flush, warm-ahead, retention); idempotent."""
+        if self.config.read_only or self._threads:
             return
         cfg = self.config
         self._threads.append(ServiceThread("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail))
@@ -241,6 +241,25 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             self._checkpointed = (committed, end)
 
     # -- durability
+
+    def wait_durable(self) -> None:
+        """Return once every entry appended so far is on disk (group commit: the first
+        waiter flushes everything written so far while the others wait for it)."""
+        target = self.end_index
+        cond = self._durable_cond
+        while True:
+            with cond:
+                while self._durable_end_index < target and self._syncing:
+                    cond.wait()
+                if self._durable_end_index >= target:
+                    return
+                self._syncing = True
+            try:
+                self.flush(data_only=True)
+            finally:
+                with cond:
+                    self._syncing = False
+                    cond.notify_all()
 
     def flush(self, data_only: bool = False) -> None:
         """msync everything appended so far (data, then index unless `data_only`: the
@@ -532,39 +551,22 @@ class SyncMmapLogStore(MmapLogStore):
     everything written so far while the others wait for it.
     """
 
-    def _wait_durable(self) -> None:
-        target = self.end_index
-        cond = self._durable_cond
-        while True:
-            with cond:
-                while self._durable_end_index < target and self._syncing:
-                    cond.wait()
-                if self._durable_end_index >= target:
-                    return
-                self._syncing = True
-            try:
-                self.flush(data_only=True)
-            finally:
-                with cond:
-                    self._syncing = False
-                    cond.notify_all()
-
     def append(self, body: bytes) -> int:
         index = int(super().append(body))
-        self._wait_durable()
+        self.wait_durable()
         return index
 
     def append_many(self, bodies: Sequence[bytes]) -> int:
         first = int(super().append_many(bodies))
-        self._wait_durable()
+        self.wait_durable()
         return first
 
     def append_noop(self) -> int:
         index = int(super().append_noop())
-        self._wait_durable()
+        self.wait_durable()
         return index
 
     def append_encoded(self, run: bytes) -> int:
         count = int(super().append_encoded(run))
-        self._wait_durable()
+        self.wait_durable()
         return count

@@ -1,0 +1,122 @@
+"""Prometheus metrics with DLedger 0.4.0's names (`dledger_append_entry_latency`, ...).
+
+As in DLedger, latencies are recorded in microseconds, with DLedger's buckets (1 µs to
+10 s). Histograms are observed per client request / push / apply batch, never per entry.
+Gauges (role, term, entry count, commit lag per peer) are read from the node when
+Prometheus scrapes. Each node has its own registry, so several nodes can share a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from dledger.node import DLedgerNode, NodeStatus
+
+LATENCY_BUCKETS_US = (
+    1, 3, 5, 10, 30, 50, 100, 300, 500,
+    1_000, 2_000, 3_000, 5_000, 10_000, 30_000, 50_000, 100_000, 300_000, 500_000,
+    1_000_000, 3_000_000, 5_000_000, 10_000_000,
+)  # fmt: skip
+BATCH_BYTES_BUCKETS = tuple(float(1 << k) for k in range(6, 27, 2))
+BATCH_COUNT_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384)
+ROLE_CODES = {"CANDIDATE": 0, "FOLLOWER": 1, "LEADER": 2}
+
+
+class NodeMetrics:
+    """The metrics of one node.
+
+    Args:
+        group, self_id: label values of every series.
+    """
+
+    def __init__(self, group: str, self_id: str) -> None:
+        self.registry = CollectorRegistry()
+        self.labels = {"group": group, "self_id": self_id}
+        names = ("group", "self_id")
+        peer_names = (*names, "remote_id")
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...], labels: tuple[str, ...] = names) -> Histogram:
+            return Histogram(name, doc, labels, buckets=buckets, registry=self.registry)
+
+        self.append_latency = histogram(
+            "dledger_append_entry_latency", "client append until committed, microseconds", LATENCY_BUCKETS_US
+        ).labels(**self.labels)
+        self.append_batch_bytes = histogram(
+            "dledger_append_entry_batch_bytes", "bytes per client append", BATCH_BYTES_BUCKETS
+        ).labels(**self.labels)
+        self.append_batch_count = histogram(
+            "dledger_append_entry_batch_count", "entries per client append", BATCH_COUNT_BUCKETS
+        ).labels(**self.labels)
+        self._replicate_latency = histogram(
+            "dledger_replicate_entry_latency", "push until acknowledged, microseconds", LATENCY_BUCKETS_US, peer_names
+        )
+        self._replicate_bytes = histogram(
+            "dledger_replicate_entry_batch_bytes", "bytes per push", BATCH_BYTES_BUCKETS, peer_names
+        )
+        self._replicate_count = histogram(
+            "dledger_replicate_entry_batch_count", "entries per push", BATCH_COUNT_BUCKETS, peer_names
+        )
+        self.apply_latency = histogram(
+            "dledger_apply_task_latency", "state machine apply batch, microseconds", LATENCY_BUCKETS_US
+        ).labels(**self.labels)
+        self.apply_batch_count = histogram(
+            "dledger_apply_task_batch_count", "entries per apply batch", BATCH_COUNT_BUCKETS
+        ).labels(**self.labels)
+        self.read_latency = histogram(
+            "dledger_read_latency", "committed read, microseconds", LATENCY_BUCKETS_US
+        ).labels(**self.labels)
+
+    def observe_replicate(self, remote_id: str, latency_us: float, nbytes: int, count: int) -> None:
+        """One acknowledged push to `remote_id`."""
+        labels = {**self.labels, "remote_id": remote_id}
+        self._replicate_latency.labels(**labels).observe(latency_us)
+        self._replicate_bytes.labels(**labels).observe(nbytes)
+        self._replicate_count.labels(**labels).observe(count)
+
+    def watch(self, status: Callable[[], NodeStatus]) -> None:
+        """Export the gauges of `status()` (read at scrape time)."""
+        self.registry.register(_StatusCollector(status, self.labels))
+
+
+class _StatusCollector(Collector):
+    def __init__(self, status: Callable[[], NodeStatus], labels: dict[str, str]) -> None:
+        self._status = status
+        self._labels = labels
+
+    def collect(self) -> Iterator[Any]:
+        s = self._status()
+        keys, values = list(self._labels), list(self._labels.values())
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=keys)
+            family.add_metric(values, value)
+            return family
+
+        yield gauge(
+            "dledger_entries_count", "entries in the local log (end - begin + 1)", s.end_index - s.begin_index + 1
+        )
+        yield gauge("dledger_role", "0 candidate, 1 follower, 2 leader", ROLE_CODES.get(s.role, -1))
+        yield gauge("dledger_term", "current term", s.term)
+        yield gauge("dledger_committed_index", "committed index known here", s.committed_index)
+        yield gauge("dledger_ledger_end_index", "last index in the local log", s.end_index)
+        yield gauge("dledger_applied_index", "last index applied to the state machine", s.applied_index)
+        lag = GaugeMetricFamily(
+            "dledger_commit_lag",
+            "leader only: entries each member is behind the leader's end",
+            labels=[*keys, "remote_id"],
+        )
+        for peer, match in s.peer_match.items():
+            lag.add_metric([*values, peer], s.end_index - match)
+        yield lag
+
+
+def start_metrics_server(node: DLedgerNode, port: int, addr: str = "127.0.0.1") -> Any:
+    """Serve `node`'s metrics at http://addr:port/metrics; returns the HTTP server."""
+    server, _thread = start_http_server(port, addr=addr, registry=node.metrics.registry)
+    return server

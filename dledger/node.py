@@ -1,0 +1,553 @@
+"""DLedgerNode: one member of a Raft group, the threaded shell around RaftCore.
+
+The node owns the store, the term store, the Raft core, the transport and the
+state-machine caller. Raft decisions stay in `RaftCore`; here are only threads, locks
+and I/O: an elector thread, one dispatcher thread per peer, an entry-handler thread, a
+quorum-ack thread and a state-machine caller, each a `ServiceThread` whose body is one
+pass of the matching core method. One lock guards the core (DLedger's
+`synchronized (memberState)`); requests are sent, and the disk is synced, outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from dledger.clock import Clock, MonotonicClock, perf_us
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.entry import Entry
+from dledger.metrics import NodeMetrics
+from dledger.raft.core import RaftCore
+from dledger.raft.elector import Outbound
+from dledger.raft.member_state import Role, TermStore
+from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
+from dledger.service_thread import ServiceThread
+from dledger.statemachine import StateMachine, StateMachineCaller
+from dledger.store.base import ColumnBatch, LogStore
+from dledger.store.memory import MemoryLogStore
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+from dledger.store.term_store import FileTermStore
+from dledger.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+IDLE_PASS_MS = 10
+"""How often the service threads run when nobody wakes them."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A snapshot of one member's state (what Metadata and `dledger status` show).
+
+    Attributes:
+        group, self_id: who this is.
+        role: "LEADER", "FOLLOWER" or "CANDIDATE".
+        term: the current term; leader_id: the leader this member knows (or None).
+        peers: {id: address} of the group.
+        begin_index, end_index, end_term: the local log.
+        committed_index: the highest committed index known here.
+        applied_index: the last index applied to the state machine (-1 without one).
+        peer_match: on the leader, each member's match index in the current term.
+    """
+
+    group: str
+    self_id: str
+    role: str
+    term: int
+    leader_id: str | None
+    peers: dict[str, str]
+    begin_index: int
+    end_index: int
+    end_term: int
+    committed_index: int
+    applied_index: int
+    peer_match: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _ClientAppend:
+    bodies: list[bytes]
+    future: Future[int]
+    error: DLedgerError | None = None
+
+
+def store_config_for(config: DLedgerConfig) -> StoreConfig:
+    """The file-store options that match a node's configuration."""
+    return StoreConfig(
+        data_file_size=config.mapped_file_size_for_entry_data,
+        index_file_size=config.mapped_file_size_for_entry_index,
+        flush_file_interval_ms=config.flush_file_interval_ms,
+        checkpoint_interval_ms=config.check_point_interval_ms,
+        java_compat=config.java_compat,
+        warm_ahead_bytes=min(64 * 1024 * 1024, config.mapped_file_size_for_entry_data // 4),
+        file_reserved_hours=config.file_reserved_hours,
+        delete_when=config.delete_when,
+        disk_space_ratio_to_check_expired=config.disk_space_ratio_to_check_expired,
+        disk_space_ratio_to_force_clean=config.disk_space_ratio_to_force_clean,
+        enable_disk_force_clean=config.enable_disk_force_clean,
+    )
+
+
+def open_node_store(config: DLedgerConfig) -> LogStore:
+    """Open (and recover) the store a node's configuration names: `MEMORY`, or the file
+    store in `<store_base_dir>/dledger-<self_id>`. The node itself implements
+    `flush_mode="sync"` (it syncs outside its lock), so the file store is opened async."""
+    if config.store_type == "MEMORY":
+        return MemoryLogStore()
+    return MmapLogStore.open(config.default_path, store_config_for(config))
+
+
+def _empty_batch() -> ColumnBatch:
+    empty = np.zeros(0, dtype=np.int64)
+    return ColumnBatch(empty, empty, empty, np.zeros(1, dtype=np.int32), bytearray())
+
+
+class DLedgerNode:
+    """A DLedger member: elects, replicates, commits and serves committed reads.
+
+    Args:
+        config: the member's configuration.
+        transport: how requests reach the other members (may be set before `start`).
+        store: the log (default: opened from `config`).
+        term_store: where term and vote live (default: the `currterm` file).
+        clock: time source (default: the monotonic clock).
+        state_machine: receives committed entries in order (optional).
+        rng: randomness of vote intervals (seed it for reproducible runs).
+    """
+
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        transport: Transport | None = None,
+        *,
+        store: LogStore | None = None,
+        term_store: TermStore | None = None,
+        clock: Clock | None = None,
+        state_machine: StateMachine | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self.transport = transport
+        self.clock: Clock = clock or MonotonicClock()
+        self.store: LogStore = store if store is not None else open_node_store(config)
+        self.term_store: TermStore = term_store or FileTermStore(config.default_path)
+        self.core = RaftCore(config, self.store, self.term_store, rng or random.Random())
+        self.sync_mode = config.flush_mode == "sync" and isinstance(self.store, MmapLogStore)
+        self._lock = threading.RLock()
+        self._commit_cond = threading.Condition(self._lock)
+        self._appends: deque[_ClientAppend] = deque()
+        self._ack_pool = ThreadPoolExecutor(1, thread_name_prefix="dledger-ack") if self.sync_mode else None
+        self.caller = (
+            StateMachineCaller(self.store, lambda: self.core.ms.committed_index, state_machine)
+            if state_machine is not None
+            else None
+        )
+        self._role = self.core.ms.role
+        self._started = False
+        self._stopped = False
+        self.role_listeners: list[Callable[[Role, int], None]] = []
+        self.commit_listeners: list[Callable[[int], None]] = []
+        self._threads: dict[str, ServiceThread] = {}
+        self._push_sent_us: dict[tuple[str, int], float] = {}
+        self.metrics = NodeMetrics(config.group, config.self_id)
+        self.metrics.watch(self.status)
+        if self.caller is not None:
+            self.caller.observer = self._observe_apply
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        """Start the store's background threads and the node's service threads."""
+        if self._started:
+            return
+        if self.transport is None:
+            raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, "a node needs a transport before start()")
+        self._started = True
+        start_store = getattr(self.store, "start", None)
+        if callable(start_store):
+            start_store()
+        elector_ms = max(1, min(IDLE_PASS_MS, self.config.min_vote_interval_ms // 4 or 1))
+        threads = [ServiceThread(f"dledger-elector-{self.config.self_id}", self._elector_pass, elector_ms)]
+        threads += [
+            ServiceThread(f"dledger-dispatch-{peer}", partial(self._dispatcher_pass, peer), IDLE_PASS_MS)
+            for peer in self.core.ms.other_peer_ids
+        ]
+        threads.append(ServiceThread("dledger-entry-handler", self._handler_pass, IDLE_PASS_MS))
+        threads.append(ServiceThread("dledger-quorum-ack", self._quorum_pass, IDLE_PASS_MS))
+        if self.caller is not None:
+            threads.append(ServiceThread("dledger-sm-caller", self.caller.run_until_idle, 5 * IDLE_PASS_MS))
+        self._threads = {t.name: t for t in threads}
+        for thread in threads:
+            thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the threads, fail pending client requests, flush, checkpoint and close
+        the store. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for thread in self._threads.values():
+            thread.stop()
+        with self._lock:
+            self.core.quorum.on_role_change(-1, Role.CANDIDATE)  # pending requests end with TERM_CHANGED
+            self._commit_cond.notify_all()
+        if self._ack_pool is not None:
+            self._ack_pool.shutdown(wait=True)
+        self.store.close()
+
+    def __enter__(self) -> DLedgerNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- service thread bodies
+
+    def _now(self) -> int:
+        return self.clock.now_ms()
+
+    def _elector_pass(self) -> None:
+        with self._lock:
+            before = self.core.ms.committed_index
+            out = self.core.tick_elector(self._now())
+            self._after(before)
+        self._send(out)
+
+    def _dispatcher_pass(self, peer: str) -> None:
+        with self._lock:
+            if not self.core.ms.is_leader:
+                return
+            out = self.core.tick_dispatcher(peer, self._now())
+        self._send(out)
+
+    def _handler_pass(self) -> None:
+        with self._lock:
+            before = self.core.ms.committed_index
+            now = self._now()
+            while self.core.tick_handler(now):
+                pass
+            self._after(before)
+
+    def _quorum_pass(self) -> None:
+        with self._lock:
+            before = self.core.ms.committed_index
+            self.core.tick_quorum(self._now())
+            self.store.set_retention_floor(self.core.retention_floor())
+            self._after(before)
+
+    def _after(self, committed_before: int) -> None:
+        """Under the lock: tell waiters and threads what moved."""
+        ms = self.core.ms
+        if ms.role is not self._role:
+            self._role = ms.role
+            if ms.is_leader:
+                self._wake_dispatchers()
+            for listener in self.role_listeners:
+                listener(ms.role, ms.current_term)
+        committed = ms.committed_index
+        if committed != committed_before:
+            self._commit_cond.notify_all()
+            if self.caller is not None:
+                self._wake("dledger-sm-caller")
+            for commit_listener in self.commit_listeners:
+                commit_listener(committed)
+
+    def _wake(self, name: str) -> None:
+        thread = self._threads.get(name)
+        if thread is not None:
+            thread.wakeup()
+
+    def _wake_dispatchers(self) -> None:
+        for peer in self.core.ms.other_peer_ids:
+            self._wake(f"dledger-dispatch-{peer}")
+
+    # -- peer traffic
+
+    def _send(self, out: list[Outbound]) -> None:
+        transport = self.transport
+        if transport is None or not out:
+            return
+        for item in out:
+            request = item.request
+            if isinstance(request, PushEntryRequest) and request.type is PushType.APPEND:
+                self._push_sent_us[(item.target_id, request.first_index)] = perf_us()
+            try:
+                future = transport.send(item.target_id, request)
+            except Exception as exc:  # a transport must not break the node's threads
+                log.warning("send to %s failed: %s", item.target_id, exc)
+                self._on_response(item.target_id, item.request, None)
+                continue
+            future.add_done_callback(partial(self._on_response, item.target_id, item.request))
+
+    def _on_response(
+        self, target_id: str, request: RequestOrResponse, future: Future[RequestOrResponse] | None
+    ) -> None:
+        response: RequestOrResponse | None = None
+        if future is not None and future.exception() is None:
+            response = future.result()
+        if self._stopped:
+            return
+        if isinstance(request, PushEntryRequest) and request.type is PushType.APPEND:
+            sent_us = self._push_sent_us.pop((target_id, request.first_index), None)
+            if sent_us is not None and response is not None and response.ok:
+                self.metrics.observe_replicate(target_id, perf_us() - sent_us, len(request.entries), request.count)
+        out: list[Outbound] = []
+        with self._lock:
+            before = self.core.ms.committed_index
+            now = self._now()
+            self.core.on_response(target_id, request, response, now)
+            if isinstance(request, PushEntryRequest) and self.core.ms.is_leader:
+                out = self.core.tick_dispatcher(target_id, now)  # keep the pipeline full
+            self._after(before)
+        if not isinstance(request, PushEntryRequest):
+            self._wake(f"dledger-elector-{self.config.self_id}")
+        self._send(out)
+
+    def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
+        """Answer a Vote, HeartBeat, Push or LeadershipTransfer request from a peer."""
+        with self._lock:
+            before = self.core.ms.committed_index
+            now = self._now()
+            answer = self.core.handle_request(request, now)
+            if isinstance(request, PushEntryRequest):
+                while self.core.tick_handler(now):
+                    pass
+            self._after(before)
+        if not (self.sync_mode and isinstance(request, PushEntryRequest) and request.type is PushType.APPEND):
+            return answer
+        return self._after_durable(answer)
+
+    def _after_durable(self, answer: Future[RequestOrResponse]) -> Future[RequestOrResponse]:
+        """sync mode: a follower acknowledges an APPEND only once it is on disk."""
+        assert self._ack_pool is not None and isinstance(self.store, MmapLogStore)
+        store = self.store
+        if answer.done():
+            store.wait_durable()
+            return answer
+        durable: Future[RequestOrResponse] = Future()
+
+        def finish(done: Future[RequestOrResponse]) -> None:
+            try:
+                result = done.result()
+                store.wait_durable()
+                durable.set_result(result)
+            except BaseException as exc:
+                durable.set_exception(exc)
+
+        answer.add_done_callback(lambda f: self._ack_pool.submit(finish, f))  # type: ignore[union-attr]
+        return durable
+
+    def _observe_apply(self, latency_us: float, count: int) -> None:
+        self.metrics.apply_latency.observe(latency_us)
+        self.metrics.apply_batch_count.observe(count)
+
+    # -- client operations
+
+    def append(self, bodies: Sequence[bytes]) -> Future[int]:
+        """Append one client request (one or many bodies) as leader.
+
+        Concurrent callers are coalesced into one store append and one push. Returns a
+        future completing with the request's last index once committed (in `sync`
+        mode the leader's copy is on disk before this returns); first index = last -
+        len(bodies) + 1.
+
+        Raises:
+            DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL,
+                REQUEST_WITH_EMPTY_BODYS or a store error; nothing was appended. The
+                future may fail with WAIT_QUORUM_ACK_TIMEOUT or TERM_CHANGED.
+        """
+        if not bodies:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
+        if self._stopped:
+            raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
+        start_us = perf_us()
+        request = _ClientAppend(list(bodies), Future())
+        self._appends.append(request)
+        with self._lock:
+            self._drain_appends()
+        if request.error is not None:
+            raise request.error
+        if self.sync_mode:
+            self.store.wait_durable()  # type: ignore[attr-defined]
+        self._wake_dispatchers()
+        metrics = self.metrics
+        metrics.append_batch_count.observe(len(request.bodies))
+        metrics.append_batch_bytes.observe(sum(len(b) for b in request.bodies))
+        request.future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
+        return request.future
+
+    def _drain_appends(self) -> None:
+        """Under the lock: append every queued client request as one batch."""
+        batch: list[_ClientAppend] = []
+        while self._appends:
+            batch.append(self._appends.popleft())
+        if not batch:
+            return  # another caller appended ours already
+        bodies = batch[0].bodies if len(batch) == 1 else [body for request in batch for body in request.bodies]
+        try:
+            combined = self.core.append(bodies, self._now())
+        except DLedgerError as exc:
+            for request in batch:
+                request.error = exc
+            return
+        except OSError as exc:
+            error = DLedgerError(ResponseCode.DISK_ERROR, str(exc))
+            for request in batch:
+                request.error = error
+            return
+        if len(batch) == 1:
+            combined.add_done_callback(partial(_forward, batch[0].future, 0))
+            return
+        total = len(bodies)
+        end = 0
+        for request in batch:
+            end += len(request.bodies)
+            combined.add_done_callback(partial(_forward, request.future, total - end))
+
+    def get(self, index: int, count: int = 1) -> list[Entry]:
+        """Committed entries from `index` (at most `count`).
+
+        Raises:
+            DLedgerError: INDEX_OUT_OF_RANGE when `index` is not committed here,
+                INDEX_LESS_THAN_LOCAL_BEGIN when it was deleted from this log.
+        """
+        committed = self.core.ms.committed_index
+        if index < 0 or index > committed:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} is not committed (commit {committed})")
+        if index < self.store.begin_index:
+            raise DLedgerError(
+                ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {index} < first kept {self.store.begin_index}"
+            )
+        start_us = perf_us()
+        entries = self.store.get_range(index, min(index + max(count, 1), committed + 1))
+        self.metrics.read_latency.observe(perf_us() - start_us)
+        return entries
+
+    def iterate(self, from_index: int = 0, to_index: int | None = None, batch: int = 1024) -> Iterator[Entry]:
+        """Committed entries from `from_index` up to `to_index` (exclusive) or up to the
+        commit index as it stands when the iteration reaches it."""
+        index = max(from_index, self.store.begin_index, 0)
+        while to_index is None or index < to_index:
+            if index > self.core.ms.committed_index:
+                return
+            count = batch if to_index is None else min(batch, to_index - index)
+            entries = self.get(index, count)
+            yield from entries
+            index = entries[-1].index + 1
+
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+        """Committed entries from `from_index`, column-wise (empty when none is committed
+        yet past `from_index - 1`).
+
+        Raises:
+            DLedgerError: INDEX_LESS_THAN_LOCAL_BEGIN when `from_index` was deleted here.
+        """
+        committed = self.core.ms.committed_index
+        if from_index > committed or max_count <= 0:
+            return _empty_batch()
+        if from_index < max(self.store.begin_index, 0):
+            raise DLedgerError(
+                ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {from_index} < first kept {self.store.begin_index}"
+            )
+        count = min(max_count, committed - from_index + 1)
+        start_us = perf_us()
+        batch = self.store.read_columns(from_index, count, max_bytes)
+        self.metrics.read_latency.observe(perf_us() - start_us)
+        return batch
+
+    def wait_committed(self, above_index: int, timeout_s: float) -> int:
+        """Block until the committed index exceeds `above_index` (or the timeout, or
+        shutdown); returns the committed index."""
+        with self._commit_cond:
+            self._commit_cond.wait_for(lambda: self.core.ms.committed_index > above_index or self._stopped, timeout_s)
+            return self.core.ms.committed_index
+
+    def leadership_transfer(self, transferee_id: str) -> Future[int]:
+        """Hand leadership to `transferee_id`; the future completes with the new term.
+
+        Raises:
+            DLedgerError: NOT_LEADER, UNKNOWN_MEMBER, FALL_BEHIND_TOO_MUCH... (the
+                future fails with TAKE_LEADERSHIP_FAILED / TIMEOUT when it does not happen).
+        """
+        with self._lock:
+            now = self._now()
+            answer = self.core.leadership_transfer(transferee_id, now)
+            out = self.core.tick_elector(now)
+        self._send(out)
+        result: Future[int] = Future()
+
+        def done(f: Future[LeadershipTransferResponse]) -> None:
+            try:
+                response = f.result()
+            except BaseException as exc:
+                result.set_exception(exc)
+                return
+            if response.code == ResponseCode.SUCCESS:
+                result.set_result(response.term)
+            else:
+                result.set_exception(DLedgerError(response.code, f"transfer to {transferee_id} failed"))
+
+        answer.add_done_callback(done)
+        return result
+
+    # -- state
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this member leads."""
+        return self.core.ms.is_leader
+
+    @property
+    def leader_id(self) -> str | None:
+        """The leader this member knows of."""
+        return self.core.ms.leader_id
+
+    @property
+    def committed_index(self) -> int:
+        """The committed index known here."""
+        return self.core.ms.committed_index
+
+    @property
+    def applied_index(self) -> int:
+        """The last index applied to the state machine (-1 without one)."""
+        return self.caller.applied_index if self.caller is not None else -1
+
+    def status(self) -> NodeStatus:
+        """A consistent snapshot of this member's state."""
+        with self._lock:
+            ms = self.core.ms
+            marks = self.core.quorum.water_marks.get(ms.current_term, {}) if ms.is_leader else {}
+            return NodeStatus(
+                group=ms.group,
+                self_id=ms.self_id,
+                role=ms.role.name,
+                term=ms.current_term,
+                leader_id=ms.leader_id,
+                peers=self.config.peer_map,
+                begin_index=self.store.begin_index,
+                end_index=self.store.end_index,
+                end_term=self.store.end_term,
+                committed_index=ms.committed_index,
+                applied_index=self.applied_index,
+                peer_match={peer: marks.get(peer, -1) for peer in ms.peer_ids} if ms.is_leader else {},
+            )
+
+
+def _forward(target: Future[int], back: int, combined: Future[int]) -> None:
+    """Complete one coalesced request: its last index is `back` entries before the
+    combined batch's last index."""
+    exc = combined.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(combined.result() - back)

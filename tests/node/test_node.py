@@ -1,0 +1,170 @@
+"""DLedgerNode with its real threads: election, commit, committed-only reads, the
+state machine, coalesced appends, restarts, sync durability and metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import pytest
+from prometheus_client import generate_latest
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import MAGIC_NOOP
+from dledger.store.mmap_store import MmapLogStore
+from tests.node.conftest import NodeCluster, wait_until
+
+pytestmark = pytest.mark.interaction
+
+Factory = Callable[..., NodeCluster]
+
+
+def test_elects_one_leader_and_replicates_committed_entries(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    last = leader.append([b"a", b"b", b"c"]).result(10)
+    assert [e.body for e in leader.get(last - 2, 3)] == [b"a", b"b", b"c"]
+    for node in cluster.nodes.values():
+        wait_until(lambda n=node: n.committed_index >= last, what=f"{node.config.self_id} commit")  # type: ignore[misc]
+        assert [e.body for e in node.get(last - 2, 3)] == [b"a", b"b", b"c"]
+        assert node.status().leader_id == leader.config.self_id
+
+
+def test_follower_refuses_appends_and_reads_stop_at_the_commit_index(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    with pytest.raises(DLedgerError) as err:
+        follower.append([b"x"])
+    assert err.value.code is ResponseCode.NOT_LEADER
+    last = leader.append([b"y"]).result(10)
+    with pytest.raises(DLedgerError) as err:
+        leader.get(last + 1)
+    assert err.value.code is ResponseCode.INDEX_OUT_OF_RANGE
+    assert leader.read_columns(last + 1, 10, 1 << 20).count == 0
+    batch = leader.read_columns(0, 1000, 1 << 20)
+    assert int(batch.index[-1]) == last and batch.body(batch.count - 1) == b"y"
+
+
+def test_state_machine_applies_committed_user_entries_in_order(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    last = 0
+    for k in range(20):
+        last = leader.append([f"e{k}".encode()]).result(10)
+    for node_id, node in cluster.nodes.items():
+        assert node.caller is not None
+        wait_until(lambda n=node: n.applied_index >= last, what=f"{node_id} applied")  # type: ignore[misc]
+        applied = cluster.machines[node_id].applied
+        assert [e.body for e in applied] == [f"e{k}".encode() for k in range(20)]
+        assert all(e.magic != MAGIC_NOOP for e in applied)
+        assert [e.index for e in applied] == sorted(e.index for e in applied)
+
+
+def test_concurrent_single_appends_are_coalesced_into_one_store_append(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    calls: list[int] = []
+    real_append = leader.core.append
+
+    def counting(bodies: list[bytes], now_ms: int) -> Future[int]:
+        calls.append(len(bodies))
+        return real_append(bodies, now_ms)
+
+    leader.core.append = counting  # type: ignore[method-assign]
+    results: dict[int, int] = {}
+
+    def client(k: int) -> None:
+        results[k] = leader.append([f"c{k}".encode()]).result(10)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(10)]
+    with leader._lock:  # hold the node so all ten queue up behind it
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(leader._appends) == 10, what="ten queued appends")
+    for t in threads:
+        t.join(15)
+    assert calls == [10]
+    assert sorted(results.values()) == list(range(min(results.values()), min(results.values()) + 10))
+    for k, index in results.items():
+        assert leader.get(index)[0].body == f"c{k}".encode()
+
+
+def test_leader_shutdown_elects_a_new_leader_that_keeps_every_committed_entry(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    old = cluster.leader()
+    acked = [old.append([f"k{k}".encode()]).result(10) for k in range(10)]
+    old_id = old.config.self_id
+    cluster.stop(old_id)
+    new = cluster.leader()
+    assert new.config.self_id != old_id
+    more = new.append([b"after"]).result(10)
+    assert [e.body for e in new.get(acked[0], len(acked))] == [f"k{k}".encode() for k in range(10)]
+    restarted = cluster.start(old_id)  # recovers from its files and catches up
+    wait_until(lambda: restarted.committed_index >= more, what="restarted node catch-up")
+    assert restarted.get(more)[0].body == b"after"
+    assert [e.body for e in restarted.get(acked[0], 10)] == [f"k{k}".encode() for k in range(10)]
+
+
+def test_wait_committed_wakes_on_commit(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes.values() if n is not leader)
+    start = follower.committed_index
+    seen: list[int] = []
+    waiter = threading.Thread(target=lambda: seen.append(follower.wait_committed(start + 1, 10)))
+    waiter.start()
+    leader.append([b"w1", b"w2"]).result(10)
+    waiter.join(15)
+    assert seen and seen[0] > start + 1
+
+
+def test_sync_mode_acknowledges_only_durable_entries(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(flush_mode="sync")
+    leader = cluster.leader()
+    last = leader.append([b"s1", b"s2"]).result(10)
+    assert isinstance(leader.store, MmapLogStore)
+    assert leader.store._durable_end_index >= last
+    durable = [
+        n for n in cluster.nodes.values() if isinstance(n.store, MmapLogStore) and n.store._durable_end_index >= last
+    ]
+    assert len(durable) >= 2  # a majority holds the entry on disk when it is acknowledged
+
+
+def test_shutdown_fails_pending_requests_and_refuses_new_ones(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    for other in [i for i in cluster.ids if i != leader.config.self_id]:
+        cluster.net.isolate(leader.config.self_id, [other])
+    pending = leader.append([b"never"])
+    cluster.stop(leader.config.self_id)
+    with pytest.raises(DLedgerError) as err:
+        pending.result(10)
+    assert err.value.code is ResponseCode.TERM_CHANGED
+    with pytest.raises(DLedgerError):
+        leader.append([b"late"])
+
+
+def test_metrics_use_dledger_names(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    leader.append([b"m1", b"m2"]).result(10)
+    leader.get(0)
+    text = generate_latest(leader.metrics.registry).decode()
+    labels = f'group="g",self_id="{leader.config.self_id}"'
+    assert f"dledger_append_entry_latency_count{{{labels}}} 1.0" in text
+    assert "dledger_append_entry_batch_count_sum" in text
+    assert f"dledger_role{{{labels}}} 2.0" in text
+    wait_until(lambda: "dledger_replicate_entry_latency_count" in generate_latest(leader.metrics.registry).decode())
+    assert "dledger_commit_lag" in text
+
+
+def test_iterate_yields_committed_entries_only(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    leader = cluster.leader()
+    last = leader.append([f"i{k}".encode() for k in range(50)]).result(10)
+    user = [e for e in leader.iterate() if not e.is_noop]
+    assert [e.body for e in user] == [f"i{k}".encode() for k in range(50)]
+    assert user[-1].index == last
+    assert [e.index for e in leader.iterate(last - 4, last - 1)] == [last - 4, last - 3, last - 2]
