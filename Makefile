@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BUILD_INPUTS := pyproject.toml setup.py dledger/_store.pyx $(wildcard native/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: install sysdeps run test bench lint format typecheck check clean
+.PHONY: install sysdeps run test bench lint format typecheck check clean genproto
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,7 @@ $(STAMP): $(BIN)/python $(BUILD_INPUTS)
 install: $(STAMP)
 
 run: install
-	$(BIN)/dledger demo --dir .dledger-data
+	$(BIN)/dledger cluster --store-base-dir .dledger-data
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -51,6 +51,11 @@ typecheck: install
 	$(BIN)/mypy
 
 check: lint typecheck
+
+# Regenerate dledger/proto/*_pb2*.py(i) from dledger.proto with the pinned grpcio-tools
+# (tests/unit/test_proto_current.py fails when the committed code is stale).
+genproto: install
+	$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. --grpc_python_out=. dledger/proto/dledger.proto
 
 clean:
 	rm -rf build *.egg-info dledger/*.so dledger/_store.c .pytest_cache .mypy_cache .ruff_cache

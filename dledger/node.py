@@ -395,7 +395,12 @@ class DLedgerNode:
             return  # another caller appended ours already
         bodies = batch[0].bodies if len(batch) == 1 else [body for request in batch for body in request.bodies]
         try:
-            combined = self.core.append(bodies, self._now())
+            now = self._now()
+            combined = self.core.append(bodies, now)
+            if len(self.core.ms.peer_ids) == 1:
+                before = self.core.ms.committed_index
+                self.core.tick_quorum(now)  # a group of one commits at once
+                self._after(before)
         except DLedgerError as exc:
             for request in batch:
                 request.error = exc
@@ -446,8 +451,10 @@ class DLedgerNode:
             index = entries[-1].index + 1
 
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
-        """Committed entries from `from_index`, column-wise (empty when none is committed
-        yet past `from_index - 1`).
+        """Committed user entries from `from_index`, column-wise (empty when none is
+        committed yet past `from_index - 1`). NOOP entries are left out, so indexes may
+        skip one where a leader changed; a caller resumes after the batch's last index,
+        or at `from_index + max_count` when the batch is empty.
 
         Raises:
             DLedgerError: INDEX_LESS_THAN_LOCAL_BEGIN when `from_index` was deleted here.
@@ -463,7 +470,7 @@ class DLedgerNode:
         start_us = perf_us()
         batch = self.store.read_columns(from_index, count, max_bytes)
         self.metrics.read_latency.observe(perf_us() - start_us)
-        return batch
+        return batch.without_noops(lambda index: self.store.get(index).is_noop)
 
     def wait_committed(self, above_index: int, timeout_s: float) -> int:
         """Block until the committed index exceeds `above_index` (or the timeout, or
@@ -506,6 +513,11 @@ class DLedgerNode:
     def is_leader(self) -> bool:
         """True while this member leads."""
         return self.core.ms.is_leader
+
+    @property
+    def term(self) -> int:
+        """The current term."""
+        return self.core.ms.current_term
 
     @property
     def leader_id(self) -> str | None:

@@ -7,7 +7,9 @@ import logging
 import click
 
 from dledger import __version__
+from dledger.cli.client_cmds import append, bench, get, leadership_transfer, status
 from dledger.cli.demo import demo
+from dledger.cli.server_cmds import cluster, server
 from dledger.cli.store_tools import check, read_file
 
 
@@ -22,3 +24,14 @@ def main(verbose: bool) -> None:
 main.add_command(read_file)
 main.add_command(check)
 main.add_command(demo)
+main.add_command(server)
+main.add_command(cluster)
+main.add_command(append)
+main.add_command(get)
+main.add_command(status)
+main.add_command(leadership_transfer)
+main.add_command(bench)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,294 @@
+"""LocalCluster: N `dledger server` child processes on loopback, supervised from one
+process (what `dledger cluster` runs, and what the e2e tests drive: start, SIGKILL,
+restart, wipe, ask for metadata)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from dledger.transport.convert import pb, pb_grpc
+from dledger.transport.grpc_client import open_channel
+
+CommandLine = Callable[[list[str]], list[str]]
+
+STOP_TIMEOUT_S = 15.0
+"""How long a member gets to shut down after SIGTERM before it is killed."""
+
+
+@dataclass
+class Member:
+    """One member of the local cluster."""
+
+    id: str
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def alive(self) -> bool:
+        """True while its process runs."""
+        return self.process is not None and self.process.poll() is None
+
+
+class LocalCluster:
+    """A group of `dledger server` processes with ids n0..n<N-1> on consecutive ports.
+
+    Args:
+        nodes: how many members.
+        group: the Raft group.
+        host: the address they listen on.
+        base_port: n<k> listens on base_port + k (or on `ports[k]`).
+        store_base_dir: every member's log goes to DIR/dledger-n<k>.
+        extra_args: more `dledger server` options for every member.
+        metrics_base_port: n<k> serves metrics on this + k.
+        command_line: turns server options into the command to run.
+        log_dir: write each member's output to LOG_DIR/n<k>.log instead of echoing it
+            with an [n<k>] prefix.
+        ports: explicit ports (overrides base_port).
+    """
+
+    def __init__(
+        self,
+        *,
+        nodes: int,
+        group: str,
+        host: str,
+        base_port: int,
+        store_base_dir: str | Path,
+        extra_args: Sequence[str],
+        command_line: CommandLine,
+        metrics_base_port: int | None = None,
+        log_dir: Path | None = None,
+        ports: Sequence[int] | None = None,
+    ) -> None:
+        ports = list(ports) if ports is not None else [base_port + k for k in range(nodes)]
+        self.group = group
+        self.host = host
+        self.store_base_dir = Path(store_base_dir)
+        self.extra_args = list(extra_args)
+        self.metrics_base_port = metrics_base_port
+        self.command_line = command_line
+        self.log_dir = log_dir
+        self.members = {f"n{k}": Member(f"n{k}", ports[k]) for k in range(nodes)}
+        self.peers = ";".join(f"{m.id}-{host}:{m.port}" for m in self.members.values())
+        self._channels: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self._pumps: list[threading.Thread] = []
+
+    # -- processes
+
+    def server_args(self, member_id: str) -> list[str]:
+        """The `dledger server` options of a member."""
+        args = ["-g", self.group, "-i", member_id, "-p", self.peers, "-s", str(self.store_base_dir)]
+        if self.metrics_base_port is not None:
+            args += ["--metrics-port", str(self.metrics_base_port + int(member_id[1:]))]
+        return args + self.extra_args
+
+    def start(self, member_id: str) -> Member:
+        """Start a member's process (in its own session: a terminal's Ctrl-C reaches
+        only the supervisor, which then stops every member once)."""
+        member = self.members[member_id]
+        if member.alive:
+            raise RuntimeError(f"{member_id} is already running")
+        command = self.command_line(self.server_args(member_id))
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            member.log_path = self.log_dir / f"{member_id}.log"
+            with open(member.log_path, "ab") as log_file:
+                member.process = subprocess.Popen(
+                    command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+        else:
+            member.process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+            assert member.process.stdout is not None
+            pump = threading.Thread(
+                target=_pump, args=(member.process.stdout, f"[{member_id}] "), name=f"log-{member_id}", daemon=True
+            )
+            pump.start()
+            self._pumps.append(pump)
+        return member
+
+    def start_all(self) -> None:
+        """Start every member that is not running."""
+        for member_id, member in self.members.items():
+            if not member.alive:
+                self.start(member_id)
+
+    def signal(self, member_id: str, signum: int) -> None:
+        """Send `signum` to a member's process (SIGKILL, SIGSTOP, SIGCONT...)."""
+        member = self.members[member_id]
+        if member.alive:
+            assert member.process is not None
+            member.process.send_signal(signum)
+
+    def kill(self, member_id: str) -> None:
+        """SIGKILL a member and reap it."""
+        member = self.members[member_id]
+        if member.process is not None:
+            if member.alive:
+                member.process.kill()
+            member.process.wait()
+        self._drop_channel(member_id)
+
+    def stop(self, member_id: str, timeout_s: float = STOP_TIMEOUT_S, *, send: bool = True) -> int | None:
+        """SIGTERM a member (a clean shutdown; `send=False`: it was sent already) and wait;
+        SIGKILL it after `timeout_s`. Returns its exit status (None if never started)."""
+        member = self.members[member_id]
+        if member.process is None:
+            return None
+        if member.alive:
+            if send:
+                member.process.send_signal(signal.SIGCONT)  # a paused member could not exit
+                member.process.terminate()
+            try:
+                member.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                member.process.kill()
+                member.process.wait()
+        self._drop_channel(member_id)
+        return member.process.returncode
+
+    def wipe(self, member_id: str) -> None:
+        """Delete a (stopped) member's store directory."""
+        if self.members[member_id].alive:
+            raise RuntimeError(f"{member_id} is running")
+        shutil.rmtree(self.store_base_dir / f"dledger-{member_id}", ignore_errors=True)
+
+    def shutdown(self, timeout_s: float = STOP_TIMEOUT_S) -> dict[str, int | None]:
+        """Stop every member (SIGTERM to all at once, then wait); returns exit statuses."""
+        for member in self.members.values():
+            if member.alive:
+                assert member.process is not None
+                member.process.send_signal(signal.SIGCONT)
+                member.process.terminate()
+        statuses = {member_id: self.stop(member_id, timeout_s, send=False) for member_id in self.members}
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+        return statuses
+
+    # -- talking to members
+
+    def address(self, member_id: str) -> str:
+        return f"{self.host}:{self.members[member_id].port}"
+
+    def channel(self, member_id: str) -> Any:
+        """A (cached) gRPC channel to a member."""
+        channel = self._channels.get(member_id)
+        if channel is None:
+            channel = self._channels[member_id] = open_channel(self.address(member_id))
+        return channel
+
+    def _drop_channel(self, member_id: str) -> None:
+        channel = self._channels.pop(member_id, None)
+        if channel is not None:
+            channel.close()
+
+    def metadata(self, member_id: str, timeout_s: float = 1.0) -> Any | None:
+        """A member's Metadata answer, or None when it does not answer."""
+        if not self.members[member_id].alive:
+            return None
+        try:
+            return pb_grpc.LedgerStub(self.channel(member_id)).Metadata(pb.MetadataRequest(), timeout=timeout_s)
+        except Exception:  # grpc.RpcError: not up (yet), or gone
+            return None
+
+    def find_leader(self) -> tuple[str, int] | None:
+        """(id, term) of the member that says it leads, in the highest term; None if
+        no live member leads."""
+        best: tuple[str, int] | None = None
+        for member_id, member in self.members.items():
+            if not member.alive:
+                continue
+            answer = self.metadata(member_id, 0.5)
+            if answer is not None and answer.role == "LEADER" and (best is None or answer.term > best[1]):
+                best = (member_id, answer.term)
+        return best
+
+    def wait_leader(self, timeout_s: float, exclude: Sequence[str] = ()) -> tuple[str, int] | None:
+        """Poll until a live member (not in `exclude`) leads; None after `timeout_s` or
+        `request_stop`."""
+        deadline = time.monotonic() + timeout_s
+        while not self._stop.is_set():
+            found = self.find_leader()
+            if found is not None and found[0] not in exclude:
+                return found
+            if time.monotonic() >= deadline:
+                return None
+            self._stop.wait(0.1)
+        return None
+
+    # -- the `dledger cluster` loop
+
+    def request_stop(self) -> None:
+        """Make `run` / `wait_leader` return (signal-safe)."""
+        self._stop.set()
+
+    def _say(self, text: str) -> None:
+        print(f"[cluster] {text}", flush=True)
+
+    def run(self) -> int:
+        """Start every member, report the leader, supervise until SIGINT / SIGTERM, then
+        stop every member cleanly. Returns the exit status for the command."""
+        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
+        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        self._say(f"starting {len(self.members)} members of group {self.group}: {self.peers}")
+        self._say(f"data in {self.store_base_dir.resolve()}")
+        self.start_all()
+        status = 0
+        leader: tuple[str, int] | None = None
+        announced = False
+        while not self._stop.is_set():
+            for member_id, member in self.members.items():
+                if member.process is not None and not member.alive and member.process.returncode is not None:
+                    code = member.process.returncode
+                    self._say(f"{member_id} exited with status {code}" + (" (port in use?)" if code == 98 else ""))
+                    member.process = None
+                    status = 1
+            if not any(m.alive for m in self.members.values()):
+                self._say("no member is running")
+                break
+            current = self.find_leader()
+            if current is not None and (leader is None or current != leader):
+                leader = current
+                print(f"leader: {current[0]} (term {current[1]})", flush=True)
+                if not announced:
+                    announced = True
+                    self._print_usage()
+            self._stop.wait(0.5)
+        self._say("stopping every member (flush + checkpoint)...")
+        statuses = self.shutdown()
+        self._say("stopped: " + ", ".join(f"{k}={v}" for k, v in statuses.items()))
+        return status
+
+    def _print_usage(self) -> None:
+        peers = self.peers
+        print(
+            "from another terminal:\n"
+            f'  .venv/bin/dledger append -g {self.group} -p "{peers}" -d hello\n'
+            f'  .venv/bin/dledger get -g {self.group} -p "{peers}" -i 0\n'
+            f'  .venv/bin/dledger status -g {self.group} -p "{peers}"\n'
+            "Ctrl-C stops the cluster; run the same command again to resume from the same data.",
+            flush=True,
+        )
+
+
+def _pump(stream: IO[bytes], prefix: str) -> None:
+    """Copy a child's output to ours, line by line, with a prefix."""
+    for line in iter(stream.readline, b""):
+        sys.stdout.write(prefix + line.decode(errors="replace"))
+        sys.stdout.flush()
+    stream.close()

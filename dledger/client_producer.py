@@ -1,0 +1,513 @@
+"""Producer: batches bodies on the client side and pipelines them over AppendStream
+(as Kafka's producer does: `linger_ms`, `max_batch_bytes`, `max_in_flight`).
+
+`send(body)` returns at once with a `SendFuture` that resolves to the body's index once
+its batch committed. A sender thread seals a batch when it is full or `linger_ms` old
+and writes it to the leader's stream while fewer than `max_in_flight` batches await an
+answer; one reader thread per stream completes them in order.
+
+Retries follow `dledger.client_policy`: a batch answered NOT_LEADER (or refused before
+appending: LEADER_PENDING_FULL...) or never sent (connection refused) is sent again, to
+the hinted leader; a batch whose outcome is unknown (the stream broke after it was sent,
+WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED) fails with `IndeterminateError` and is never
+resent. A resent batch can land after batches sent later, so with `max_in_flight > 1`
+the log order of batches is the send order only when no batch is resent (the order of
+bodies inside a batch always is).
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc  # type: ignore[import-untyped]
+
+from dledger.client_policy import (
+    Decision,
+    IndeterminateError,
+    code_decision,
+    rpc_code,
+    rpc_decision,
+    status_details,
+    status_name,
+)
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
+from dledger.transport.convert import pb
+
+if TYPE_CHECKING:
+    from dledger.client import DLedgerClient
+    from dledger.client_types import Target
+
+
+MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
+"""Largest body of one entry (a bigger one would fail its whole batch on the server)."""
+
+
+class _Batch:
+    """Bodies sent as one AppendRequest, and their common outcome."""
+
+    __slots__ = (
+        "bodies",
+        "callbacks",
+        "created_ms",
+        "deadline_ms",
+        "done",
+        "error",
+        "first_index",
+        "last_refusal",
+        "size",
+    )
+
+    def __init__(self, now_ms: int, deadline_ms: int) -> None:
+        self.bodies: list[bytes] = []
+        self.size = 0
+        self.created_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.done = threading.Event()
+        self.first_index = -1
+        self.error: BaseException | None = None
+        self.callbacks: list[tuple[Callable[[SendFuture], None], SendFuture]] | None = None
+        self.last_refusal: DLedgerError | None = None
+
+
+class SendFuture:
+    """The future index of one body sent with `Producer.send`.
+
+    It has the result/exception/done/add_done_callback methods of
+    `concurrent.futures.Future` but is much lighter (bodies of a batch share one
+    event); `as_future()` gives a real `Future` for `concurrent.futures.wait`.
+    """
+
+    __slots__ = ("_batch", "_offset")
+
+    def __init__(self, batch: _Batch, offset: int) -> None:
+        self._batch = batch
+        self._offset = offset
+
+    def done(self) -> bool:
+        """True once the batch was answered (or failed)."""
+        return self._batch.done.is_set()
+
+    def result(self, timeout: float | None = None) -> int:
+        """The body's index.
+
+        Raises:
+            TimeoutError: no answer within `timeout` seconds.
+            DLedgerError: refused (not appended); IndeterminateError: outcome unknown.
+        """
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        if self._batch.error is not None:
+            raise self._batch.error
+        return self._batch.first_index + self._offset
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error the body failed with, or None once it succeeded."""
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        return self._batch.error
+
+    def add_done_callback(self, fn: Callable[[SendFuture], None]) -> None:
+        """Call `fn(self)` when done (at once if it already is)."""
+        batch = self._batch
+        with _CALLBACK_LOCK:
+            if not batch.done.is_set():
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((fn, self))
+                return
+        fn(self)
+
+    def as_future(self) -> Future[int]:
+        """A `concurrent.futures.Future` completed with the same outcome."""
+        future: Future[int] = Future()
+
+        def copy(done: SendFuture) -> None:
+            error = done.exception()
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(done.result())
+
+        self.add_done_callback(copy)
+        return future
+
+
+_CALLBACK_LOCK = threading.Lock()
+
+
+def _finish(batch: _Batch, first_index: int = -1, error: BaseException | None = None) -> None:
+    batch.first_index = first_index
+    batch.error = error
+    with _CALLBACK_LOCK:
+        batch.done.set()
+        callbacks, batch.callbacks = batch.callbacks, None
+    for fn, future in callbacks or ():
+        fn(future)
+
+
+class _Stream:
+    """One AppendStream to one member: requests go through a queue, a reader thread
+    matches the in-order answers with the in-flight batches."""
+
+    def __init__(self, producer: Producer, target: Target) -> None:
+        self.producer = producer
+        self.target = target
+        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.inflight: deque[tuple[int, _Batch]] = deque()
+        self.usable = True
+        self.ended = False
+        self.call = producer.client.stubs(target.address).AppendStream(self._requests())
+        self.reader = threading.Thread(target=self._read, name=f"dledger-producer-{target.node_id}", daemon=True)
+
+    def start(self) -> None:
+        """Start reading answers (after the producer registered the stream)."""
+        self.reader.start()
+
+    def _requests(self) -> Iterator[Any]:
+        return iter(self.requests.get, None)
+
+    def end(self) -> None:
+        """Half-close: no more requests (once, under the producer lock)."""
+        if not self.ended:
+            self.ended = True
+            self.requests.put(None)
+
+    def _read(self) -> None:
+        producer = self.producer
+        try:
+            for answer in self.call:
+                with producer.cond:
+                    if not self.inflight:
+                        break
+                    request_id, batch = self.inflight.popleft()
+                    if answer.request_id != request_id:
+                        self.inflight.appendleft((request_id, batch))
+                        raise _Mismatch(f"answer {answer.request_id} for request {request_id}")
+                    producer.on_answer(self, batch, answer)
+                    if not self.usable and not self.inflight:
+                        self.end()
+            status, details = "UNAVAILABLE", f"{self.target.node_id} ended the stream"
+        except grpc.RpcError as exc:
+            status, details = status_name(exc), status_details(exc)
+        except _Mismatch as exc:
+            status, details = "INTERNAL", str(exc)
+            self.call.cancel()
+        with producer.cond:
+            self.usable = False
+            self.end()
+            producer.on_broken(self, status, details)
+            producer._streams.discard(self)
+
+
+class _Mismatch(Exception):
+    """An answer that does not belong to the oldest in-flight request."""
+
+
+@dataclass
+class ProducerStats:
+    """Bodies of a producer by outcome so far (updated as batches are answered).
+
+    Attributes:
+        acked: committed bodies; batches: committed batches.
+        failed: bodies refused (not appended); unknown: bodies whose outcome is unknown.
+    """
+
+    acked: int = 0
+    batches: int = 0
+    failed: int = 0
+    unknown: int = 0
+
+
+class Producer:
+    """A batching, pipelining appender over AppendStream (use `DLedgerClient.producer`).
+
+    `stats` counts the bodies by outcome (cheaper than a callback per body).
+
+    Args:
+        client: the client (peers, group, leader cache).
+        linger_ms: how long a batch waits for more bodies before it is sent.
+        max_batch_bytes: a batch is sent once its bodies reach this size.
+        max_batch_count: ... or this many bodies.
+        max_in_flight: batches sent and not yet answered (all streams together).
+        max_buffered_bytes: `send` blocks while this much is waiting or in flight.
+        delivery_timeout_s: a batch not sent within this time fails (default: the
+            client's timeout); once sent, the server's own deadline applies.
+    """
+
+    def __init__(
+        self,
+        client: DLedgerClient,
+        *,
+        linger_ms: int = 5,
+        max_batch_bytes: int = 1024 * 1024,
+        max_batch_count: int = 16384,
+        max_in_flight: int = 8,
+        max_buffered_bytes: int = 64 * 1024 * 1024,
+        delivery_timeout_s: float | None = None,
+    ) -> None:
+        if max_in_flight < 1 or max_batch_bytes < 1 or max_batch_count < 1 or linger_ms < 0:
+            raise ValueError("max_in_flight, max_batch_bytes and max_batch_count must be >= 1, linger_ms >= 0")
+        self.client = client
+        self.clock = client.clock
+        self.linger_ms = linger_ms
+        self.max_batch_bytes = max_batch_bytes
+        self.max_batch_count = max_batch_count
+        self.max_in_flight = max_in_flight
+        self.max_buffered_bytes = max_buffered_bytes
+        self.delivery_timeout_ms = int((delivery_timeout_s or client.timeout_s) * 1000)
+        self.cond = threading.Condition(threading.Lock())
+        self.stats = ProducerStats()
+        self._open: _Batch | None = None
+        self._ready: deque[_Batch] = deque()
+        self._retry: deque[_Batch] = deque()
+        self._retry_after_ms = 0
+        self._retry_wait_ms = 0
+        self._inflight = 0
+        self._buffered = 0
+        self._unfinished = 0
+        self._ids = itertools.count(1)
+        self._stream: _Stream | None = None
+        self._streams: set[_Stream] = set()
+        self._target: Target | None = client.leader
+        self._closed = False
+        self._sender = threading.Thread(target=self._send_loop, name="dledger-producer", daemon=True)
+        self._sender.start()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the caller's side
+
+    def send(self, body: bytes, timeout_s: float | None = None) -> SendFuture:
+        """Queue `body`; returns its future index (see `SendFuture`).
+
+        Blocks while `max_buffered_bytes` are waiting or in flight (at most `timeout_s`).
+
+        Raises:
+            DLedgerError: the producer is closed, or LEADER_PENDING_FULL when the buffer
+                stayed full for `timeout_s`.
+        """
+        size = len(body)
+        if size > MAX_BODY_BYTES:
+            raise ValueError(f"a body of {size} bytes; at most {MAX_BODY_BYTES}")
+        with self.cond:
+            if self._closed:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "the producer is closed")
+            if (
+                self._buffered
+                and self._buffered + size > self.max_buffered_bytes
+                and not self._wait_room(size, timeout_s)
+            ):
+                raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "the producer's buffer stayed full")
+            batch = self._open
+            if batch is None:
+                now = self.clock.now_ms()
+                batch = self._open = _Batch(now, now + self.delivery_timeout_ms)
+                self._unfinished += 1
+                self.cond.notify_all()
+            offset = len(batch.bodies)
+            batch.bodies.append(body)
+            batch.size += size
+            self._buffered += size
+            if batch.size >= self.max_batch_bytes or offset + 1 >= self.max_batch_count:
+                self._ready.append(batch)
+                self._open = None
+                self.cond.notify_all()
+        return SendFuture(batch, offset)
+
+    def _wait_room(self, size: int, timeout_s: float | None) -> bool:
+        return self.cond.wait_for(
+            lambda: self._buffered + size <= self.max_buffered_bytes or not self._buffered or self._closed, timeout_s
+        )
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Send what is buffered now and wait until every batch so far is answered;
+        False on timeout."""
+        with self.cond:
+            self._seal()
+            return self.cond.wait_for(lambda: self._unfinished == 0, timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Flush (at most `timeout_s`), then stop; batches still unsent fail with
+        DLedgerError, batches in flight with IndeterminateError. Idempotent."""
+        flushed = self.flush(timeout_s)
+        with self.cond:
+            self._closed = True
+            self.cond.notify_all()
+            streams = list(self._streams)
+        self._sender.join()
+        for stream in streams:
+            if not flushed:
+                stream.call.cancel()
+            stream.reader.join(timeout=max(1.0, self.client.timeout_s))
+
+    def _seal(self) -> None:
+        if self._open is not None and self._open.bodies:
+            self._ready.append(self._open)
+            self._open = None
+            self.cond.notify_all()
+
+    # -- the sender thread
+
+    def _next_batch(self) -> _Batch | None:
+        """Under the lock: wait for a batch that may be sent now (None: closed)."""
+        while True:
+            now = self.clock.now_ms()
+            if self._closed:
+                return None
+            wait_ms: int | None = None
+            if self._inflight < self.max_in_flight:
+                if self._retry and now >= self._retry_after_ms:
+                    return self._retry.popleft()
+                if self._retry:
+                    wait_ms = self._retry_after_ms - now
+                elif self._ready:
+                    return self._ready.popleft()
+                elif self._open is not None:
+                    age = now - self._open.created_ms
+                    if age >= self.linger_ms:
+                        self._seal()
+                        continue
+                    wait_ms = self.linger_ms - age
+            self.cond.wait(None if wait_ms is None else max(wait_ms, 1) / 1000)
+
+    def _send_loop(self) -> None:
+        while True:
+            with self.cond:
+                batch = self._next_batch()
+                if batch is None:
+                    self._abandon()
+                    return
+                if self.clock.now_ms() > batch.deadline_ms:
+                    last = batch.last_refusal
+                    code = last.code if last is not None else ResponseCode.TIMEOUT
+                    text = f"not sent in time ({last.message if last else 'no stream'}); nothing was appended"
+                    self._done(batch, error=DLedgerError(code, text))
+                    continue
+                self._inflight += 1
+                stream = self._stream if self._stream is not None and self._stream.usable else None
+            if stream is None:
+                try:
+                    stream = self._open_stream(batch.deadline_ms)
+                except DLedgerError as exc:
+                    with self.cond:
+                        self._inflight -= 1
+                        self._done(batch, error=exc)
+                    continue
+            with self.cond:
+                if not stream.usable:  # it broke before this batch went out: nothing was sent
+                    self._inflight -= 1
+                    self._again(batch, DLedgerError(ResponseCode.NETWORK_ERROR, "the stream broke"), True, front=True)
+                    continue
+                request_id = next(self._ids)
+                stream.inflight.append((request_id, batch))
+                stream.requests.put(
+                    pb.AppendRequest(group=self.client.group, bodies=batch.bodies, request_id=request_id)
+                )
+
+    def _open_stream(self, deadline_ms: int) -> _Stream:
+        target = self._target or self.client.discover(deadline_ms)
+        stream = _Stream(self, target)
+        with self.cond:
+            self._streams.add(stream)
+            old, self._stream, self._target = self._stream, stream, target
+            if old is not None:
+                old.usable = False
+                if not old.inflight:
+                    old.end()
+        stream.start()
+        return stream
+
+    def _abandon(self) -> None:
+        """Under the lock, on close: fail whatever was never sent; end the stream."""
+        error = DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "the producer was closed before sending")
+        for batch in [*self._retry, *self._ready, *([self._open] if self._open else [])]:
+            self._done(batch, error=error)
+        self._retry.clear()
+        self._ready.clear()
+        self._open = None
+        if self._stream is not None:
+            self._stream.usable = False
+            if not self._stream.inflight:
+                self._stream.end()
+
+    # -- answers (reader threads, under the lock)
+
+    def _done(self, batch: _Batch, first_index: int = -1, error: BaseException | None = None) -> None:
+        self._buffered -= batch.size
+        self._unfinished -= 1
+        stats = self.stats
+        count = len(batch.bodies)
+        if error is None:
+            stats.acked += count
+            stats.batches += 1
+        elif isinstance(error, IndeterminateError):
+            stats.unknown += count
+        else:
+            stats.failed += count
+        _finish(batch, first_index, error)
+        self.cond.notify_all()
+
+    def _again(self, batch: _Batch, refusal: DLedgerError, backoff: bool, front: bool = False) -> None:
+        """Send `batch` again later (it provably appended nothing): after the batches
+        already waiting to be resent, or before them with `front`."""
+        batch.last_refusal = refusal
+        if front:
+            self._retry.appendleft(batch)
+        else:
+            self._retry.append(batch)
+        if backoff:
+            self._retry_wait_ms = min(200, max(5, self._retry_wait_ms * 2))
+            self._retry_after_ms = self.clock.now_ms() + self._retry_wait_ms
+        self.cond.notify_all()
+
+    def on_answer(self, stream: _Stream, batch: _Batch, answer: Any) -> None:
+        """One AppendResponse for `batch` arrived on `stream`."""
+        self._inflight -= 1
+        decision = code_decision(answer.code)
+        if decision is Decision.SUCCESS:
+            self._retry_wait_ms = 0
+            self._done(batch, answer.first_index)
+            return
+        text = f"AppendStream to {stream.target.node_id}: {answer.message or ResponseCode.of(answer.code).name}"
+        if decision is Decision.FAIL:
+            self._done(batch, error=DLedgerError(answer.code, text))
+        elif decision is Decision.INDETERMINATE:
+            self._done(batch, error=IndeterminateError(answer.code, text))
+        else:
+            stream.usable = False
+            if decision is Decision.REDIRECT:
+                hint = self.client.leader_hint(answer, stream.target)
+                self._target = hint
+                self.client.leader = hint
+            refusal = DLedgerError(answer.code, text)
+            self._again(batch, refusal, backoff=decision is Decision.RETRY or self._target is None)
+
+    def on_broken(self, stream: _Stream, status: str, details: str) -> None:
+        """`stream` failed or ended: its unanswered batches are sent again when they
+        provably appended nothing, and fail as indeterminate otherwise."""
+        decision = rpc_decision(status, details)
+        again = decision in (Decision.REDIRECT, Decision.RETRY)
+        text = f"AppendStream to {stream.target.node_id}: {status} {details}"
+        while stream.inflight:
+            _, batch = stream.inflight.popleft()
+            self._inflight -= 1
+            if again:
+                self._again(batch, DLedgerError(ResponseCode.NETWORK_ERROR, text), backoff=True)
+            else:
+                self._done(batch, error=IndeterminateError(rpc_code(status), text))
+        if decision is Decision.REDIRECT and self._target == stream.target:
+            self._target = None
+            self.client.leader = None
+        self.cond.notify_all()

@@ -1,0 +1,447 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AppendRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "bodies", "request_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    bodies: _containers.RepeatedScalarFieldContainer[bytes]
+    request_id: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class AppendResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "leader_address", "first_index", "count", "request_id", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    first_index: int
+    count: int
+    request_id: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., request_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "index", "count", "max_bytes")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    index: int
+    count: int
+    max_bytes: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class Entry(_message.Message):
+    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    term: int
+    pos: int
+    magic: int
+    body: bytes
+    body_crc: int
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "leader_address", "entries", "committed_index", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    committed_index: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReadCommittedRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "from_index", "to_index", "max_batch_bytes", "max_batch_count", "follow")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TO_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    from_index: int
+    to_index: int
+    max_batch_bytes: int
+    max_batch_count: int
+    follow: bool
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., from_index: _Optional[int] = ..., to_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class ColumnBatch(_message.Message):
+    __slots__ = ("index", "term", "pos", "offsets", "bodies")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    POS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    BODIES_FIELD_NUMBER: _ClassVar[int]
+    index: _containers.RepeatedScalarFieldContainer[int]
+    term: _containers.RepeatedScalarFieldContainer[int]
+    pos: _containers.RepeatedScalarFieldContainer[int]
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    bodies: bytes
+    def __init__(self, index: _Optional[_Iterable[int]] = ..., term: _Optional[_Iterable[int]] = ..., pos: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ...) -> None: ...
+
+class ReadCommittedResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "committed_index", "batch", "message", "leader_address")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    committed_index: int
+    batch: ColumnBatch
+    message: str
+    leader_address: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., committed_index: _Optional[int] = ..., batch: _Optional[_Union[ColumnBatch, _Mapping]] = ..., message: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
+
+class MetadataRequest(_message.Message):
+    __slots__ = ("group", "remote_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("id", "address", "role", "match_index")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    address: str
+    role: str
+    match_index: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ...) -> None: ...
+
+class MetadataResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message")
+    class PeersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SELF_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    group: str
+    self_id: str
+    role: str
+    peers: _containers.ScalarMap[str, str]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    begin_index: int
+    end_index: int
+    end_term: int
+    committed_index: int
+    applied_index: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., peers: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class LeadershipTransferRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "transfer_id", "transferee_id", "take_leadership_ledger_index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_ID_FIELD_NUMBER: _ClassVar[int]
+    TRANSFEREE_ID_FIELD_NUMBER: _ClassVar[int]
+    TAKE_LEADERSHIP_LEDGER_INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    transfer_id: str
+    transferee_id: str
+    take_leadership_ledger_index: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., transfer_id: _Optional[str] = ..., transferee_id: _Optional[str] = ..., take_leadership_ledger_index: _Optional[int] = ...) -> None: ...
+
+class LeadershipTransferResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "leader_address", "message")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    message: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class VoteRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "ledger_end_term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    ledger_end_index: int
+    ledger_end_term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
+
+class VoteResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "vote_result")
+    class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        UNKNOWN: _ClassVar[VoteResponse.Result]
+        ACCEPT: _ClassVar[VoteResponse.Result]
+        REJECT_UNKNOWN_LEADER: _ClassVar[VoteResponse.Result]
+        REJECT_UNEXPECTED_LEADER: _ClassVar[VoteResponse.Result]
+        REJECT_EXPIRED_VOTE_TERM: _ClassVar[VoteResponse.Result]
+        REJECT_ALREADY_VOTED: _ClassVar[VoteResponse.Result]
+        REJECT_ALREADY_HAS_LEADER: _ClassVar[VoteResponse.Result]
+        REJECT_TERM_NOT_READY: _ClassVar[VoteResponse.Result]
+        REJECT_TERM_SMALL_THAN_LEDGER: _ClassVar[VoteResponse.Result]
+        REJECT_EXPIRED_LEDGER_TERM: _ClassVar[VoteResponse.Result]
+        REJECT_SMALL_LEDGER_END_INDEX: _ClassVar[VoteResponse.Result]
+        REJECT_TAKING_LEADERSHIP: _ClassVar[VoteResponse.Result]
+    UNKNOWN: VoteResponse.Result
+    ACCEPT: VoteResponse.Result
+    REJECT_UNKNOWN_LEADER: VoteResponse.Result
+    REJECT_UNEXPECTED_LEADER: VoteResponse.Result
+    REJECT_EXPIRED_VOTE_TERM: VoteResponse.Result
+    REJECT_ALREADY_VOTED: VoteResponse.Result
+    REJECT_ALREADY_HAS_LEADER: VoteResponse.Result
+    REJECT_TERM_NOT_READY: VoteResponse.Result
+    REJECT_TERM_SMALL_THAN_LEDGER: VoteResponse.Result
+    REJECT_EXPIRED_LEDGER_TERM: VoteResponse.Result
+    REJECT_SMALL_LEDGER_END_INDEX: VoteResponse.Result
+    REJECT_TAKING_LEADERSHIP: VoteResponse.Result
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    VOTE_RESULT_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    vote_result: VoteResponse.Result
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ...) -> None: ...
+
+class HeartBeatRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class HeartBeatResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class PushEntryRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "type", "prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TYPE_UNSPECIFIED: _ClassVar[PushEntryRequest.Type]
+        APPEND: _ClassVar[PushEntryRequest.Type]
+        COMMIT: _ClassVar[PushEntryRequest.Type]
+        COMPARE: _ClassVar[PushEntryRequest.Type]
+        TRUNCATE: _ClassVar[PushEntryRequest.Type]
+    TYPE_UNSPECIFIED: PushEntryRequest.Type
+    APPEND: PushEntryRequest.Type
+    COMMIT: PushEntryRequest.Type
+    COMPARE: PushEntryRequest.Type
+    TRUNCATE: PushEntryRequest.Type
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    PREV_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PREV_TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LAST_TERM_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    type: PushEntryRequest.Type
+    prev_index: int
+    prev_term: int
+    commit_index: int
+    first_index: int
+    count: int
+    last_term: int
+    entries: bytes
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushEntryRequest.Type, str]] = ..., prev_index: _Optional[int] = ..., prev_term: _Optional[int] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., last_term: _Optional[int] = ..., entries: _Optional[bytes] = ...) -> None: ...
+
+class PushEntryResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "index", "begin_index", "end_index", "count", "x_term", "x_index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    BEGIN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    X_TERM_FIELD_NUMBER: _ClassVar[int]
+    X_INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    index: int
+    begin_index: int
+    end_index: int
+    count: int
+    x_term: int
+    x_index: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., index: _Optional[int] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., count: _Optional[int] = ..., x_term: _Optional[int] = ..., x_index: _Optional[int] = ...) -> None: ...
+
+class InstallSnapshotRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "last_included_index", "last_included_term", "data")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LAST_INCLUDED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INCLUDED_TERM_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    last_included_index: int
+    last_included_term: int
+    data: bytes
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., last_included_index: _Optional[int] = ..., last_included_term: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class InstallSnapshotResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...

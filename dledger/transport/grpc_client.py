@@ -1,0 +1,167 @@
+"""GrpcTransport: the peer protocol over gRPC (one channel per peer, no thread per call).
+
+Channel settings follow FAULTS.md §3: keepalive pings and a short reconnect backoff, so
+a peer that restarts or comes back from a partition is reachable again within ~0.1 s,
+and every call has a deadline below the election timeout, so a call into a blackhole
+fails before the caller's view of the group goes stale.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.messages import (
+    HeartBeatRequest,
+    LeadershipTransferRequest,
+    PushEntryRequest,
+    RequestOrResponse,
+    VoteRequest,
+)
+from dledger.transport.convert import MalformedMessage, from_pb, pb_grpc, to_pb
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest gRPC message sent or received (client and server): a push batch is ~4 MiB, a
+client batch append up to this."""
+
+CLIENT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 1000),
+    ("grpc.keepalive_timeout_ms", 1000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    ("grpc.enable_retries", 0),
+)
+"""Options of every channel a member or a client opens (FAULTS.md §3)."""
+
+# request dataclass -> Peer stub method
+_METHODS: dict[type[RequestOrResponse], str] = {
+    VoteRequest: "Vote",
+    HeartBeatRequest: "HeartBeat",
+    PushEntryRequest: "Push",
+    LeadershipTransferRequest: "LeadershipTransfer",
+}
+
+
+def peer_deadline_ms(config: DLedgerConfig) -> int:
+    """The deadline of a peer call: `rpc_timeout_ms`, but always below the election
+    timeout (`heart_beat_time_interval_ms * max_heart_beat_leak`): an answer that comes
+    after `max_heart_beat_leak - 1` missed beats is of no use anyway."""
+    heartbeat = config.heart_beat_time_interval_ms
+    election = heartbeat * config.max_heart_beat_leak
+    below = election - heartbeat if config.max_heart_beat_leak > 1 else election // 2
+    return max(1, min(config.rpc_timeout_ms, below))
+
+
+def open_channel(address: str, extra_options: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """An insecure channel to `address` with CLIENT_CHANNEL_OPTIONS (+ `extra_options`)."""
+    return grpc.insecure_channel(address, options=[*CLIENT_CHANNEL_OPTIONS, *extra_options])
+
+
+def rpc_error(exc: BaseException, target: str) -> DLedgerError:
+    """The DLedgerError for a failed call: TIMEOUT for a missed deadline, NETWORK_ERROR
+    for everything else the transport reports."""
+    if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        status = exc.code()
+        details = exc.details() if hasattr(exc, "details") else ""
+        code = ResponseCode.TIMEOUT if status == grpc.StatusCode.DEADLINE_EXCEEDED else ResponseCode.NETWORK_ERROR
+        return DLedgerError(code, f"{target}: {status.name} {details or ''}".rstrip())
+    return DLedgerError(ResponseCode.NETWORK_ERROR, f"{target}: {type(exc).__name__}: {exc}")
+
+
+class GrpcTransport:
+    """Implements `dledger.transport.base.Transport` over the `dledger.v1.Peer` service.
+
+    Channels open lazily, one per peer, and stay open (gRPC reconnects them). `send`
+    never blocks on the network: it starts the call with the stub's `.future()` and
+    converts the answer in gRPC's callback thread.
+
+    Args:
+        config: the member's configuration (peers, timings).
+        deadline_ms: the per-call deadline (default: `peer_deadline_ms(config)`).
+        channel_options: extra channel options (tests).
+    """
+
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        *,
+        deadline_ms: int | None = None,
+        channel_options: tuple[tuple[str, Any], ...] = (),
+    ) -> None:
+        self.config = config
+        self.peers = config.peer_map
+        self.deadline_s = (deadline_ms if deadline_ms is not None else peer_deadline_ms(config)) / 1000.0
+        self._channel_options = channel_options
+        self._lock = threading.Lock()
+        self._stubs: dict[str, Any] = {}
+        self._channels: dict[str, Any] = {}
+        self._closed = False
+
+    def _stub(self, target_id: str) -> Any:
+        with self._lock:
+            if self._closed:
+                raise DLedgerError(ResponseCode.NETWORK_ERROR, "transport closed")
+            stub = self._stubs.get(target_id)
+            if stub is None:
+                address = self.peers.get(target_id)
+                if address is None:
+                    raise DLedgerError(ResponseCode.NETWORK_ERROR, f"{target_id} is not a member of the group")
+                channel = open_channel(address, self._channel_options)
+                self._channels[target_id] = channel
+                stub = self._stubs[target_id] = pb_grpc.PeerStub(channel)
+            return stub
+
+    def send(self, target_id: str, request: RequestOrResponse) -> Future[RequestOrResponse]:
+        """Send a Vote, HeartBeat, Push or LeadershipTransfer request to `target_id`.
+
+        The future completes with the peer's response, or fails with
+        DLedgerError(TIMEOUT) after the deadline and DLedgerError(NETWORK_ERROR) for any
+        other transport failure (peer down, connection refused, transport closed).
+        """
+        result: Future[RequestOrResponse] = Future()
+        method = _METHODS.get(type(request))
+        if method is None:
+            result.set_exception(DLedgerError(ResponseCode.UNSUPPORTED, f"cannot send {type(request).__name__}"))
+            return result
+        try:
+            call = getattr(self._stub(target_id), method).future(to_pb(request), timeout=self.deadline_s)
+        except DLedgerError as exc:
+            result.set_exception(exc)
+            return result
+        except Exception as exc:  # grpc raises e.g. ValueError on a closed channel
+            result.set_exception(rpc_error(exc, target_id))
+            return result
+
+        def done(call_future: Any) -> None:
+            try:
+                answer = call_future.result()
+            except BaseException as exc:  # grpc.RpcError, FutureCancelledError
+                result.set_exception(rpc_error(exc, target_id))
+                return
+            try:
+                result.set_result(from_pb(answer))
+            except (MalformedMessage, TypeError) as exc:
+                result.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, f"{target_id}: bad answer: {exc}"))
+
+        call.add_done_callback(done)
+        return result
+
+    def close(self) -> None:
+        """Close every channel; later sends fail with NETWORK_ERROR. Idempotent."""
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+            self._stubs.clear()
+        for channel in channels:
+            channel.close()

@@ -1,0 +1,207 @@
+"""The gRPC server of a member: the `dledger.v1.Ledger` and `dledger.v1.Peer` services on
+one port, plus gRPC health checking and reflection.
+
+Handlers are registered with raw-bytes request deserializers and parse the protobuf
+themselves, so that bytes that are not a valid message get INVALID_ARGUMENT (gRPC's own
+deserializer would answer INTERNAL). DLedger result codes travel in the response body;
+gRPC status codes are used for malformed requests (INVALID_ARGUMENT), messages over the
+size limit (RESOURCE_EXHAUSTED, from gRPC itself), too many concurrent streams
+(RESOURCE_EXHAUSTED) and a server that is shutting down (UNAVAILABLE).
+
+Workers: the sync server runs each call on a pool thread. Client calls may wait for a
+commit, so at most `ServiceLimits.max_client_calls` of them run at once (further appends
+get LEADER_PENDING_FULL at once); the remaining workers are kept for peer traffic, so a
+burst of clients can never starve heartbeats and votes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.raft.messages import RequestOrResponse
+from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
+from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
+from dledger.transport.ledger_service import LEDGER_SERVICE, LedgerService
+from dledger.transport.service_core import (
+    NodeLike,
+    ServiceCore,
+    ServiceLimits,
+    ShuttingDown,
+    abort,
+    parse,
+    serialize,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["SERVER_OPTIONS", "BindError", "GrpcServer", "NodeLike", "PeerService", "ServiceLimits"]
+
+PEER_SERVICE = "dledger.v1.Peer"
+
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    # a second process must not be able to bind a live member's port (FAULTS.md §3)
+    ("grpc.so_reuseport", 0),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # accept the clients' 1 s keepalive pings, idle or not, without GOAWAY too_many_pings
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
+    ("grpc.http2.min_ping_interval_without_data_ms", 500),
+    ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.http2.max_pings_without_data", 0),
+)
+
+
+class PeerService:
+    """`dledger.v1.Peer`: hands Vote, HeartBeat, Push and LeadershipTransfer requests to
+    the node; InstallSnapshot answers UNSUPPORTED.
+
+    Args:
+        core: the shared service state.
+    """
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    def _handler(self, request_name: str, response_name: str) -> Callable[[bytes, Any], Any]:
+        request_cls = getattr(pb, request_name)
+        core = self.core
+
+        def handle(raw: bytes, context: Any) -> Any:
+            message = parse(request_cls, raw, context)
+            try:
+                request = from_pb(message)
+            except MalformedMessage as exc:
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            try:
+                answer = core.await_future(core.node.handle_peer_request(request), core.limits.peer_wait_s, context)
+            except ShuttingDown:
+                abort(context, grpc.StatusCode.UNAVAILABLE, f"{core.config.self_id} is shutting down")
+            except DLedgerError as exc:
+                answer = self._error(request, exc.code)
+            except TimeoutError:
+                answer = self._error(request, ResponseCode.TIMEOUT)
+            except Exception:
+                log.exception("%s from %s failed", request_name, request.local_id)
+                answer = self._error(request, ResponseCode.INTERNAL_ERROR)
+            return response_to_pb(answer, response_name)
+
+        return handle
+
+    def _error(self, request: RequestOrResponse, code: int) -> RequestOrResponse:
+        config = self.core.config
+        return RequestOrResponse(
+            group=config.group,
+            local_id=config.self_id,
+            remote_id=request.local_id,
+            code=code,
+            leader_id=self.core.node.leader_id,
+            term=-1,
+        )
+
+    def _install_snapshot(self, raw: bytes, context: Any) -> Any:
+        request = parse(pb.InstallSnapshotRequest, raw, context)
+        out = pb.InstallSnapshotResponse(
+            group=self.core.config.group,
+            remote_id=request.local_id,
+            local_id=self.core.config.self_id,
+            code=int(ResponseCode.UNSUPPORTED),
+        )
+        leader = self.core.node.leader_id
+        if leader is not None:
+            out.leader_id = leader
+        return out
+
+    def generic_handler(self) -> Any:
+        """The gRPC handler of the service."""
+
+        def unary(fn: Callable[[bytes, Any], Any]) -> Any:
+            return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=None, response_serializer=serialize)
+
+        return grpc.method_handlers_generic_handler(
+            PEER_SERVICE,
+            {
+                "Vote": unary(self._handler("VoteRequest", "VoteResponse")),
+                "HeartBeat": unary(self._handler("HeartBeatRequest", "HeartBeatResponse")),
+                "Push": unary(self._handler("PushEntryRequest", "PushEntryResponse")),
+                "LeadershipTransfer": unary(self._handler("LeadershipTransferRequest", "LeadershipTransferResponse")),
+                "InstallSnapshot": unary(self._install_snapshot),
+            },
+        )
+
+
+class BindError(OSError):
+    """The listen address cannot be bound (in use: SO_REUSEPORT is off; or not local)."""
+
+
+class GrpcServer:
+    """A member's gRPC server: Ledger + Peer + health + reflection on one port.
+
+    Args:
+        node: the member.
+        address: `host:port` to listen on (port 0 picks a free one: see `port`).
+        limits: worker and size limits.
+
+    Raises:
+        BindError: the address cannot be bound.
+    """
+
+    def __init__(self, node: NodeLike, address: str, limits: ServiceLimits | None = None) -> None:
+        self.limits = limits or ServiceLimits()
+        self.core = ServiceCore(node, self.limits)
+        self.address = address
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self._server = grpc.server(
+            ThreadPoolExecutor(self.limits.max_workers, thread_name_prefix=f"grpc-{node.config.self_id}"),
+            options=list(SERVER_OPTIONS),
+        )
+        self._server.add_generic_rpc_handlers(
+            (LedgerService(self.core).generic_handler(), PeerService(self.core).generic_handler())
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+        services = [LEDGER_SERVICE, PEER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
+        reflection.enable_server_reflection(services, self._server)
+        for name in ("", LEDGER_SERVICE, PEER_SERVICE):
+            self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        try:
+            self.port: int = self._server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise BindError(f"cannot listen on {address} (in use?): {exc}") from exc
+        if not self.port:
+            raise BindError(f"cannot listen on {address} (in use?)")
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start serving; health turns SERVING."""
+        self._server.start()
+        for name in ("", LEDGER_SERVICE, PEER_SERVICE):
+            self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    def begin_shutdown(self) -> None:
+        """Health NOT_SERVING; waiting client calls end with UNAVAILABLE and new ones are
+        refused. Peer calls are still answered until `stop`."""
+        self.health.enter_graceful_shutdown()
+        self.core.close()
+
+    def stop(self, grace_s: float = 1.0) -> None:
+        """`begin_shutdown`, then stop accepting calls and wait up to `grace_s` for
+        running ones. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.begin_shutdown()
+        self._server.stop(grace_s).wait()
+
+    def wait_for_termination(self, timeout_s: float | None = None) -> bool:
+        """Block until the server stops (True) or the timeout passes (False)."""
+        return not self._server.wait_for_termination(timeout_s)

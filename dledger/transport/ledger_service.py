@@ -1,0 +1,367 @@
+"""`dledger.v1.Ledger`: the client service (Append, AppendStream, Get, ReadCommitted,
+Metadata, LeadershipTransfer) over a member. Part of `grpc_server.GrpcServer`.
+
+Every answer carries a DLedger code; a follower answers appends with NOT_LEADER and the
+leader's id and address. Reads are served by any member and never return entries above
+its committed index.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
+from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
+from dledger.transport.service_core import ServiceCore, ShuttingDown, abort, parse, serialize
+
+log = logging.getLogger(__name__)
+
+LEDGER_SERVICE = "dledger.v1.Ledger"
+
+MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
+"""Largest body of one entry."""
+
+
+class _Malformed:
+    """A stream message that did not parse."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+_Started = tuple[Any, "Future[int] | Any"]  # (request, future or finished response)
+
+
+class _Pipeline:
+    """The bounded queue between an AppendStream's reader thread and its responder."""
+
+    def __init__(self, capacity: int) -> None:
+        self._cond = threading.Condition()
+        self._items: deque[_Started | _Malformed] = deque()
+        self._capacity = capacity
+        self._ended = False
+        self._stopped = False
+
+    def put(self, item: _Started | _Malformed) -> bool:
+        """Queue `item`, waiting while full; False once the responder stopped."""
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._items) < self._capacity or self._stopped)
+            if self._stopped:
+                return False
+            self._items.append(item)
+            self._cond.notify_all()
+            return True
+
+    def end(self) -> None:
+        """No more items will come."""
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    def take(self) -> _Started | _Malformed | None:
+        """The next item, waiting for one; None at the end or after `stop`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._items or self._ended or self._stopped)
+            if self._stopped or not self._items:
+                return None
+            item = self._items.popleft()
+            self._cond.notify_all()
+            return item
+
+    def stop(self) -> None:
+        """Wake and end both sides (call cancelled, server closing, responder done)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+
+class LedgerService:
+    """The client service.
+
+    Args:
+        core: the shared service state.
+    """
+
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+        self.node = core.node
+        self.limits = core.limits
+
+    def _closing_abort(self, context: Any, what: str = "") -> None:
+        abort(
+            context,
+            grpc.StatusCode.UNAVAILABLE,
+            f"{self.core.config.self_id} is shutting down{'; ' + what if what else ''}",
+        )
+
+    # -- Append
+
+    def _append_error(self, request: Any, code: int, message: str) -> Any:
+        out = pb.AppendResponse(request_id=request.request_id)
+        return self.core.fill_header(out, code, message)
+
+    def _start_append(self, request: Any) -> Future[int] | Any:
+        """Validate `request` and hand it to the node: the node's future, or a finished
+        error response."""
+        bad = self.core.check_target(request.group, request.remote_id)
+        if bad is not None:
+            return self._append_error(request, *bad)
+        bodies = list(request.bodies)
+        if not bodies:
+            return self._append_error(request, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies to append")
+        if len(bodies) > self.limits.max_bodies_per_append:
+            return self._append_error(
+                request,
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"{len(bodies)} bodies in one request; at most {self.limits.max_bodies_per_append}",
+            )
+        largest = max(map(len, bodies))
+        if largest > MAX_BODY_BYTES:
+            return self._append_error(
+                request, ResponseCode.UNEXPECTED_ARGUMENT, f"a body of {largest} bytes; at most {MAX_BODY_BYTES}"
+            )
+        try:
+            return self.node.append(bodies)
+        except DLedgerError as exc:
+            return self._append_error(request, exc.code, exc.message)
+        except Exception as exc:
+            log.exception("append failed")
+            return self._append_error(request, ResponseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+
+    def _finish_append(self, request: Any, started: Future[int] | Any, context: Any) -> Any:
+        if not isinstance(started, Future):
+            return started
+        try:
+            last = self.core.await_future(started, self.limits.append_wait_s, context)
+        except ShuttingDown:
+            self._closing_abort(context, "the outcome of this append is unknown")
+        except DLedgerError as exc:
+            return self._append_error(request, exc.code, exc.message)
+        except TimeoutError:
+            return self._append_error(
+                request, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, "no commit in time; the outcome is unknown"
+            )
+        except Exception as exc:
+            log.exception("append failed")
+            return self._append_error(request, ResponseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        count = len(request.bodies)
+        out = pb.AppendResponse(request_id=request.request_id, first_index=last - count + 1, count=count)
+        return self.core.fill_header(out, ResponseCode.SUCCESS)
+
+    def append(self, raw: bytes, context: Any) -> Any:
+        """Ledger.Append."""
+        request = parse(pb.AppendRequest, raw, context)
+        if self.core.is_closing:
+            self._closing_abort(context)
+        if not self.core.try_client_slot():
+            return self._append_error(request, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
+        try:
+            return self._finish_append(request, self._start_append(request), context)
+        finally:
+            self.core.release_client_slot()
+
+    def _read_appends(self, requests: Iterator[bytes], pipeline: _Pipeline) -> None:
+        try:
+            for raw in requests:
+                try:
+                    request = pb.AppendRequest.FromString(raw)
+                except Exception as exc:
+                    pipeline.put(_Malformed(f"not a dledger.v1.AppendRequest: {exc}"))
+                    return
+                if not pipeline.put((request, self._start_append(request))):
+                    return
+        except Exception as exc:  # the call ended (cancelled, deadline, shutdown)
+            log.debug("append stream reader ended: %s", exc)
+        finally:
+            pipeline.end()
+
+    def append_stream(self, requests: Iterator[bytes], context: Any) -> Iterator[Any]:
+        """Ledger.AppendStream: one response per request, in request order."""
+        if self.core.is_closing:
+            self._closing_abort(context)
+        if not self.core.try_stream_slot():
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many open streams")
+        pipeline = _Pipeline(self.limits.stream_in_flight)
+        self.core.add_waker(pipeline.stop)
+        context.add_callback(pipeline.stop)
+        try:
+            reader = threading.Thread(
+                target=self._read_appends, args=(requests, pipeline), name="dledger-append-stream", daemon=True
+            )
+            reader.start()
+            while (item := pipeline.take()) is not None:
+                if isinstance(item, _Malformed):
+                    abort(context, grpc.StatusCode.INVALID_ARGUMENT, item.reason)
+                request, started = item
+                yield self._finish_append(request, started, context)
+            if self.core.is_closing:
+                self._closing_abort(context, "the outcome of unanswered appends is unknown")
+        finally:
+            pipeline.stop()
+            self.core.remove_waker(pipeline.stop)
+            self.core.release_stream_slot()
+
+    # -- reads
+
+    def get(self, raw: bytes, context: Any) -> Any:
+        """Ledger.Get: committed entries from `index`, at most `count` and `max_bytes`."""
+        request = parse(pb.GetRequest, raw, context)
+        out = pb.GetResponse()
+        bad = self.core.check_target(request.group, request.remote_id)
+        if bad is not None:
+            return self.core.fill_header(out, *bad)
+        count = request.count or 1
+        if count < 0:
+            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, f"count {count} < 0")
+        if request.max_bytes < 0:
+            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, f"max_bytes {request.max_bytes} < 0")
+        count = min(count, self.limits.max_get_count)
+        max_bytes = min(request.max_bytes or self.limits.max_get_bytes, self.limits.max_get_bytes)
+        index, size, chunk = request.index, 0, 16
+        try:
+            while len(out.entries) < count:
+                want = min(chunk, count - len(out.entries))
+                try:
+                    entries = self.node.get(index, want)
+                except DLedgerError as exc:
+                    if len(out.entries) and exc.code == ResponseCode.INDEX_OUT_OF_RANGE:
+                        break  # past the committed index: answer what was read
+                    raise
+                for entry in entries:
+                    if len(out.entries) and size + len(entry.body) > max_bytes:
+                        count = 0  # full
+                        break
+                    size += len(entry.body)
+                    entry_to_pb(entry, out.entries.add())
+                if len(entries) < want:
+                    break
+                index += len(entries)
+                chunk = min(chunk * 4, 4096)
+        except DLedgerError as exc:
+            del out.entries[:]
+            out.committed_index = self.node.committed_index
+            return self.core.fill_header(out, exc.code, exc.message)
+        out.committed_index = self.node.committed_index
+        return self.core.fill_header(out, ResponseCode.SUCCESS)
+
+    def read_committed(self, raw: bytes, context: Any) -> Iterator[Any]:
+        """Ledger.ReadCommitted: column-wise batches of committed entries."""
+        request = parse(pb.ReadCommittedRequest, raw, context)
+        if self.core.is_closing:
+            self._closing_abort(context)
+        bad = self.core.check_target(request.group, request.remote_id)
+        if bad is not None:
+            yield self.core.fill_header(pb.ReadCommittedResponse(), *bad)
+            return
+        if request.from_index < 0 or request.max_batch_bytes < 0 or request.max_batch_count < 0:
+            yield self.core.fill_header(
+                pb.ReadCommittedResponse(), ResponseCode.UNEXPECTED_ARGUMENT, "negative from_index or batch limit"
+            )
+            return
+        if not self.core.try_stream_slot():
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many open streams")
+        try:
+            yield from self._read_batches(request, context)
+        finally:
+            self.core.release_stream_slot()
+
+    def _read_batches(self, request: Any, context: Any) -> Iterator[Any]:
+        limits = self.limits
+        next_index = request.from_index
+        end = request.to_index if request.HasField("to_index") else None
+        max_bytes = min(request.max_batch_bytes or limits.default_batch_bytes, limits.max_batch_bytes)
+        max_count = min(request.max_batch_count or limits.default_batch_count, limits.max_batch_count)
+        while end is None or next_index < end:
+            if self.core.is_closing:
+                self._closing_abort(context)
+            if not context.is_active():
+                return
+            want = max_count if end is None else min(max_count, end - next_index)
+            try:
+                batch = self.node.read_columns(next_index, want, max_bytes)
+            except DLedgerError as exc:
+                yield self.core.fill_header(pb.ReadCommittedResponse(), exc.code, exc.message)
+                return
+            resume_at = batch.next_index(next_index)
+            if batch.count:
+                out = pb.ReadCommittedResponse(committed_index=self.node.committed_index)
+                columns_to_pb(batch, out.batch)
+                yield self.core.fill_header(out, ResponseCode.SUCCESS)
+            if resume_at > next_index:
+                next_index = resume_at  # entries read (NOOPs may have been left out)
+            elif not request.follow:
+                return
+            else:
+                self.node.wait_committed(next_index - 1, limits.follow_poll_s)
+
+    # -- metadata and leadership
+
+    def metadata(self, raw: bytes, context: Any) -> Any:
+        """Ledger.Metadata: the answering member's view of the group."""
+        request = parse(pb.MetadataRequest, raw, context)
+        bad = self.core.check_target(request.group, request.remote_id)
+        if bad is not None:
+            return self.core.fill_header(pb.MetadataResponse(), *bad)
+        return status_to_metadata(self.node.status())
+
+    def leadership_transfer(self, raw: bytes, context: Any) -> Any:
+        """Ledger.LeadershipTransfer: ask this member (the leader) to hand over."""
+        request = parse(pb.LeadershipTransferRequest, raw, context)
+        config = self.core.config
+        out = pb.LeadershipTransferResponse(group=config.group, local_id=config.self_id, remote_id=request.local_id)
+        bad = self.core.check_target(request.group, request.remote_id)
+        if bad is not None:
+            return self.core.fill_header(out, *bad)
+        if not request.transferee_id:
+            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, "transferee_id is empty")
+        if self.core.is_closing:
+            self._closing_abort(context)
+        if not self.core.try_client_slot():
+            return self.core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
+        try:
+            try:
+                future = self.node.leadership_transfer(request.transferee_id)
+                term = self.core.await_future(future, self.limits.transfer_wait_s, context)
+            except ShuttingDown:
+                self._closing_abort(context)
+            except DLedgerError as exc:
+                return self.core.fill_header(out, exc.code, exc.message)
+            except TimeoutError:
+                return self.core.fill_header(out, ResponseCode.TIMEOUT, "the transferee did not take over in time")
+            self.core.fill_header(out, ResponseCode.SUCCESS)
+            out.leader_id = request.transferee_id
+            out.leader_address = self.core.peers.get(request.transferee_id, "")
+            out.term = term
+            return out
+        finally:
+            self.core.release_client_slot()
+
+    def generic_handler(self) -> Any:
+        """The gRPC handler of the service."""
+
+        def unary(fn: Callable[[bytes, Any], Any]) -> Any:
+            return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=None, response_serializer=serialize)
+
+        return grpc.method_handlers_generic_handler(
+            LEDGER_SERVICE,
+            {
+                "Append": unary(self.append),
+                "AppendStream": grpc.stream_stream_rpc_method_handler(
+                    self.append_stream, request_deserializer=None, response_serializer=serialize
+                ),
+                "Get": unary(self.get),
+                "ReadCommitted": grpc.unary_stream_rpc_method_handler(
+                    self.read_committed, request_deserializer=None, response_serializer=serialize
+                ),
+                "Metadata": unary(self.metadata),
+                "LeadershipTransfer": unary(self.leadership_transfer),
+            },
+        )

@@ -1,0 +1,217 @@
+"""What the gRPC services of a member share: the node protocol they use, their limits,
+client-call slots, the shutdown signal and the request parsing helpers."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+from typing import Any, NoReturn, Protocol, TypeVar
+
+import grpc  # type: ignore[import-untyped]
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.messages import RequestOrResponse
+from dledger.transport.convert import StatusLike
+
+T = TypeVar("T")
+
+
+class NodeLike(Protocol):
+    """What the services need of a member (`dledger.node.DLedgerNode`)."""
+
+    @property
+    def config(self) -> DLedgerConfig: ...
+    @property
+    def leader_id(self) -> str | None: ...
+    @property
+    def committed_index(self) -> int: ...
+    def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]: ...
+    def append(self, bodies: list[bytes]) -> Future[int]: ...
+    def get(self, index: int, count: int = 1) -> list[Any]: ...
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> Any: ...
+    def wait_committed(self, above_index: int, timeout_s: float) -> int: ...
+    def status(self) -> StatusLike: ...
+    def leadership_transfer(self, transferee_id: str) -> Future[int]: ...
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """Limits of one server (defaults suit a member on a small machine).
+
+    Attributes:
+        max_workers: gRPC worker threads.
+        max_client_calls: client calls running at once (the rest of the workers serve
+            peers); must be below max_workers.
+        max_streams: open AppendStream / ReadCommitted streams (part of max_client_calls).
+        max_bodies_per_append: bodies in one append request.
+        stream_in_flight: appends of one AppendStream waiting for their commit.
+        max_get_count / max_get_bytes: upper bounds of one Get answer.
+        default_batch_bytes / max_batch_bytes / default_batch_count / max_batch_count:
+            ReadCommitted batch sizes.
+        append_wait_s: longest wait for a commit (the node times out sooner).
+        peer_wait_s: longest wait for the node's answer to a peer request.
+        transfer_wait_s: longest wait for a leadership transfer.
+        follow_poll_s: how often a following ReadCommitted stream notices a cancel.
+    """
+
+    max_workers: int = 64
+    max_client_calls: int = 48
+    max_streams: int = 16
+    max_bodies_per_append: int = 65_536
+    stream_in_flight: int = 256
+    max_get_count: int = 65_536
+    max_get_bytes: int = 16 * 1024 * 1024
+    default_batch_bytes: int = 1024 * 1024
+    max_batch_bytes: int = 32 * 1024 * 1024
+    default_batch_count: int = 65_536
+    max_batch_count: int = 1_048_576
+    append_wait_s: float = 30.0
+    peer_wait_s: float = 5.0
+    transfer_wait_s: float = 10.0
+    follow_poll_s: float = 0.5
+
+
+class ShuttingDown(Exception):
+    """The server is shutting down (answered with gRPC UNAVAILABLE)."""
+
+
+class ServiceCore:
+    """What the Ledger and Peer services share: the node, the limits, the client-call
+    slots and the shutdown signal.
+
+    Args:
+        node: the member.
+        limits: the server's limits.
+    """
+
+    def __init__(self, node: NodeLike, limits: ServiceLimits) -> None:
+        if limits.max_client_calls >= limits.max_workers:
+            raise ValueError("max_client_calls must leave workers for peer traffic")
+        self.node = node
+        self.limits = limits
+        self.config = node.config
+        self.peers = node.config.peer_map
+        self.closing: Future[None] = Future()
+        self._client_slots = threading.BoundedSemaphore(limits.max_client_calls)
+        self._stream_slots = threading.BoundedSemaphore(limits.max_streams)
+        self._wakers: set[Callable[[], None]] = set()
+        self._wakers_lock = threading.Lock()
+
+    # -- lifecycle
+
+    @property
+    def is_closing(self) -> bool:
+        """True once `close()` ran."""
+        return self.closing.done()
+
+    def close(self) -> None:
+        """Fail waiting client calls with UNAVAILABLE and refuse new ones. Idempotent."""
+        if not self.closing.done():
+            self.closing.set_result(None)
+        with self._wakers_lock:
+            wakers = list(self._wakers)
+        for waker in wakers:
+            waker()
+
+    def add_waker(self, waker: Callable[[], None]) -> None:
+        """Call `waker` on close (streams waiting on their own conditions)."""
+        with self._wakers_lock:
+            self._wakers.add(waker)
+        if self.is_closing:
+            waker()
+
+    def remove_waker(self, waker: Callable[[], None]) -> None:
+        with self._wakers_lock:
+            self._wakers.discard(waker)
+
+    # -- slots
+
+    def try_client_slot(self) -> bool:
+        """Take a client-call slot if one is free (release with `release_client_slot`)."""
+        return self._client_slots.acquire(blocking=False)
+
+    def release_client_slot(self) -> None:
+        self._client_slots.release()
+
+    def try_stream_slot(self) -> bool:
+        """Take a client slot and a stream slot if both are free."""
+        if not self._client_slots.acquire(blocking=False):
+            return False
+        if not self._stream_slots.acquire(blocking=False):
+            self._client_slots.release()
+            return False
+        return True
+
+    def release_stream_slot(self) -> None:
+        self._stream_slots.release()
+        self._client_slots.release()
+
+    # -- helpers
+
+    def await_future(self, future: Future[T], timeout_s: float, context: Any) -> T:
+        """`future.result()`, waiting at most `timeout_s` and the call's deadline.
+
+        Raises:
+            ShuttingDown: `close()` ran first.
+            TimeoutError: no result in time.
+            Exception: whatever the future failed with.
+        """
+        remaining = context.time_remaining() if context is not None else None
+        if remaining is not None:
+            timeout_s = max(0.0, min(timeout_s, remaining))
+        waitables: list[Future[Any]] = [future, self.closing]
+        done, _ = wait(waitables, timeout=timeout_s, return_when=FIRST_COMPLETED)
+        if future in done:
+            return future.result()
+        if self.closing.done():
+            raise ShuttingDown()
+        raise TimeoutError(f"no answer within {timeout_s:.3f} s")
+
+    def check_target(self, group: str, remote_id: str) -> tuple[int, str] | None:
+        """UNKNOWN_GROUP / UNKNOWN_MEMBER (with a message) when a client request names
+        another group or member; empty names mean "this one"."""
+        if group and group != self.config.group:
+            return ResponseCode.UNKNOWN_GROUP, f"this member serves group {self.config.group!r}, not {group!r}"
+        if remote_id and remote_id != self.config.self_id:
+            return ResponseCode.UNKNOWN_MEMBER, f"this member is {self.config.self_id!r}, not {remote_id!r}"
+        return None
+
+    def fill_header(self, out: Any, code: int, message: str = "") -> Any:
+        """Set code, leader_id, term, leader_address and message of a client response."""
+        out.code = int(code)
+        try:
+            status = self.node.status()
+            leader, term = status.leader_id, status.term
+        except Exception:  # a node that is not running still answers with a code
+            leader, term = self.node.leader_id, -1
+        if leader is not None:
+            out.leader_id = leader
+            out.leader_address = self.peers.get(leader, "")
+        out.term = term
+        if message:
+            out.message = message
+        return out
+
+
+def abort(context: Any, status: Any, details: str) -> NoReturn:
+    """End the call with a gRPC status (`context.abort` raises)."""
+    context.abort(status, details)
+    raise AssertionError("grpc context.abort returned")  # pragma: no cover
+
+
+def parse(message_cls: Any, raw: bytes, context: Any) -> Any:
+    """`message_cls` parsed from `raw`; aborts the call with INVALID_ARGUMENT when the
+    bytes are not a valid message."""
+    try:
+        return message_cls.FromString(raw)
+    except Exception as exc:  # google.protobuf.message.DecodeError
+        abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"not a {message_cls.DESCRIPTOR.full_name}: {exc}")
+
+
+def serialize(message: Any) -> bytes:
+    """Response serializer of every handler."""
+    data: bytes = message.SerializeToString()
+    return data

@@ -1,0 +1,495 @@
+"""The gRPC layer (GrpcServer, LedgerService, PeerService, GrpcTransport) over a fake node
+on real loopback servers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.entry import Entry
+from dledger.raft.messages import (
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    RequestOrResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from dledger.store.base import ColumnBatch
+from dledger.store.memory import MemoryLogStore
+from dledger.transport.convert import columns_from_pb, pb, pb_grpc
+from dledger.transport.grpc_client import GrpcTransport, open_channel, peer_deadline_ms
+from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
+
+pytestmark = pytest.mark.unit
+
+WAIT_S = 10.0
+
+
+def wait_until(predicate: Any, timeout_s: float = WAIT_S) -> None:
+    """Poll `predicate` until it holds; fail after `timeout_s`."""
+    done = threading.Event()
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        done.wait(0.005)
+
+
+@dataclass
+class Status:
+    group: str
+    self_id: str
+    role: str
+    term: int
+    leader_id: str | None
+    peers: dict[str, str]
+    begin_index: int
+    end_index: int
+    end_term: int
+    committed_index: int
+    applied_index: int = -1
+    peer_match: dict[str, int] = field(default_factory=dict)
+
+
+class FakeNode:
+    """A single member that commits at once (or holds appends when `hold` is set)."""
+
+    def __init__(self, leader: bool = True) -> None:
+        self.config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1;n1-127.0.0.1:2")
+        self.store = MemoryLogStore()
+        self.store.term = 2
+        self.leader = leader
+        self.hold = False
+        self.held: list[Future[int]] = []
+        self.peer_requests: list[RequestOrResponse] = []
+        self._cond = threading.Condition()
+
+    @property
+    def leader_id(self) -> str | None:
+        return "n0" if self.leader else "n1"
+
+    @property
+    def committed_index(self) -> int:
+        return self.store.committed_index
+
+    def append(self, bodies: list[bytes]) -> Future[int]:
+        if not self.leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, "not me")
+        future: Future[int] = Future()
+        with self._cond:
+            first = self.store.append_many(bodies)
+            last = first + len(bodies) - 1
+            if self.hold:
+                self.held.append(future)
+                return future
+            self.store.update_committed_index(last)
+            self._cond.notify_all()
+        future.set_result(last)
+        return future
+
+    def get(self, index: int, count: int = 1) -> list[Entry]:
+        if index < 0 or index > self.committed_index:
+            raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"{index} not committed")
+        return self.store.get_range(index, min(index + count, self.committed_index + 1))
+
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+        count = min(max_count, self.committed_index - from_index + 1)
+        return self.store.read_columns(from_index, max(count, 0), max_bytes)
+
+    def wait_committed(self, above_index: int, timeout_s: float) -> int:
+        with self._cond:
+            self._cond.wait_for(lambda: self.committed_index > above_index, timeout_s)
+            return self.committed_index
+
+    def status(self) -> Status:
+        return Status(
+            group="g",
+            self_id="n0",
+            role="LEADER" if self.leader else "FOLLOWER",
+            term=2,
+            leader_id=self.leader_id,
+            peers=self.config.peer_map,
+            begin_index=self.store.begin_index,
+            end_index=self.store.end_index,
+            end_term=self.store.end_term,
+            committed_index=self.committed_index,
+        )
+
+    def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
+        self.peer_requests.append(request)
+        future: Future[RequestOrResponse] = Future()
+        base = {"group": "g", "local_id": "n0", "remote_id": request.local_id, "term": request.term, "leader_id": "n0"}
+        answer: RequestOrResponse
+        if isinstance(request, VoteRequest):
+            answer = VoteResponse(**base, vote_result=VoteResult.ACCEPT)
+        elif isinstance(request, HeartBeatRequest):
+            answer = HeartBeatResponse(**base)
+        elif isinstance(request, PushEntryRequest):
+            if request.type is PushType.TRUNCATE:
+                return future  # never answered: the server times out
+            answer = PushEntryResponse(**base, index=request.first_index, count=request.count, end_index=41)
+        elif isinstance(request, LeadershipTransferRequest):
+            answer = LeadershipTransferResponse(**base, code=ResponseCode.TAKE_LEADERSHIP_FAILED)
+        else:
+            answer = RequestOrResponse(**base, code=ResponseCode.UNSUPPORTED)
+        future.set_result(answer)
+        return future
+
+    def leadership_transfer(self, transferee_id: str) -> Future[int]:
+        if transferee_id not in self.config.peer_map:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, transferee_id)
+        future: Future[int] = Future()
+        future.set_result(3)
+        return future
+
+
+@pytest.fixture
+def node() -> FakeNode:
+    return FakeNode()
+
+
+@pytest.fixture
+def limits() -> ServiceLimits:
+    return ServiceLimits(peer_wait_s=0.5, follow_poll_s=0.05)
+
+
+@pytest.fixture
+def server(node: FakeNode, limits: ServiceLimits) -> Iterator[GrpcServer]:
+    srv = GrpcServer(node, "127.0.0.1:0", limits)
+    srv.start()
+    yield srv
+    srv.stop(0)
+
+
+@pytest.fixture
+def channel(server: GrpcServer) -> Iterator[Any]:
+    ch = open_channel(f"127.0.0.1:{server.port}")
+    yield ch
+    ch.close()
+
+
+@pytest.fixture
+def ledger(channel: Any) -> Any:
+    return pb_grpc.LedgerStub(channel)
+
+
+def test_append_on_leader_and_get(ledger: Any) -> None:
+    r1 = ledger.Append(pb.AppendRequest(bodies=[b"a"], request_id=7), timeout=WAIT_S)
+    assert (r1.code, r1.first_index, r1.count, r1.request_id, r1.leader_id, r1.term) == (200, 0, 1, 7, "n0", 2)
+    r2 = ledger.Append(pb.AppendRequest(bodies=[b"b", b"", b"c"]), timeout=WAIT_S)
+    assert (r2.code, r2.first_index, r2.count) == (200, 1, 3)
+    got = ledger.Get(pb.GetRequest(index=0, count=10), timeout=WAIT_S)
+    assert got.code == 200 and got.committed_index == 3
+    assert [(e.index, e.body, e.term, e.magic) for e in got.entries] == [
+        (0, b"a", 2, 1),
+        (1, b"b", 2, 1),
+        (2, b"", 2, 1),
+        (3, b"c", 2, 1),
+    ]
+    assert ledger.Get(pb.GetRequest(index=2), timeout=WAIT_S).entries[0].index == 2  # count 0 means 1
+
+
+def test_get_stops_at_max_bytes_but_returns_at_least_one(ledger: Any) -> None:
+    ledger.Append(pb.AppendRequest(bodies=[b"x" * 100] * 5), timeout=WAIT_S)
+    assert len(ledger.Get(pb.GetRequest(index=0, count=5, max_bytes=250), timeout=WAIT_S).entries) == 2
+    assert len(ledger.Get(pb.GetRequest(index=0, count=5, max_bytes=1), timeout=WAIT_S).entries) == 1
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (pb.GetRequest(index=-1), ResponseCode.INDEX_OUT_OF_RANGE),
+        (pb.GetRequest(index=99), ResponseCode.INDEX_OUT_OF_RANGE),
+        (pb.GetRequest(index=0, count=-3), ResponseCode.UNEXPECTED_ARGUMENT),
+        (pb.GetRequest(index=0, max_bytes=-1), ResponseCode.UNEXPECTED_ARGUMENT),
+        (pb.GetRequest(group="other"), ResponseCode.UNKNOWN_GROUP),
+        (pb.GetRequest(remote_id="n7"), ResponseCode.UNKNOWN_MEMBER),
+    ],
+)
+def test_get_errors(ledger: Any, request_: Any, code: int) -> None:
+    ledger.Append(pb.AppendRequest(bodies=[b"only"]), timeout=WAIT_S)
+    answer = ledger.Get(request_, timeout=WAIT_S)
+    assert answer.code == code and not answer.entries and answer.message
+
+
+def test_huge_count_is_clamped(ledger: Any) -> None:
+    ledger.Append(pb.AppendRequest(bodies=[b"e"] * 3), timeout=WAIT_S)
+    assert len(ledger.Get(pb.GetRequest(index=0, count=2**31 - 1), timeout=WAIT_S).entries) == 3
+
+
+def test_append_to_follower_names_the_leader(node: FakeNode, ledger: Any) -> None:
+    node.leader = False
+    answer = ledger.Append(pb.AppendRequest(bodies=[b"a"]), timeout=WAIT_S)
+    assert (answer.code, answer.leader_id, answer.leader_address) == (404, "n1", "127.0.0.1:2")
+
+
+@pytest.mark.parametrize(
+    ("request_", "code"),
+    [
+        (pb.AppendRequest(), ResponseCode.REQUEST_WITH_EMPTY_BODYS),
+        (pb.AppendRequest(bodies=[b"x" * (4 * 1024 * 1024)]), ResponseCode.UNEXPECTED_ARGUMENT),
+        (pb.AppendRequest(bodies=[b""] * 65_537), ResponseCode.UNEXPECTED_ARGUMENT),
+        (pb.AppendRequest(bodies=[b"a"], group="nope"), ResponseCode.UNKNOWN_GROUP),
+        (pb.AppendRequest(bodies=[b"a"], remote_id="n1"), ResponseCode.UNKNOWN_MEMBER),
+    ],
+)
+def test_append_errors(node: FakeNode, ledger: Any, request_: Any, code: int) -> None:
+    answer = ledger.Append(request_, timeout=WAIT_S)
+    assert answer.code == code and answer.message
+    assert node.store.end_index == -1
+
+
+def test_message_over_the_limit_is_resource_exhausted(server: GrpcServer, ledger: Any) -> None:
+    raw = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+    try:
+        call = raw.unary_unary("/dledger.v1.Ledger/Append")
+        with pytest.raises(grpc.RpcError) as info:
+            call(pb.AppendRequest(bodies=[b"x" * (65 * 1024 * 1024)]).SerializeToString(), timeout=WAIT_S)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    finally:
+        raw.close()
+    assert ledger.Append(pb.AppendRequest(bodies=[b"ok"]), timeout=WAIT_S).code == 200
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["/dledger.v1.Ledger/Append", "/dledger.v1.Ledger/Get", "/dledger.v1.Peer/Vote", "/dledger.v1.Peer/Push"],
+)
+def test_garbage_bytes_are_invalid_argument(channel: Any, method: str) -> None:
+    call = channel.unary_unary(method)
+    with pytest.raises(grpc.RpcError) as info:
+        call(b"\xff\xff\xff\xff\x0f garbage", timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_push_without_type_is_invalid_argument(channel: Any) -> None:
+    with pytest.raises(grpc.RpcError) as info:
+        pb_grpc.PeerStub(channel).Push(pb.PushEntryRequest(term=1), timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_append_stream_answers_in_order(ledger: Any) -> None:
+    requests = [pb.AppendRequest(bodies=[b"s%d" % k] * (k + 1), request_id=k) for k in range(20)]
+    requests.insert(5, pb.AppendRequest(request_id=99))  # empty: answered with a code, stream goes on
+    answers = list(ledger.AppendStream(iter(requests), timeout=WAIT_S))
+    assert [a.request_id for a in answers] == [r.request_id for r in requests]
+    assert answers[5].code == ResponseCode.REQUEST_WITH_EMPTY_BODYS
+    good = [a for a in answers if a.code == 200]
+    assert [a.first_index for a in good] == [k * (k + 1) // 2 for k in range(20)]
+
+
+def test_append_stream_with_garbage_is_invalid_argument(channel: Any) -> None:
+    call = channel.stream_stream("/dledger.v1.Ledger/AppendStream")
+    with pytest.raises(grpc.RpcError) as info:
+        list(call(iter([pb.AppendRequest(bodies=[b"a"]).SerializeToString(), b"\xff\xff\xff"]), timeout=WAIT_S))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_read_committed_batches(ledger: Any) -> None:
+    bodies = [b"body-%03d" % k for k in range(100)]
+    ledger.Append(pb.AppendRequest(bodies=bodies), timeout=WAIT_S)
+    answers = list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=10, max_batch_count=30), timeout=WAIT_S))
+    assert [a.code for a in answers] == [200] * 3
+    batches = [columns_from_pb(a.batch) for a in answers]
+    assert [b.count for b in batches] == [30, 30, 30]
+    assert [b.body(k) for b in batches for k in range(b.count)] == bodies[10:]
+    ranged = list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=95, to_index=98), timeout=WAIT_S))
+    assert list(ranged[0].batch.index) == [95, 96, 97] and len(ranged) == 1
+    assert list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=500), timeout=WAIT_S)) == []
+    bad = list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=-1), timeout=WAIT_S))
+    assert [a.code for a in bad] == [ResponseCode.UNEXPECTED_ARGUMENT]
+
+
+def test_read_committed_follow_delivers_new_commits(ledger: Any) -> None:
+    ledger.Append(pb.AppendRequest(bodies=[b"first"]), timeout=WAIT_S)
+    stream = ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0, to_index=3, follow=True), timeout=WAIT_S)
+    first = next(stream)
+    assert list(first.batch.index) == [0]
+    ledger.Append(pb.AppendRequest(bodies=[b"second", b"third", b"fourth"]), timeout=WAIT_S)
+    rest = list(stream)  # ends at to_index
+    assert [i for a in rest for i in a.batch.index] == [1, 2]
+
+
+def test_read_committed_follow_cancel(ledger: Any, server: GrpcServer) -> None:
+    stream = ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0, follow=True), timeout=WAIT_S)
+    ledger.Append(pb.AppendRequest(bodies=[b"x"]), timeout=WAIT_S)
+    assert list(next(stream).batch.index) == [0]
+    stream.cancel()
+    # the stream slot comes back: as many new streams as the limit can open
+    for _ in range(server.limits.max_streams + 2):
+        assert list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
+
+
+def test_metadata_and_transfer(ledger: Any) -> None:
+    meta = ledger.Metadata(pb.MetadataRequest(), timeout=WAIT_S)
+    assert (meta.code, meta.leader_id, meta.role, meta.self_id, dict(meta.peers)["n1"]) == (
+        200,
+        "n0",
+        "LEADER",
+        "n0",
+        "127.0.0.1:2",
+    )
+    assert ledger.Metadata(pb.MetadataRequest(group="x"), timeout=WAIT_S).code == ResponseCode.UNKNOWN_GROUP
+    done = ledger.LeadershipTransfer(pb.LeadershipTransferRequest(transferee_id="n1"), timeout=WAIT_S)
+    assert (done.code, done.leader_id, done.term, done.leader_address) == (200, "n1", 3, "127.0.0.1:2")
+    unknown = ledger.LeadershipTransfer(pb.LeadershipTransferRequest(transferee_id="n9"), timeout=WAIT_S)
+    assert unknown.code == ResponseCode.UNKNOWN_MEMBER
+    empty = ledger.LeadershipTransfer(pb.LeadershipTransferRequest(), timeout=WAIT_S)
+    assert empty.code == ResponseCode.UNEXPECTED_ARGUMENT
+
+
+def test_health_and_reflection(channel: Any) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "dledger.v1.Ledger", "dledger.v1.Peer"):
+        answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=WAIT_S)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+    replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    names = {s.name for r in replies for s in r.list_services_response.service}
+    assert {"dledger.v1.Ledger", "dledger.v1.Peer", "grpc.health.v1.Health"} <= names
+
+
+def test_port_cannot_be_bound_twice(node: FakeNode, server: GrpcServer) -> None:
+    with pytest.raises(BindError, match="cannot listen"):
+        GrpcServer(node, f"127.0.0.1:{server.port}")
+
+
+def test_shutdown_fails_waiting_appends_with_unavailable(node: FakeNode, server: GrpcServer, ledger: Any) -> None:
+    node.hold = True
+    call = ledger.Append.future(pb.AppendRequest(bodies=[b"pending"]), timeout=WAIT_S)
+    wait_until(lambda: node.held)
+    server.begin_shutdown()
+    with pytest.raises(grpc.RpcError) as info:
+        call.result(timeout=WAIT_S)
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "unknown" in info.value.details()
+    with pytest.raises(grpc.RpcError) as later:
+        ledger.Append(pb.AppendRequest(bodies=[b"late"]), timeout=WAIT_S)
+    assert later.value.code() == grpc.StatusCode.UNAVAILABLE
+    answer = health_pb2_grpc.HealthStub(ledger_channel(server)).Check(health_pb2.HealthCheckRequest(), timeout=WAIT_S)
+    assert answer.status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def ledger_channel(server: GrpcServer) -> Any:
+    return open_channel(f"127.0.0.1:{server.port}")
+
+
+def test_client_slots_are_bounded(node: FakeNode) -> None:
+    srv = GrpcServer(node, "127.0.0.1:0", ServiceLimits(max_workers=4, max_client_calls=1, max_streams=1))
+    srv.start()
+    channel = ledger_channel(srv)
+    try:
+        ledger = pb_grpc.LedgerStub(channel)
+        node.hold = True
+        pending = ledger.Append.future(pb.AppendRequest(bodies=[b"held"]), timeout=WAIT_S)
+        wait_until(lambda: node.held)
+        busy = ledger.Append(pb.AppendRequest(bodies=[b"more"]), timeout=WAIT_S)
+        assert busy.code == ResponseCode.LEADER_PENDING_FULL
+        with pytest.raises(grpc.RpcError) as info:
+            list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # peers are still served
+        answer = pb_grpc.PeerStub(channel).HeartBeat(pb.HeartBeatRequest(term=2), timeout=WAIT_S)
+        assert answer.code == 200
+        node.store.update_committed_index(0)
+        node.held[0].set_result(0)
+        assert pending.result(timeout=WAIT_S).code == 200
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+# ------------------------------------------------------------------ the transport
+
+
+@pytest.fixture
+def transport(server: GrpcServer) -> Iterator[GrpcTransport]:
+    config = DLedgerConfig(group="g", self_id="n1", peers=f"n0-127.0.0.1:{server.port};n1-127.0.0.1:1")
+    t = GrpcTransport(config, deadline_ms=500)
+    yield t
+    t.close()
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        VoteRequest(group="g", remote_id="n0", local_id="n1", leader_id="n1", term=5, ledger_end_index=3),
+        HeartBeatRequest(group="g", remote_id="n0", local_id="n1", leader_id="n1", term=5),
+        PushEntryRequest(group="g", remote_id="n0", local_id="n1", term=5, first_index=4, count=2, entries=b"xx"),
+        LeadershipTransferRequest(group="g", remote_id="n0", local_id="n1", term=5, transferee_id="n0"),
+    ],
+    ids=lambda r: type(r).__name__,
+)
+def test_transport_round_trip(node: FakeNode, transport: GrpcTransport, request_: RequestOrResponse) -> None:
+    answer = transport.send("n0", request_).result(timeout=WAIT_S)
+    assert node.peer_requests == [request_]
+    assert answer.local_id == "n0" and answer.term == 5 and answer.remote_id == "n1"
+    if isinstance(request_, PushEntryRequest):
+        assert isinstance(answer, PushEntryResponse) and (answer.index, answer.count, answer.end_index) == (4, 2, 41)
+    if isinstance(request_, VoteRequest):
+        assert isinstance(answer, VoteResponse) and answer.vote_result is VoteResult.ACCEPT
+
+
+def test_transport_node_timeout_is_a_timeout_code(transport: GrpcTransport) -> None:
+    answer = transport.send("n0", PushEntryRequest(type=PushType.TRUNCATE, term=1)).result(timeout=WAIT_S)
+    assert answer.code == ResponseCode.TIMEOUT  # the server gave up waiting for the node
+
+
+def test_transport_unknown_peer_and_refused_connection(transport: GrpcTransport) -> None:
+    with pytest.raises(DLedgerError) as unknown:
+        transport.send("n9", HeartBeatRequest()).result(timeout=WAIT_S)
+    assert unknown.value.code == ResponseCode.NETWORK_ERROR
+    with pytest.raises(DLedgerError) as refused:  # n1's address has nobody listening
+        transport.send("n1", HeartBeatRequest()).result(timeout=WAIT_S)
+    assert refused.value.code in (ResponseCode.NETWORK_ERROR, ResponseCode.TIMEOUT)
+
+
+def test_transport_blackhole_times_out() -> None:
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(1)  # accepts TCP in the kernel, never speaks HTTP/2
+    try:
+        config = DLedgerConfig(self_id="n1", peers=f"n0-127.0.0.1:{hole.getsockname()[1]};n1-127.0.0.1:1")
+        t = GrpcTransport(config, deadline_ms=300)
+        started = time.monotonic()
+        with pytest.raises(DLedgerError) as info:
+            t.send("n0", HeartBeatRequest()).result(timeout=WAIT_S)
+        # the deadline, or the 100 ms connect timeout (the handshake never completes)
+        assert info.value.code in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR)
+        assert time.monotonic() - started < 2.0
+        t.close()
+        with pytest.raises(DLedgerError) as closed:
+            t.send("n0", HeartBeatRequest()).result(timeout=WAIT_S)
+        assert closed.value.code == ResponseCode.NETWORK_ERROR
+    finally:
+        hole.close()
+
+
+def test_peer_deadline_is_below_the_election_timeout() -> None:
+    assert peer_deadline_ms(DLedgerConfig()) == 3000
+    fast = DLedgerConfig(heart_beat_time_interval_ms=500)
+    assert peer_deadline_ms(fast) == 1000 < 500 * fast.max_heart_beat_leak
+    single = DLedgerConfig(heart_beat_time_interval_ms=500, max_heart_beat_leak=1)
+    assert peer_deadline_ms(single) == 250
+
+
+def test_install_snapshot_is_unsupported(channel: Any) -> None:
+    answer = pb_grpc.PeerStub(channel).InstallSnapshot(pb.InstallSnapshotRequest(local_id="n1"), timeout=WAIT_S)
+    assert (answer.code, answer.local_id, answer.remote_id) == (ResponseCode.UNSUPPORTED, "n0", "n1")
