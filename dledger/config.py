@@ -82,11 +82,12 @@ class DLedgerConfig:
     peer_push_throttle_point: int = 300 * MIB
     peer_push_throttle_lag_entries: int = 1000
     max_push_batch_bytes: int = 4 * MIB + 64 * 1024
-    max_push_in_flight_per_peer: int = 1000
+    max_push_in_flight_per_peer: int = 1000  # APPEND pushes awaiting an answer, per peer (pipelining)
+    max_push_in_flight_bytes: int = 64 * MIB  # ... and their encoded bytes, per peer
     commit_push_interval_ms: int = 1000
     follower_push_timeout_ms: int = 1000
     rpc_timeout_ms: int = 3000
-    enable_fast_advance_commit_index: bool = True  # new leader appends a NOOP (required for safety)
+    enable_fast_advance_commit_index: bool = True  # a new leader holding uncommitted entries appends a NOOP
 
     # storage
     flush_mode: str = "async"  # async (DLedger) or sync (ack after fsync)
@@ -120,7 +121,12 @@ class DLedgerConfig:
         for name in ("heart_beat_time_interval_ms", "max_heart_beat_leak", "max_push_timeout_ms", "rpc_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
-        for name in ("max_pending_requests_num", "max_pending_bytes", "max_push_batch_bytes"):
+        for name in (
+            "max_pending_requests_num",
+            "max_pending_bytes",
+            "max_push_batch_bytes",
+            "max_push_in_flight_bytes",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:

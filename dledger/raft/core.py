@@ -1,13 +1,21 @@
-"""RaftCore: one member's Raft logic in one object (elector, dispatchers, entry handler,
-quorum-ack checker), still without I/O. A shell (the threaded node, or a single-threaded
-simulation) calls `tick(now_ms)`, sends the returned requests, feeds answers back with
-`on_response`, and hands incoming requests to `handle_request`."""
+"""RaftCore: one member's Raft logic in one object (elector, leadership transfer,
+dispatchers, entry handler, quorum-ack checker), still without I/O.
+
+A shell drives it with the per-service passes, each one DLedger thread's loop body:
+`tick_elector` (state maintainer: votes, heartbeats, leadership transfer, preferred
+leader), `tick_dispatcher(peer)` (one EntryDispatcher), `tick_handler` (one unit of the
+EntryHandler), `tick_quorum` (QuorumAckChecker); `tick` runs them all. The returned
+requests are sent by the shell and their answers fed back through `on_response`;
+incoming requests go to `handle_request`. Not thread-safe: a threaded shell calls every
+method under one lock (DLedger's `synchronized (memberState)`).
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
 from concurrent.futures import Future
+from typing import cast
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
@@ -18,6 +26,8 @@ from dledger.raft.member_state import MemberState, Role, TermStore
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
     PushEntryRequest,
     PushEntryResponse,
     RequestOrResponse,
@@ -25,6 +35,7 @@ from dledger.raft.messages import (
     VoteResponse,
 )
 from dledger.raft.quorum_ack import QuorumAckChecker
+from dledger.raft.transfer import LeadershipTransfer
 from dledger.store.base import LogStore
 
 MAX_HANDLER_STEPS_PER_TICK = 10_000
@@ -48,16 +59,24 @@ class RaftCore:
         self.quorum = QuorumAckChecker(config, self.ms)
         self.dispatchers = {p: EntryDispatcher(config, self.ms, p, self.quorum) for p in self.ms.other_peer_ids}
         self.handler = EntryHandler(config, self.ms)
+        self.transfer = LeadershipTransfer(config, self.ms, self.elector, self.quorum)
         self.elector.listeners.append(self._on_role_change)
 
     def _on_role_change(self, term: int, role: Role) -> None:
         self.quorum.on_role_change(term, role)
+        self.transfer.on_role_change(term, role, self.elector.now_ms)
         if role is Role.LEADER:
             for dispatcher in self.dispatchers.values():
                 dispatcher.reset(term)
             self.store.term = term
-            if self.config.enable_fast_advance_commit_index and not self.config.java_compat:
-                # a NOOP of the new term lets older entries commit (Raft §5.4.2)
+            cfg = self.config
+            if (
+                cfg.enable_fast_advance_commit_index
+                and not cfg.java_compat
+                and self.ms.committed_index < self.store.end_index
+            ):
+                # older entries only commit with one of the new term (Raft §5.4.2): a NOOP
+                # of the new term lets them commit without waiting for a client write
                 self.store.append_noop()
 
     # -- client side
@@ -73,70 +92,135 @@ class RaftCore:
             raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {ms.transferee}")
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
-        nbytes = sum(len(b) for b in bodies)
+        nbytes = sum(map(len, bodies))
         term = ms.current_term
         self.quorum.check_not_full(term, nbytes)
         self.store.term = term
         first = self.store.append_many(bodies)
         return self.quorum.wait_ack(term, first, first + len(bodies) - 1, now_ms, nbytes)
 
+    def leadership_transfer(self, transferee_id: str, now_ms: int) -> Future[LeadershipTransferResponse]:
+        """As the leader, hand leadership to `transferee_id` (the same as a
+        LeadershipTransferRequest addressed to this leader in its current term).
+
+        The future completes with a LeadershipTransferResponse whose code is SUCCESS once
+        the transferee leads, or UNKNOWN_MEMBER, NOT_LEADER, FALL_BEHIND_TOO_MUCH,
+        LEADER_TRANSFERRING, TAKE_LEADERSHIP_FAILED (the transferee did not catch up or
+        lost the election within `leadership_transfer_wait_timeout_ms`), EXPIRED_TERM,
+        NETWORK_ERROR or TIMEOUT; it never raises. While it runs, appends fail with
+        LEADER_TRANSFERRING.
+        """
+        return self.transfer.start(transferee_id, self.ms.current_term, now_ms)
+
     # -- peer side
 
     def handle_request(self, req: RequestOrResponse, now_ms: int) -> Future[RequestOrResponse]:
-        """Answer a peer request (the future may complete in a later `tick`)."""
-        result: Future[RequestOrResponse] = Future()
-        if isinstance(req, VoteRequest):
-            result.set_result(self.elector.handle_vote(req, now_ms))
-        elif isinstance(req, HeartBeatRequest):
-            result.set_result(self.elector.handle_heartbeat(req, now_ms))
-        elif isinstance(req, PushEntryRequest):
+        """Answer a peer request (the future may complete in a later pass)."""
+        if isinstance(req, PushEntryRequest):
             bad = self.elector.check_addressing(req)
-            if bad is not None:
-                result.set_result(PushEntryResponse(local_id=self.ms.self_id, code=bad, term=self.ms.current_term))
-            else:
-                inner = self.handler.handle_push(req, now_ms)
-                inner.add_done_callback(lambda f: result.set_result(f.result()))
-        else:
-            result.set_result(
-                RequestOrResponse(
-                    group=self.ms.group, local_id=self.ms.self_id, remote_id=req.local_id, code=ResponseCode.UNSUPPORTED
-                )
+            if bad is None:
+                return cast("Future[RequestOrResponse]", self.handler.handle_push(req, now_ms))
+            reply: RequestOrResponse = PushEntryResponse(
+                local_id=self.ms.self_id, remote_id=req.local_id, code=bad, term=self.ms.current_term
             )
+        elif isinstance(req, HeartBeatRequest):
+            reply = self.elector.handle_heartbeat(req, now_ms)
+        elif isinstance(req, VoteRequest):
+            reply = self.elector.handle_vote(req, now_ms)
+        elif isinstance(req, LeadershipTransferRequest):
+            return cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+        else:
+            reply = RequestOrResponse(
+                group=self.ms.group, local_id=self.ms.self_id, remote_id=req.local_id, code=ResponseCode.UNSUPPORTED
+            )
+        result: Future[RequestOrResponse] = Future()
+        result.set_result(reply)
         return result
 
-    def tick(self, now_ms: int) -> list[Outbound]:
-        """One pass of every service: returns the requests to send."""
+    # -- the service passes
+
+    def tick_elector(self, now_ms: int) -> list[Outbound]:
+        """The state maintainer: votes, heartbeats, leadership transfer and the
+        preferred-leader check. Returns the requests to send."""
         out = self.elector.tick(now_ms)
+        out.extend(self.transfer.tick(now_ms))
+        return out
+
+    def tick_dispatcher(self, peer_id: str, now_ms: int) -> list[Outbound]:
+        """One pass of the EntryDispatcher of `peer_id` (nothing unless leader)."""
+        dispatcher = self.dispatchers.get(peer_id)
+        if dispatcher is None or not self.ms.is_leader:
+            return []
+        return [Outbound(peer_id, r) for r in dispatcher.tick(now_ms)]
+
+    def tick_handler(self, now_ms: int) -> bool:
+        """One unit of follower work (a queued push); False when there was nothing to do."""
+        return self.handler.run_once(now_ms)
+
+    def tick_quorum(self, now_ms: int) -> bool:
+        """The QuorumAckChecker: advance the commit index, complete or time out client
+        futures. Returns True when the commit index moved."""
+        return self.quorum.check(now_ms)
+
+    def tick(self, now_ms: int) -> list[Outbound]:
+        """Every pass once (the handler until idle): returns the requests to send."""
+        out = self.tick_elector(now_ms)
         steps = 0
         while steps < MAX_HANDLER_STEPS_PER_TICK and self.handler.run_once(now_ms):
             steps += 1
         if self.ms.is_leader:
-            for peer, dispatcher in self.dispatchers.items():
-                out.extend(Outbound(peer, r) for r in dispatcher.tick(now_ms))
+            for peer in self.dispatchers:
+                out.extend(self.tick_dispatcher(peer, now_ms))
             self.quorum.check(now_ms)
         return out
 
-    def on_response(self, target_id: str, req: RequestOrResponse, resp: RequestOrResponse | None, now_ms: int) -> None:
-        """Feed back the answer to a request from `tick` (None: network error)."""
+    def on_response(self, target_id: str, req: RequestOrResponse, resp: RequestOrResponse | None, now_ms: int) -> bool:
+        """Feed back the answer to a request from a pass (None: network error).
+
+        Returns True when the answer acknowledged entries. The quorum check then runs at
+        once (the commit index moves and client futures complete without waiting for the
+        next `tick_quorum`), so True also means "commit listeners may have news".
+        """
         if resp is not None and resp.code == ResponseCode.NETWORK_ERROR:
             resp = None
-        if isinstance(req, VoteRequest):
-            self.elector.on_vote_response(target_id, req, resp if isinstance(resp, VoteResponse) else None, now_ms)
-        elif isinstance(req, HeartBeatRequest):
-            hb = resp if isinstance(resp, HeartBeatResponse) else None
-            self.elector.on_heartbeat_response(target_id, req, hb, now_ms)
-        elif isinstance(req, PushEntryRequest):
+        if isinstance(req, PushEntryRequest):
             push = resp if isinstance(resp, PushEntryResponse) else None
             if push is not None and push.term > self.ms.current_term and self.ms.is_leader:
                 self.elector.change_role_to_candidate(push.term)
-                return
+                return False
             dispatcher = self.dispatchers.get(target_id)
-            if dispatcher is not None:
-                dispatcher.on_response(req, push, now_ms)
-                if self.ms.is_leader:
-                    self.quorum.check(now_ms)
+            if dispatcher is None:
+                return False
+            before = dispatcher.match_index
+            dispatcher.on_response(req, push, now_ms)
+            if dispatcher.match_index == before or not self.ms.is_leader:
+                return False
+            self.quorum.check(now_ms)
+            return True
+        if isinstance(req, HeartBeatRequest):
+            hb = resp if isinstance(resp, HeartBeatResponse) else None
+            self.elector.on_heartbeat_response(target_id, req, hb, now_ms)
+        elif isinstance(req, VoteRequest):
+            self.elector.on_vote_response(target_id, req, resp if isinstance(resp, VoteResponse) else None, now_ms)
+        elif isinstance(req, LeadershipTransferRequest):
+            lt = resp if isinstance(resp, LeadershipTransferResponse) else None
+            self.transfer.on_response(req, lt, now_ms)
+        return False
 
-    # -- reads
+    # -- log retention and reads
+
+    def retention_floor(self) -> int:
+        """The lowest log index some member may still need; retention must keep it
+        (`store.set_retention_floor`). On the leader: the smallest follower match index
+        + 1 (a follower not matched yet in this term counts as needing everything), never
+        above committed + 1; elsewhere: committed + 1."""
+        ms = self.ms
+        floor = ms.committed_index + 1
+        if ms.is_leader:
+            for dispatcher in self.dispatchers.values():
+                match = dispatcher.match_index if dispatcher.term == ms.current_term else -1
+                floor = min(floor, match + 1)
+        return max(floor, 0)
 
     def get_committed(self, index: int) -> bytes:
         """The body at `index` if it is committed on this member (never uncommitted data)."""

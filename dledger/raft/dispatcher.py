@@ -9,7 +9,7 @@ term change sends the dispatcher back to COMPARE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
@@ -19,6 +19,11 @@ from dledger.config import DLedgerConfig
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
 from dledger.raft.quorum_ack import QuorumAckChecker
+
+UNREACHABLE_RETRY_MS = 100
+"""Pause before a COMPARE / TRUNCATE goes again after the peer could not be reached."""
+NOT_READY_RETRY_MS = 10
+"""... after the peer answered that it does not follow this leader (yet)."""
 
 
 class DispatchState(Enum):
@@ -31,6 +36,7 @@ class DispatchState(Enum):
 class _InFlight:
     request: PushEntryRequest
     send_ms: int
+    resent: bool = False
 
 
 class EntryDispatcher:
@@ -57,8 +63,9 @@ class EntryDispatcher:
         self.match_index = -1
         self.write_index = 0
         self.peer_end_index = -1
-        self.pending: dict[int, _InFlight] = {}  # APPEND requests in flight, by first index
-        self._control: _InFlight | None = None  # the COMPARE / TRUNCATE / COMMIT in flight
+        self.pending: dict[int, _InFlight] = {}  # APPEND requests in flight, by first index, in index order
+        self.pending_bytes = 0  # their encoded entries
+        self._control: _InFlight | None = None  # the COMPARE / TRUNCATE in flight (COMMITs are not awaited)
         self.last_push_commit_ms = -1
         self.last_pushed_commit_index = -1
         self.throttled = False
@@ -72,12 +79,16 @@ class EntryDispatcher:
         self.state = DispatchState.COMPARE
         self.match_index = -1
         self.write_index = self.store.end_index + 1
-        self.pending.clear()
+        self._clear_pending()
         self._control = None
+
+    def _clear_pending(self) -> None:
+        self.pending.clear()
+        self.pending_bytes = 0
 
     def _change_state(self, state: DispatchState) -> None:
         self.state = state
-        self.pending.clear()
+        self._clear_pending()
         self._control = None
         if state is DispatchState.APPEND:
             self.write_index = self.match_index + 1
@@ -146,24 +157,36 @@ class EntryDispatcher:
     def _append(self, now_ms: int) -> list[PushEntryRequest]:
         out: list[PushEntryRequest] = []
         if self.pending:
-            oldest = min(self.pending)
-            if now_ms - self.pending[oldest].send_ms >= self.config.max_push_timeout_ms:
-                # lost push or ack: go back to the first unacknowledged index and resend
-                self.pending.clear()
-                self.write_index = self.match_index + 1
+            # pushes are filed in index order, so the first one is the oldest; it starts
+            # at match_index + 1
+            first = next(iter(self.pending))
+            oldest = self.pending[first]
+            if now_ms - oldest.send_ms >= self.config.max_push_timeout_ms:
+                # lost push or ack: send that push again, alone (as DLedger resends the one
+                # at water mark + 1); the follower may hold the later ones already
+                again = replace(oldest.request, commit_index=self.ms.committed_index)
+                self.pending[first] = _InFlight(again, now_ms, resent=True)
+                self.quota.sample(len(again.entries), now_ms)
+                out.append(again)
         end = self.store.end_index
         self.throttled = False
-        while len(self.pending) < self.config.max_push_in_flight_per_peer and self.write_index <= end:
+        cfg = self.config
+        while (
+            self.write_index <= end
+            and len(self.pending) < cfg.max_push_in_flight_per_peer
+            and self.pending_bytes < cfg.max_push_in_flight_bytes
+        ):
             if self._throttle(now_ms):
                 self.throttled = True
                 break
-            run, count = self.store.read_run(self.write_index, self.config.max_push_batch_bytes)
+            run, count = self.store.read_run(self.write_index, cfg.max_push_batch_bytes)
             req = self._base(PushType.APPEND)
             req.first_index, req.count, req.entries = self.write_index, count, run
             req.prev_index, req.prev_term = self.write_index - 1, self._term_at(self.write_index - 1)
             req.last_term = self.store.term_at(req.last_index)
             self.quota.sample(len(run), now_ms)
             self.pending[req.first_index] = _InFlight(req, now_ms)
+            self.pending_bytes += len(run)
             self.write_index += count
             out.append(req)
         if not self.pending and self.write_index > end:
@@ -173,7 +196,7 @@ class EntryDispatcher:
                 req = self._base(PushType.COMMIT)
                 req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
                 self.last_push_commit_ms, self.last_pushed_commit_index = now_ms, commit
-                out.append(self._send_control(req, now_ms))
+                out.append(req)  # not awaited: new appends need not wait for its answer
         return out
 
     # -- answers
@@ -185,15 +208,23 @@ class EntryDispatcher:
         if resp is not None and resp.term > self.term:
             return  # the elector steps down on the higher term
         if req.type is PushType.APPEND:
-            self._on_append(req, resp)
+            self._on_append(req, resp, now_ms)
+            return
+        if req.type is PushType.COMMIT:
+            # the follower does not hold our entry at the match point: find the match again
+            if resp is not None and resp.code == ResponseCode.INCONSISTENT_STATE and self.state is DispatchState.APPEND:
+                self._change_state(DispatchState.COMPARE)
+                self.write_index = self.match_index + 1
             return
         ctl = self._control
         if ctl is None or ctl.request is not req:
             return
         self._control = None
         if resp is None or resp.code not in (ResponseCode.SUCCESS, ResponseCode.INCONSISTENT_STATE):
-            # unreachable, not a follower yet, another leader...: try again a little later
-            self._retry_at_ms = now_ms + min(100, self.config.max_push_timeout_ms)
+            # unreachable: try again in a while; reachable but not following this leader
+            # yet (it will at the next heartbeat) or busy: soon
+            delay = UNREACHABLE_RETRY_MS if resp is None else NOT_READY_RETRY_MS
+            self._retry_at_ms = now_ms + min(delay, self.config.max_push_timeout_ms)
             return
         self.peer_end_index = resp.end_index
         if req.type is PushType.COMPARE:
@@ -204,15 +235,18 @@ class EntryDispatcher:
                 self._change_state(DispatchState.APPEND)
             else:
                 self._change_state(DispatchState.COMPARE)
-        elif req.type is PushType.COMMIT and resp.code != ResponseCode.SUCCESS:
-            self._change_state(DispatchState.COMPARE)
 
     def _matched(self, index: int) -> None:
         if self.state is DispatchState.APPEND:
             self.match_index = max(self.match_index, index)
-            # every push ending at or below the match point is acknowledged too
-            for first in [f for f, p in self.pending.items() if p.request.last_index <= self.match_index]:
-                del self.pending[first]
+            # every push ending at or below the match point is acknowledged too (the
+            # pending pushes are in index order: they form a prefix)
+            pending = self.pending
+            while pending:
+                first = next(iter(pending))
+                if pending[first].request.last_index > self.match_index:
+                    break
+                self.pending_bytes -= len(pending.pop(first).request.entries)
         else:
             self.match_index = index
         self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
@@ -231,7 +265,7 @@ class EntryDispatcher:
         self.write_index = max(0, min(target, req.prev_index))
         self._control = None
 
-    def _on_append(self, req: PushEntryRequest, resp: PushEntryResponse | None) -> None:
+    def _on_append(self, req: PushEntryRequest, resp: PushEntryResponse | None, now_ms: int) -> None:
         if self.state is not DispatchState.APPEND:
             return
         inflight = self.pending.get(req.first_index)
@@ -242,9 +276,17 @@ class EntryDispatcher:
         if resp is None:
             return  # resent after max_push_timeout_ms
         if resp.code == ResponseCode.SUCCESS:
-            self.pending.pop(req.first_index, None)
+            del self.pending[req.first_index]
+            self.pending_bytes -= len(req.entries)
             self._matched(req.last_index)
             self.peer_end_index = max(self.peer_end_index, resp.end_index)
+            if inflight.resent and self.pending:
+                oldest = self.pending[next(iter(self.pending))]
+                if now_ms - oldest.send_ms >= self.config.max_push_timeout_ms:
+                    # the resend got through but the pushes after it are overdue as well
+                    # (the follower lost them, e.g. it restarted): send the window again
+                    self._clear_pending()
+                    self.write_index = self.match_index + 1
         elif resp.code == ResponseCode.REPEATED_PUSH:
             pass  # a newer copy of this push replaced it on the follower
         else:

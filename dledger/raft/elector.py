@@ -86,6 +86,18 @@ class LeaderElector:
         self._hb_round: _HeartBeatRound | None = None
         self._now_ms = 0
         self.listeners: list[RoleChangeListener] = []
+        # A member that voted for itself before a restart may have led that term, and lost
+        # entries it made then (async flush). Leading the same term again could put a
+        # second, different entry at an (index, term) a follower holds, so it never leads
+        # that term again: a won round there moves on to the next term at once. (DLedger
+        # re-runs and may win the same term; a single member has nobody to diverge from.)
+        restarted_candidate = member_state.vote_for == member_state.self_id and len(member_state.peer_map) > 1
+        self.no_lead_term = member_state.current_term if restarted_candidate else -1
+
+    @property
+    def now_ms(self) -> int:
+        """The time given by the latest call (role-change listeners read it)."""
+        return self._now_ms
 
     # -- role changes
 
@@ -99,6 +111,7 @@ class LeaderElector:
         if self.ms.current_term != term:
             return
         self.ms.change_to_leader(term)
+        self.peers_live_table.clear()  # liveness from an earlier leadership is stale
         self.last_send_heart_beat_time = -1
         self.last_succ_heart_beat_time = self._now_ms
         self._role_changed(term, Role.LEADER)
@@ -115,8 +128,24 @@ class LeaderElector:
         self.ms.change_to_candidate(term)
         self._role_changed(term, Role.CANDIDATE)
 
+    def take_leadership(self, now_ms: int) -> int:
+        """Stand for election in the next term at once (the transferee of a leadership
+        transfer). The term moves now rather than at the next maintainer pass, so that a
+        heartbeat of the old leader arriving in between cannot make this member follow it
+        again. Returns the term it stands in (`term_to_take_leadership`)."""
+        self._now_ms = now_ms
+        ms = self.ms
+        self.change_role_to_candidate(ms.current_term + 1)
+        term = ms.next_term()
+        ms.term_to_take_leadership = term
+        self.need_increase_term_immediately = False
+        self.last_parse_result = ParseResult.WAIT_TO_REVOTE
+        self.next_time_to_request_vote = now_ms
+        return term
+
     def next_vote_time(self, now_ms: int) -> int:
-        """now + a random interval (shorter while this preferred member takes leadership)."""
+        """now + a random interval (the short take-leadership one while this member is the
+        transferee of a leadership transfer in its current term)."""
         if self.ms.is_taking_leadership():
             lo, hi = self.config.min_take_leadership_vote_interval_ms, self.config.max_take_leadership_vote_interval_ms
         else:
@@ -398,6 +427,9 @@ class LeaderElector:
         elif not ms.is_quorum(rnd.valid_num - rnd.bigger_ledger_num):
             result = ParseResult.WAIT_TO_REVOTE
             self.next_time_to_request_vote = self.next_vote_time(now_ms) + self.config.max_vote_interval_ms
+        elif ms.is_quorum(rnd.accepted_num) and rnd.term == self.no_lead_term:
+            result = ParseResult.WAIT_TO_VOTE_NEXT  # see no_lead_term: stand again, next term
+            self.next_time_to_request_vote = now_ms
         elif ms.is_quorum(rnd.accepted_num):
             result = ParseResult.PASSED
         elif ms.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):

@@ -87,6 +87,9 @@ class EntryHandler:
             old = self.write_requests.get(req.first_index)
             self.write_requests[req.first_index] = waiting
             if old is not None:
+                # the copy replaces the waiting one but keeps its age: a push that keeps
+                # waiting for a missing predecessor must time out however often it is resent
+                waiting.created_ms = old.created_ms
                 old.future.set_result(self._reply(old.request, ResponseCode.REPEATED_PUSH))
             return future
         if len(self.control_queue) >= MAX_CONTROL_QUEUE:
@@ -210,11 +213,13 @@ class EntryHandler:
     def _do_truncate(self, req: PushEntryRequest) -> PushEntryResponse:
         if req.first_index != req.prev_index + 1 or not self._matches(req.prev_index, req.prev_term):
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
-        if req.first_index <= self.ms.committed_index:
-            # never delete committed entries, whatever the request says
-            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
-        if req.first_index <= self.store.end_index:
-            self.store.truncate(req.first_index)
+        # Never delete committed entries, whatever the request says. They are the
+        # leader's own entries too (Leader Completeness), so a TRUNCATE below the commit
+        # index only means the leader's match point is stale (its acks were lost): keep
+        # them, cut what follows, and the leader's next APPEND overlaps what is kept.
+        cut = max(req.first_index, self.ms.committed_index + 1)
+        if cut <= self.store.end_index:
+            self.store.truncate(cut)
         self._commit(req, req.prev_index)
         return self._reply(req, ResponseCode.SUCCESS)
 

@@ -90,12 +90,18 @@ class MemberState:
         return self._vote_for
 
     def next_term(self) -> int:
-        """Move to the next term (or straight to the highest term seen), clearing the vote."""
+        """Move to the next term (or straight to the highest term seen), clearing the vote.
+
+        The new term is always above the log's last term: only a lost term file can leave
+        the current term below it, and standing again in a term whose entries exist
+        could make a second leader of that term.
+        """
         term = (
             self.known_max_term_in_group
             if self.known_max_term_in_group > self._current_term
             else self._current_term + 1
         )
+        term = max(term, self.store.end_term + 1)
         self.term_store.persist(term, None)
         self._current_term, self._vote_for = term, None
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
@@ -103,6 +109,8 @@ class MemberState:
 
     def set_vote_for(self, candidate_id: str) -> None:
         """Record the vote; it is persisted before the caller may grant it."""
+        if self._vote_for == candidate_id:
+            return  # already durable
         self.term_store.persist(self._current_term, candidate_id)
         self._vote_for = candidate_id
 
@@ -151,10 +159,9 @@ class MemberState:
         self.transferee = None
 
     def is_taking_leadership(self) -> bool:
-        """True while this preferred member is taking over leadership in the current term."""
-        return (
-            self.self_id in self.config.preferred_leader_id_list and self.term_to_take_leadership == self._current_term
-        )
+        """True while this member is taking over leadership in the current term (the
+        transferee of a leadership transfer: a preferred leader or an admin's choice)."""
+        return self.term_to_take_leadership == self._current_term
 
     # -- peers
 

@@ -59,9 +59,12 @@ class QuorumAckChecker:
 
     def check_not_full(self, term: int, nbytes: int = 0) -> None:
         """Raise LEADER_PENDING_FULL when one more request of `nbytes` does not fit."""
-        if self.pending_count(term) >= self.config.max_pending_requests_num:
-            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"{self.pending_count(term)} requests pending")
-        if self._pending_bytes.get(term, 0) + nbytes > self.config.max_pending_bytes and self.pending_count(term):
+        pending = self._pending.get(term)
+        if not pending:
+            return  # a request alone is always accepted, whatever its size
+        if len(pending) >= self.config.max_pending_requests_num:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"{len(pending)} requests pending")
+        if self._pending_bytes[term] + nbytes > self.config.max_pending_bytes:
             raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"{self._pending_bytes[term]} bytes pending")
 
     def wait_ack(self, term: int, first_index: int, last_index: int, now_ms: int, nbytes: int = 0) -> Future[int]:
@@ -72,8 +75,12 @@ class QuorumAckChecker:
         if last_index <= self.ms.committed_index and term == self.ms.current_term:
             future.set_result(last_index)
             return future
-        self._pending.setdefault(term, {})[last_index] = _Pending(future, first_index, now_ms, nbytes)
-        self._pending_bytes[term] = self._pending_bytes.get(term, 0) + nbytes
+        pending = self._pending.get(term)
+        if pending is None:
+            pending = self._pending[term] = {}
+            self._pending_bytes[term] = 0
+        pending[last_index] = _Pending(future, first_index, now_ms, nbytes)
+        self._pending_bytes[term] += nbytes
         return future
 
     def _fail_term(self, term: int, code: ResponseCode) -> None:

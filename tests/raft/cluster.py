@@ -1,19 +1,23 @@
 """A deterministic single-threaded cluster: RaftCore members over the in-memory network,
-driven by a ManualClock (no threads, no sleeps)."""
+driven by a ManualClock (no threads, no sleeps), on MemoryLogStore or MmapLogStore."""
 
 from __future__ import annotations
 
 import random
+import shutil
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from dledger.clock import ManualClock
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import RequestOrResponse
+from dledger.store.base import LogStore
 from dledger.store.memory import MemoryLogStore
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
 from dledger.transport.inmem import InMemoryNetwork
 
 FAST = {
@@ -28,11 +32,90 @@ FAST = {
 }
 
 
+class StoreKind(Protocol):
+    """How a cluster makes its members' logs."""
+
+    name: str
+
+    def open(self, node_id: str) -> LogStore:
+        """A new, empty log for `node_id`."""
+        ...
+
+    def reopen(self, node_id: str, old: LogStore) -> LogStore:
+        """The log of `node_id` after a process restart (what survived of `old`)."""
+        ...
+
+    def wipe(self, node_id: str, old: LogStore) -> LogStore:
+        """`node_id`'s log after its disk was replaced: empty."""
+        ...
+
+    def close(self) -> None:
+        """Release every log opened."""
+        ...
+
+
+class MemoryStores:
+    """MemoryLogStore members; a restart keeps the same object (a process restart that
+    loses nothing)."""
+
+    name = "memory"
+
+    def open(self, node_id: str) -> LogStore:
+        return MemoryLogStore()
+
+    def reopen(self, node_id: str, old: LogStore) -> LogStore:
+        return old
+
+    def wipe(self, node_id: str, old: LogStore) -> LogStore:
+        return MemoryLogStore()
+
+    def close(self) -> None:
+        pass
+
+
+MMAP_TEST_CONFIG = StoreConfig(data_file_size=1 << 20, index_file_size=32 * 1024, warm_ahead_bytes=0)
+"""Small segments: 1 MiB of data, 1,024 index units per file; no background threads."""
+
+
+class MmapStores:
+    """MmapLogStore members under `root` (no background threads: `start()` is never
+    called); a restart closes the store and recovers it from its files."""
+
+    name = "mmap"
+
+    def __init__(self, root: Path, config: StoreConfig = MMAP_TEST_CONFIG) -> None:
+        self.root = root
+        self.config = config
+        self.opened: list[MmapLogStore] = []
+
+    def _dir(self, node_id: str) -> Path:
+        return self.root / f"dledger-{node_id}"
+
+    def open(self, node_id: str) -> LogStore:
+        store = MmapLogStore(self._dir(node_id), self.config)
+        self.opened.append(store)
+        return store
+
+    def reopen(self, node_id: str, old: LogStore) -> LogStore:
+        old.close()
+        return self.open(node_id)
+
+    def wipe(self, node_id: str, old: LogStore) -> LogStore:
+        old.close()
+        shutil.rmtree(self._dir(node_id))
+        return self.open(node_id)
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+        self.opened.clear()
+
+
 @dataclass
 class Member:
     node_id: str
     config: DLedgerConfig
-    store: MemoryLogStore
+    store: LogStore
     term_store: MemoryTermStore
     core: RaftCore
     alive: bool = True
@@ -43,7 +126,10 @@ class Cluster:
     """`n` members n0..n{n-1}; `step()` advances the clock by `step_ms` and runs one pass
     of every live member plus the network deliveries due."""
 
-    def __init__(self, n: int = 3, seed: int = 0, step_ms: int = 5, **overrides: Any) -> None:
+    def __init__(
+        self, n: int = 3, seed: int = 0, step_ms: int = 5, stores: StoreKind | None = None, **overrides: Any
+    ) -> None:
+        self.stores: StoreKind = stores or MemoryStores()
         self.clock = ManualClock(0)
         self.seed = seed
         self.step_ms = step_ms
@@ -54,12 +140,12 @@ class Cluster:
         self.members: dict[str, Member] = {}
         for k, node_id in enumerate(self.ids):
             config = DLedgerConfig(group="g", self_id=node_id, peers=peers, **self.options)
-            store, term_store = MemoryLogStore(), MemoryTermStore()
+            store, term_store = self.stores.open(node_id), MemoryTermStore()
             self.members[node_id] = Member(node_id, config, store, term_store, self._core(config, store, term_store, k))
             self._register(node_id)
         self.leaders_by_term: dict[int, set[str]] = {}
 
-    def _core(self, config: DLedgerConfig, store: MemoryLogStore, term_store: MemoryTermStore, salt: int) -> RaftCore:
+    def _core(self, config: DLedgerConfig, store: LogStore, term_store: MemoryTermStore, salt: int) -> RaftCore:
         return RaftCore(config, store, term_store, random.Random(self.seed * 1000 + salt + self.clock.now_ms()))
 
     def _register(self, node_id: str) -> None:
@@ -162,11 +248,22 @@ class Cluster:
         member.commit_history.clear()
         self.net.unregister(node_id)
 
-    def restart(self, node_id: str) -> None:
+    def restart(self, node_id: str, wipe: bool = False) -> None:
+        """Start `node_id` again (after `kill`) from what its log and term store kept;
+        `wipe`: with an empty log and term store instead (a replaced disk, DLedger #61)."""
         member = self.members[node_id]
+        if wipe:
+            member.store = self.stores.wipe(node_id, member.store)
+            member.term_store = MemoryTermStore()
+        else:
+            member.store = self.stores.reopen(node_id, member.store)
         member.core = self._core(member.config, member.store, member.term_store, self.ids.index(node_id) + 7)
         member.alive = True
         self._register(node_id)
+
+    def close(self) -> None:
+        """Release the members' logs."""
+        self.stores.close()
 
     def append(self, *bodies: bytes, via: str | None = None) -> Future[int]:
         leader = via or self.leader()

@@ -1,0 +1,290 @@
+"""Leadership transfer and the preferred leader (DLEDGER.md §4), without I/O.
+
+Leader side: a LEADERSHIP_TRANSFER addressed to the leader (`transfer_id` = itself) is
+checked (UNKNOWN_MEMBER, INCONSISTENT_TERM, NOT_LEADER, FALL_BEHIND_TOO_MUCH,
+LEADER_TRANSFERRING), then `MemberState.transferee` is set, which makes client appends
+fail with LEADER_TRANSFERRING. Once the transferee's water mark reaches the leader's
+ledger end (nothing new is appended meanwhile) the request is forwarded to it with
+`take_leadership_ledger_index`; its answer completes the caller's future. The leader
+gives up with TAKE_LEADERSHIP_FAILED when the transferee does not catch up within
+`leadership_transfer_wait_timeout_ms`, and with TIMEOUT when the forwarded request gets
+no answer in time.
+
+Transferee side: the forwarded request must come from the leader it follows
+(INCONSISTENT_LEADER); it waits until its own ledger end reaches the given index (at most
+`leadership_transfer_wait_timeout_ms`, else TAKE_LEADERSHIP_FAILED), then stands for
+election in the next term at once (`term_to_take_leadership`, the short vote interval,
+REJECT_TAKING_LEADERSHIP for rivals with no better log). The answer is SUCCESS when it
+leads that term, TAKE_LEADERSHIP_FAILED when it follows someone or the election does not
+end within the timeout, EXPIRED_TERM when the group moved past the target term.
+
+Preferred leader: every `check_preferred_leader_interval_ms` a leader that is not itself
+preferred hands leadership to the live preferred member that lags least, if it lags by
+fewer than `max_leadership_transfer_wait_index` entries.
+
+Every outcome is a LeadershipTransferResponse with a code; the futures never raise.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from dledger.codes import ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.elector import LeaderElector, Outbound
+from dledger.raft.member_state import MemberState, Role
+from dledger.raft.messages import LeadershipTransferRequest, LeadershipTransferResponse
+from dledger.raft.quorum_ack import QuorumAckChecker
+
+
+@dataclass
+class _Handover:
+    """A transfer this leader runs."""
+
+    transferee_id: str
+    term: int
+    future: Future[LeadershipTransferResponse]
+    deadline_ms: int
+    forwarded: LeadershipTransferRequest | None = None
+
+
+@dataclass
+class _Takeover:
+    """A transfer this member was asked to take over."""
+
+    request: LeadershipTransferRequest
+    future: Future[LeadershipTransferResponse]
+    deadline_ms: int
+    target_term: int = -1  # set once it stands for election
+
+
+class LeadershipTransfer:
+    """Both sides of a leadership transfer, plus the preferred-leader check.
+
+    Args:
+        config: the transfer limits and the preferred leader ids.
+        member_state: the member's state (`transferee`, `term_to_take_leadership`).
+        elector: used to stand for election and for the peers' liveness.
+        quorum: the leader's per-term water marks (how far the transferee is behind).
+    """
+
+    def __init__(
+        self, config: DLedgerConfig, member_state: MemberState, elector: LeaderElector, quorum: QuorumAckChecker
+    ) -> None:
+        self.config = config
+        self.ms = member_state
+        self.elector = elector
+        self.quorum = quorum
+        self.handover: _Handover | None = None
+        self.takeover: _Takeover | None = None
+        self.last_check_preferred_ms: int | None = None
+
+    # -- replies
+
+    def _reply(self, req: LeadershipTransferRequest, code: ResponseCode) -> LeadershipTransferResponse:
+        return LeadershipTransferResponse(
+            group=self.ms.group,
+            local_id=self.ms.self_id,
+            remote_id=req.local_id,
+            leader_id=self.ms.leader_id,
+            term=self.ms.current_term,
+            code=code,
+        )
+
+    def _done(self, req: LeadershipTransferRequest, code: ResponseCode) -> Future[LeadershipTransferResponse]:
+        future: Future[LeadershipTransferResponse] = Future()
+        future.set_result(self._reply(req, code))
+        return future
+
+    def fall_behind(self, peer_id: str) -> int:
+        """How many entries `peer_id` lacks, as far as this leader knows."""
+        ms = self.ms
+        return ms.ledger_end_index - self.quorum.peer_water_mark(ms.current_term, peer_id)
+
+    # -- intake
+
+    def handle(self, req: LeadershipTransferRequest, now_ms: int) -> Future[LeadershipTransferResponse]:
+        """Answer a LEADERSHIP_TRANSFER request (as the leader, or as the transferee)."""
+        ms = self.ms
+        if req.remote_id != ms.self_id:
+            return self._done(req, ResponseCode.UNKNOWN_MEMBER)
+        if req.group != ms.group:
+            return self._done(req, ResponseCode.UNKNOWN_GROUP)
+        if req.transfer_id in (ms.self_id, ""):
+            return self.start(req.transferee_id, req.term, now_ms, req)
+        if req.transferee_id == ms.self_id:
+            return self._accept_takeover(req, now_ms)
+        return self._done(req, ResponseCode.NOT_LEADER)
+
+    def start(
+        self, transferee_id: str, term: int, now_ms: int, req: LeadershipTransferRequest | None = None
+    ) -> Future[LeadershipTransferResponse]:
+        """As the leader of `term`, hand leadership to `transferee_id`."""
+        ms = self.ms
+        if req is None:
+            req = LeadershipTransferRequest(
+                group=ms.group, local_id=ms.self_id, remote_id=ms.self_id, term=term, transferee_id=transferee_id
+            )
+        if not ms.is_peer_member(transferee_id):
+            return self._done(req, ResponseCode.UNKNOWN_MEMBER)
+        if term != ms.current_term:
+            return self._done(req, ResponseCode.INCONSISTENT_TERM)
+        if not ms.is_leader:
+            return self._done(req, ResponseCode.NOT_LEADER)
+        if transferee_id == ms.self_id:
+            return self._done(req, ResponseCode.SUCCESS)  # already there
+        if self.fall_behind(transferee_id) >= self.config.max_leadership_transfer_wait_index:
+            return self._done(req, ResponseCode.FALL_BEHIND_TOO_MUCH)
+        if ms.transferee is not None or self.handover is not None:
+            return self._done(req, ResponseCode.LEADER_TRANSFERRING)
+        ms.transferee = transferee_id  # from now on client appends are rejected
+        future: Future[LeadershipTransferResponse] = Future()
+        deadline = now_ms + self.config.leadership_transfer_wait_timeout_ms
+        self.handover = _Handover(transferee_id, term, future, deadline)
+        return future
+
+    def _accept_takeover(self, req: LeadershipTransferRequest, now_ms: int) -> Future[LeadershipTransferResponse]:
+        ms = self.ms
+        if req.transfer_id != ms.leader_id:
+            return self._done(req, ResponseCode.INCONSISTENT_LEADER)
+        if self.takeover is not None:
+            return self._done(req, ResponseCode.LEADER_TRANSFERRING)
+        future: Future[LeadershipTransferResponse] = Future()
+        self.takeover = _Takeover(req, future, now_ms + self.config.leadership_transfer_wait_timeout_ms)
+        self._progress_takeover(now_ms)
+        return future
+
+    # -- the periodic pass (part of the state maintainer)
+
+    def tick(self, now_ms: int) -> list[Outbound]:
+        """Advance both sides; returns the forwarded request when it is due."""
+        out: list[Outbound] = []
+        if self.takeover is not None:
+            self._progress_takeover(now_ms)
+        if self.handover is not None:
+            forwarded = self._progress_handover(now_ms)
+            if forwarded is not None:
+                out.append(Outbound(forwarded.remote_id, forwarded))
+        elif self.ms.is_leader:
+            self._check_preferred_leader(now_ms)
+        return out
+
+    def on_role_change(self, term: int, role: Role, now_ms: int) -> None:
+        """Settle what a role change decides."""
+        if self.takeover is not None and self.takeover.target_term != -1:
+            self._progress_takeover(now_ms)
+        handover = self.handover
+        if handover is not None and handover.forwarded is None and role is not Role.LEADER:
+            self._finish_handover(ResponseCode.NOT_LEADER)
+
+    # -- leader side
+
+    def _progress_handover(self, now_ms: int) -> LeadershipTransferRequest | None:
+        handover = self.handover
+        assert handover is not None
+        ms = self.ms
+        if handover.forwarded is not None:
+            if now_ms >= handover.deadline_ms:
+                self._finish_handover(ResponseCode.TIMEOUT)
+            return None
+        if not ms.is_leader or ms.current_term != handover.term:
+            self._finish_handover(ResponseCode.NOT_LEADER)
+            return None
+        if self.fall_behind(handover.transferee_id) > 0:
+            if now_ms >= handover.deadline_ms:
+                self._finish_handover(ResponseCode.TAKE_LEADERSHIP_FAILED)
+            return None
+        handover.forwarded = LeadershipTransferRequest(
+            group=ms.group,
+            local_id=ms.self_id,
+            remote_id=handover.transferee_id,
+            leader_id=ms.self_id,
+            term=handover.term,
+            transfer_id=ms.self_id,
+            transferee_id=handover.transferee_id,
+            take_leadership_ledger_index=ms.ledger_end_index,
+        )
+        # the transferee may wait for its log, then needs an election and the answer's trip
+        cfg = self.config
+        handover.deadline_ms = now_ms + 2 * cfg.leadership_transfer_wait_timeout_ms + cfg.rpc_timeout_ms
+        return handover.forwarded
+
+    def on_response(self, req: LeadershipTransferRequest, resp: LeadershipTransferResponse | None, now_ms: int) -> None:
+        """The transferee's answer to the forwarded request (None: network error)."""
+        handover = self.handover
+        if handover is None or handover.forwarded is not req:
+            return
+        if resp is None:
+            self._finish_handover(ResponseCode.NETWORK_ERROR)
+            return
+        self._finish_handover(ResponseCode.of(resp.code), resp.leader_id, resp.term)
+
+    def _finish_handover(self, code: ResponseCode, leader_id: str | None = None, term: int | None = None) -> None:
+        handover = self.handover
+        assert handover is not None
+        self.handover = None
+        ms = self.ms
+        if ms.transferee == handover.transferee_id:
+            ms.transferee = None  # appends are accepted again (if this is still the leader)
+        # on SUCCESS: the new leader and its term, as the transferee answered
+        resp = LeadershipTransferResponse(
+            group=ms.group,
+            local_id=ms.self_id,
+            leader_id=leader_id if leader_id is not None else ms.leader_id,
+            term=max(ms.current_term, term if term is not None else -1),
+            code=code,
+        )
+        if not handover.future.done():
+            handover.future.set_result(resp)
+
+    def _check_preferred_leader(self, now_ms: int) -> None:
+        interval = self.config.check_preferred_leader_interval_ms
+        if self.last_check_preferred_ms is None:
+            self.last_check_preferred_ms = now_ms  # the first check after one interval
+            return
+        if now_ms - self.last_check_preferred_ms < interval:
+            return
+        self.last_check_preferred_ms = now_ms
+        ms = self.ms
+        preferred = self.config.preferred_leader_id_list
+        if not preferred or ms.self_id in preferred or ms.transferee is not None:
+            return
+        live = [
+            p for p in preferred if ms.is_peer_member(p) and p != ms.self_id and self.elector.peers_live_table.get(p)
+        ]
+        if not live:
+            return
+        best = min(live, key=self.fall_behind)
+        if self.fall_behind(best) < self.config.max_leadership_transfer_wait_index:
+            self.start(best, ms.current_term, now_ms)
+
+    # -- transferee side
+
+    def _progress_takeover(self, now_ms: int) -> None:
+        takeover = self.takeover
+        assert takeover is not None
+        ms = self.ms
+        if takeover.target_term == -1:
+            if ms.ledger_end_index >= takeover.request.take_leadership_ledger_index and ms.is_follower:
+                takeover.target_term = self.elector.take_leadership(now_ms)
+                takeover.deadline_ms = now_ms + self.config.leadership_transfer_wait_timeout_ms
+            elif now_ms >= takeover.deadline_ms:
+                self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
+            return
+        if ms.current_term == takeover.target_term and ms.is_leader:
+            self._finish_takeover(ResponseCode.SUCCESS)
+        elif ms.is_follower:
+            self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
+        elif ms.current_term > takeover.target_term:
+            self._finish_takeover(ResponseCode.EXPIRED_TERM)
+        elif now_ms >= takeover.deadline_ms:
+            self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
+
+    def _finish_takeover(self, code: ResponseCode) -> None:
+        takeover = self.takeover
+        assert takeover is not None
+        self.takeover = None
+        if self.ms.term_to_take_leadership == takeover.target_term:
+            self.ms.term_to_take_leadership = -1
+        takeover.future.set_result(self._reply(takeover.request, code))
