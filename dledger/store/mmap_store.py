@@ -174,11 +174,25 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         if self.begin_index > 0:
             committed = max(committed, self.begin_index - 1)
         self._committed = committed
+        if not ro:
+            # What recovery accepted may sit in the page cache only (written before a
+            # process crash, or rewritten by recovery): make it durable before the
+            # checkpoint or a peer can take it as such.
+            self._sync_recovered()
         self._flushed_data = int(self.write_pos)
         self._flushed_index = (self.end_index + 1) * INDEX_UNIT_SIZE
         self._durable_end_index = self.end_index
         if ro:
             self.state = impl.STATE_READ_ONLY
+
+    def _sync_recovered(self) -> None:
+        try:
+            for segments in (self.data_list, self.index_list):
+                table = segments.table
+                if table.count:
+                    self._msync(segments, int(table.first_offset), int(table.end_offset))
+        except OSError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot make the recovered log durable: {exc}") from exc
 
     def _load_index(self) -> None:
         try:
