@@ -451,10 +451,8 @@ class DLedgerNode:
             index = entries[-1].index + 1
 
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
-        """Committed user entries from `from_index`, column-wise (empty when none is
-        committed yet past `from_index - 1`). NOOP entries are left out, so indexes may
-        skip one where a leader changed; a caller resumes after the batch's last index,
-        or at `from_index + max_count` when the batch is empty.
+        """Committed entries from `from_index`, column-wise (empty when none is committed
+        yet past `from_index - 1`). A new leader's NOOP entry is a row with an empty body.
 
         Raises:
             DLedgerError: INDEX_LESS_THAN_LOCAL_BEGIN when `from_index` was deleted here.
@@ -470,7 +468,7 @@ class DLedgerNode:
         start_us = perf_us()
         batch = self.store.read_columns(from_index, count, max_bytes)
         self.metrics.read_latency.observe(perf_us() - start_us)
-        return batch.without_noops(lambda index: self.store.get(index).is_noop)
+        return batch
 
     def wait_committed(self, above_index: int, timeout_s: float) -> int:
         """Block until the committed index exceeds `above_index` (or the timeout, or

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -27,14 +27,6 @@ class ColumnBatch:
     pos: npt.NDArray[np.int64]
     offsets: npt.NDArray[np.int32]
     bodies: bytearray
-    resume_at: int = -1  # set when entries were left out: the index after the last one read
-
-    def next_index(self, default: int) -> int:
-        """Where a reader continues: after the last entry read, counting entries left
-        out (NOOPs) as read; `default` for an empty read."""
-        if self.resume_at >= 0:
-            return self.resume_at
-        return int(self.index[-1]) + 1 if self.count else default
 
     @property
     def count(self) -> int:
@@ -44,20 +36,6 @@ class ColumnBatch:
     def body(self, k: int) -> bytes:
         """The k-th body."""
         return bytes(self.bodies[self.offsets[k] : self.offsets[k + 1]])
-
-    def without_noops(self, is_noop: Callable[[int], bool]) -> ColumnBatch:
-        """This batch minus the NOOP entries new leaders write (magic 2). Only entries
-        with an empty body can be NOOPs, so `is_noop(index)` is asked for those alone;
-        bodies are shared, not copied."""
-        empty = np.flatnonzero(np.diff(self.offsets) == 0)
-        drop = [int(k) for k in empty if is_noop(int(self.index[k]))]
-        if not drop:
-            return self
-        keep = np.ones(self.count, dtype=bool)
-        keep[drop] = False
-        offsets = np.append(self.offsets[:-1][keep], self.offsets[-1]).astype(np.int32)
-        resume_at = int(self.index[-1]) + 1
-        return ColumnBatch(self.index[keep], self.term[keep], self.pos[keep], offsets, self.bodies, resume_at)
 
     @classmethod
     def from_raw(cls, raw: tuple[object, ...]) -> ColumnBatch:

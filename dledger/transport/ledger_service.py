@@ -290,13 +290,11 @@ class LedgerService:
             except DLedgerError as exc:
                 yield self.core.fill_header(pb.ReadCommittedResponse(), exc.code, exc.message)
                 return
-            resume_at = batch.next_index(next_index)
             if batch.count:
                 out = pb.ReadCommittedResponse(committed_index=self.node.committed_index)
                 columns_to_pb(batch, out.batch)
                 yield self.core.fill_header(out, ResponseCode.SUCCESS)
-            if resume_at > next_index:
-                next_index = resume_at  # entries read (NOOPs may have been left out)
+                next_index = int(batch.index[batch.count - 1]) + 1
             elif not request.follow:
                 return
             else:

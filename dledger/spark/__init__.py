@@ -1,0 +1,67 @@
+"""PySpark data source for DLedger logs: format `"dledger"`.
+
+    import dledger.spark
+    dledger.spark.register(spark)
+    df = spark.read.format("dledger").load("/data/dledger-n0")          # offline store directory
+    df = spark.read.format("dledger").option("peers", "n0-host:20911;n1-host:20912").load()  # live
+
+Rows are `index long, term long, pos long, body binary`; use `row["index"]` (a Row is a
+tuple, so `row.index` is tuple.index). See docs/SPARK.md for every option.
+
+pyspark is imported only when `register` runs or the source classes are used, so
+`import dledger.spark` works without it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dledger.spark.options import SCHEMA_DDL, OptionError
+
+if TYPE_CHECKING:
+    from dledger.spark.source import DLedgerDataSource
+
+FORMAT = "dledger"
+
+__all__ = ["FORMAT", "SCHEMA_DDL", "DLedgerDataSource", "OptionError", "register"]
+
+
+def _default_parallelism(spark: Any) -> int | None:
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext
+        value = spark.conf.get("spark.default.parallelism", None)
+        return int(value) if value else None
+
+
+def register(spark: Any, *, default_parallelism: int | None = None) -> type[DLedgerDataSource]:
+    """Register the `dledger` format on a SparkSession (registration is per session).
+
+    Args:
+        spark: the SparkSession.
+        default_parallelism: the minimum number of tasks of a large read when the
+            `minPartitions` option is not given; default: Spark's default parallelism.
+
+    Returns:
+        The registered data source class.
+    """
+    from dledger.spark.source import DLedgerDataSource
+
+    parallelism = default_parallelism or _default_parallelism(spark)
+    # A subclass carrying the session's parallelism: planning runs in a Python worker
+    # that cannot ask Spark. Not importable by name, so Spark pickles it by value.
+    cls = type(
+        "DLedgerDataSource",
+        (DLedgerDataSource,),
+        {"default_min_partitions": parallelism, "__qualname__": "DLedgerDataSource.registered"},
+    )
+    spark.dataSource.register(cls)
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DLedgerDataSource":
+        from dledger.spark.source import DLedgerDataSource
+
+        return DLedgerDataSource
+    raise AttributeError(f"module 'dledger.spark' has no attribute {name!r}")

@@ -1,0 +1,319 @@
+"""The live path of the Spark source: reads from and writes to a running cluster through
+the gRPC client, written against a small interface so it can be tested with a fake client.
+
+No Spark and no gRPC import here: `default_client_factory` imports `dledger.client` only
+when a live read or write actually runs (on the driver for planning, inside `read()` /
+`write()` on executors, where channels must be created).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.spark.options import ReadOptions, Target
+from dledger.spark.planning import (
+    IndexRange,
+    LogBounds,
+    assign_nodes,
+    candidate_nodes,
+    check_data_loss,
+    plan_live,
+    resolve_end,
+    resolve_start,
+)
+from dledger.store.base import ColumnBatch
+
+log = logging.getLogger(__name__)
+
+
+class LedgerClient(Protocol):
+    """What the source needs of `dledger.client.DLedgerClient`."""
+
+    def read_committed(
+        self, from_index: int, to_index: int | None, max_batch_bytes: int, *, node_id: str | None = None
+    ) -> Iterator[ColumnBatch]:
+        """Committed entries [from_index, to_index) as column batches, from `node_id` (or
+        any member); fewer when the serving member has not committed that far."""
+        ...
+
+    def append_many(self, bodies: list[bytes]) -> int:
+        """Append the bodies through the leader, as one request; returns the last index."""
+        ...
+
+    def metadata(self, node_id: str | None = None) -> Any:
+        """The group as `node_id` (default: the leader) knows it: leader_id, peers,
+        begin_index, end_index, committed_index, and its own id (node_id or self_id)."""
+        ...
+
+    def close(self) -> None:
+        """Close the channels."""
+        ...
+
+
+ClientFactory = Callable[[str, str, float], LedgerClient]
+"""(peers string, group, timeout in seconds) -> client."""
+
+
+def default_client_factory(peers: str, group: str, timeout_s: float) -> LedgerClient:
+    """A `dledger.client.DLedgerClient` for `peers` (imported here: executors create their
+    clients inside `read()` / `write()`, never on the driver)."""
+    from dledger.client import DLedgerClient
+
+    return DLedgerClient(peers, group=group, timeout_s=timeout_s)
+
+
+def close_client(client: LedgerClient) -> None:
+    """Close a client, never raising (it is done with either way)."""
+    try:
+        client.close()
+    except Exception as exc:  # pragma: no cover - a close failure changes nothing
+        log.debug("closing a dledger client failed: %s", exc)
+
+
+def peers_string(nodes: Iterable[tuple[str, str]]) -> str:
+    """DLedger's peers string for (id, address) pairs."""
+    return ";".join(f"{node_id}-{address}" for node_id, address in nodes)
+
+
+# -- cluster state
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The group as seen at planning time.
+
+    Attributes:
+        leader_id: the leader, or None when none is known.
+        peers: every member, id -> address (in the order given).
+        bounds: the log's bounds; `committed` is the leader's committed index when known.
+        self_id: the member that answered.
+    """
+
+    leader_id: str | None
+    peers: dict[str, str]
+    bounds: LogBounds
+    self_id: str | None = None
+
+
+def _field(meta: Any, name: str, default: Any = None) -> Any:
+    if isinstance(meta, Mapping):
+        return meta.get(name, default)
+    return getattr(meta, name, default)
+
+
+def cluster_view(meta: Any, configured: Mapping[str, str]) -> ClusterView:
+    """A ClusterView from a `metadata()` answer (an object or a mapping with the
+    NodeMetadata / MetadataResponse field names); members missing from the answer come
+    from `configured`."""
+    peers = dict(configured)
+    answered = _field(meta, "peers") or {}
+    for node_id, address in dict(answered).items():
+        peers[str(node_id)] = str(address)
+    leader = _field(meta, "leader_id") or None
+    self_id = _field(meta, "node_id") or _field(meta, "self_id") or None
+    bounds = LogBounds(
+        int(_field(meta, "begin_index", -1)),
+        int(_field(meta, "end_index", -1)),
+        int(_field(meta, "committed_index", -1)),
+    )
+    return ClusterView(str(leader) if leader else None, peers, bounds, str(self_id) if self_id else None)
+
+
+def fetch_view(target: Target, client: LedgerClient) -> ClusterView:
+    """Ask the cluster for its state; when a follower answered, ask the leader too (its
+    committed index is the newest)."""
+    configured = target.peer_map()
+    view = cluster_view(client.metadata(), configured)
+    if view.leader_id and view.self_id and view.self_id != view.leader_id and view.leader_id in view.peers:
+        try:
+            view = cluster_view(client.metadata(node_id=view.leader_id), view.peers)
+        except Exception as exc:  # the follower's answer is still usable
+            log.warning("leader %s did not answer metadata (%s); using %s's view", view.leader_id, exc, view.self_id)
+    return view
+
+
+def fetch_view_once(target: Target, factory: ClientFactory, timeout_s: float) -> ClusterView:
+    """`fetch_view` with a client of its own (closed afterwards)."""
+    client = factory(target.peers or "", target.group, timeout_s)
+    try:
+        return fetch_view(target, client)
+    finally:
+        close_client(client)
+
+
+# -- planning
+
+
+@dataclass(frozen=True)
+class LiveTask:
+    """One read task: everything an executor needs to read [start, end) on its own.
+
+    Attributes:
+        start, end: the range.
+        group: the DLedger group.
+        nodes: (id, address) of the nodes to try, in order.
+        fetch_max_bytes: bodies per streamed chunk.
+        fail_on_data_loss: fail (true) or skip when entries are gone.
+        timeout_s: how long one node may take to answer before the next is tried.
+    """
+
+    start: int
+    end: int
+    group: str
+    nodes: tuple[tuple[str, str], ...]
+    fetch_max_bytes: int
+    fail_on_data_loss: bool
+    timeout_s: float = 30.0
+
+
+def plan_tasks(view: ClusterView, rng: IndexRange, opts: ReadOptions, min_partitions: int) -> list[LiveTask]:
+    """Split `rng` (already bounded and checked for data loss) into tasks spread over the
+    nodes `opts.read_from` selects, each with fallbacks."""
+    ranges = plan_live(rng.start, rng.end, min_partitions, opts.entries_per_partition)
+    node_ids = list(view.peers)
+    cands = candidate_nodes(opts.read_from, view.leader_id, node_ids)
+    return [
+        LiveTask(
+            r.start,
+            r.end,
+            opts.target.group,
+            tuple((n, view.peers[n]) for n in order),
+            opts.fetch_max_bytes,
+            opts.fail_on_data_loss,
+            opts.rpc_timeout_ms / 1000,
+        )
+        for r, order in assign_nodes(ranges, cands, node_ids, view.leader_id)
+    ]
+
+
+def plan_batch_read(view: ClusterView, opts: ReadOptions, min_partitions: int) -> list[LiveTask]:
+    """The tasks of a batch read: [startingIndex, endingIndex) bounded by the committed index."""
+    start = resolve_start(opts.starting, view.bounds)
+    end = resolve_end(opts.ending, view.bounds)
+    if start >= end:
+        return []
+    start = check_data_loss(start, view.bounds, opts.fail_on_data_loss)
+    return plan_tasks(view, IndexRange(start, end), opts, min_partitions)
+
+
+# -- reading with failover
+
+
+def slice_batch(batch: ColumnBatch, lo: int, hi: int) -> ColumnBatch:
+    """Entries lo..hi-1 (positions in the batch) of a column batch; a copy of the bodies
+    only when lo > 0."""
+    if lo == 0:
+        return ColumnBatch(batch.index[:hi], batch.term[:hi], batch.pos[:hi], batch.offsets[: hi + 1], batch.bodies)
+    first, last = int(batch.offsets[lo]), int(batch.offsets[hi])
+    offsets = (batch.offsets[lo : hi + 1] - first).astype(np.int32)
+    return ColumnBatch(
+        batch.index[lo:hi], batch.term[lo:hi], batch.pos[lo:hi], offsets, bytearray(batch.bodies[first:last])
+    )
+
+
+class ReadFailedError(RuntimeError):
+    """No node could serve a live read task."""
+
+
+def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
+    """Entries [task.start, task.end) from the task's nodes, in order, exactly once.
+
+    A node that fails, or ends its stream early (it has not committed that far yet), is
+    left for the next one, which resumes after the last entry delivered; each node is
+    tried once. Committed entries are identical on every node, so mixing nodes is safe.
+
+    Raises:
+        ReadFailedError: every node failed before the range was complete.
+    """
+    if task.start >= task.end:
+        return
+    next_index = task.start
+    errors: list[str] = []
+    client = factory(peers_string(task.nodes), task.group, task.timeout_s)
+    try:
+        for node_id, address in task.nodes:
+            try:
+                for batch in client.read_committed(next_index, task.end, task.fetch_max_bytes, node_id=node_id):
+                    if batch.count == 0:
+                        continue
+                    first = int(batch.index[0])
+                    if first > next_index:
+                        raise ReadFailedError(f"{node_id} skipped entries {next_index}..{first - 1}")
+                    lo, hi = next_index - first, min(batch.count, task.end - first)
+                    if lo >= hi:
+                        continue
+                    next_index = first + hi
+                    yield batch if (lo, hi) == (0, batch.count) else slice_batch(batch, lo, hi)
+                    if next_index >= task.end:
+                        return
+                errors.append(f"{node_id} ({address}): its stream ended at {next_index}")
+            except DLedgerError as exc:
+                if exc.code != ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN:
+                    log.warning("live read of [%d, %d) from %s failed: %s", next_index, task.end, node_id, exc)
+                    errors.append(f"{node_id} ({address}): {exc}")
+                    continue
+                # entries were deleted (retention / snapshot) since the read was planned
+                begin = int(_field(client.metadata(node_id=node_id), "begin_index", -1))
+                next_index = check_data_loss(
+                    next_index, LogBounds(begin, task.end - 1, task.end - 1), task.fail_on_data_loss
+                )
+                yield from read_task(replace(task, start=next_index, nodes=((node_id, address),)), factory)
+                return
+            except Exception as exc:
+                log.warning("live read of [%d, %d) from %s failed: %s", next_index, task.end, node_id, exc)
+                errors.append(f"{node_id} ({address}): {exc}")
+    finally:
+        close_client(client)
+    raise ReadFailedError(
+        f"entries [{next_index}, {task.end}) of group {task.group} could not be read: " + "; ".join(errors)
+    )
+
+
+# -- writing
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What one write task appended: `count` entries, the first at index `first` and the
+    last at `last` (other writers' entries may lie between; both -1 when count is 0)."""
+
+    first: int
+    last: int
+    count: int
+
+
+def append_all(client: LedgerClient, bodies: Iterable[list[bytes]], batch_entries: int, batch_bytes: int) -> Appended:
+    """Append every body, in order, in `append_many` calls of at most `batch_entries`
+    bodies and about `batch_bytes` bytes (at least one body per call).
+
+    At-least-once: a failed call raises, and entries appended before it stay in the log.
+    """
+    first = last = -1
+    count = 0
+    pending: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal first, last, count, pending, size
+        if not pending:
+            return
+        last = int(client.append_many(pending))
+        if first < 0:
+            first = last - len(pending) + 1
+        count += len(pending)
+        pending, size = [], 0
+
+    for chunk in bodies:
+        for body in chunk:
+            if pending and (len(pending) >= batch_entries or size + len(body) > batch_bytes):
+                flush()
+            pending.append(body)
+            size += len(body)
+    flush()
+    return Appended(first, last, count)

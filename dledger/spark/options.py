@@ -1,0 +1,360 @@
+"""Options and schema of the `dledger` Spark data source, parsed without Spark.
+
+Everything here is plain Python so that it can be unit-tested in milliseconds; the
+pyspark classes in `dledger.spark.source` only call these functions. Option names are
+case-insensitive (Spark lower-cases them); values are strings, as Spark passes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dledger.config import ConfigError, parse_peers
+
+COLUMNS: dict[str, str] = {"index": "bigint", "term": "bigint", "pos": "bigint", "body": "binary"}
+"""The read schema: column name -> Spark type (simpleString)."""
+
+SCHEMA_DDL = "index long, term long, pos long, body binary"
+"""The read schema as a DDL string (what `DataSource.schema()` returns)."""
+
+DEFAULT_GROUP = "default"
+DEFAULT_MAX_PARTITION_BYTES = 256 << 20
+DEFAULT_ENTRIES_PER_PARTITION = 500_000
+DEFAULT_FETCH_MAX_BYTES = 4 << 20
+DEFAULT_FETCH_MAX_ENTRIES = 8192
+DEFAULT_RPC_TIMEOUT_MS = 30_000
+DEFAULT_WRITE_BATCH_ENTRIES = 4096
+DEFAULT_WRITE_BATCH_BYTES = 4 << 20
+LOCAL_BATCH_ROWS = 1 << 16
+"""Rows per Arrow record batch produced from a local store (the bigger, the less per-batch
+overhead in Spark's Arrow path; 64 Ki rows of small bodies is a few MiB)."""
+LOCAL_BATCH_BYTES = 32 << 20
+"""Body bytes per Arrow record batch produced from a local store."""
+
+ReadFrom = Literal["leader", "follower", "any"]
+Start = int | Literal["earliest", "latest"]
+
+
+class OptionError(ValueError):
+    """An option or a schema given to the `dledger` data source is invalid."""
+
+
+# -- option tables (name as users write it, lower-cased key Spark passes)
+
+COMMON_OPTIONS = ("path", "peers", "group")
+SPARK_OPTIONS = ("checkpointLocation",)
+"""Options Spark itself passes to a source or sink (accepted, not used)."""
+READ_OPTIONS = (
+    "startingIndex",
+    "endingIndex",
+    "failOnDataLoss",
+    "minPartitions",
+    "maxPartitionBytes",
+    "entriesPerPartition",
+    "readFrom",
+    "fetchMaxBytes",
+    "fetchMaxEntries",
+    "rpcTimeoutMs",
+)
+STREAM_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
+WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the log is: a local store directory (offline) or a live cluster.
+
+    Attributes:
+        path: the node directory (`dledger-<selfId>`) or a storeBaseDir holding one;
+            None for a live cluster.
+        peers: DLedger's peers string (`n0-host:port;n1-host:port`); None offline.
+        group: the DLedger group.
+    """
+
+    path: str | None
+    peers: str | None
+    group: str
+
+    @property
+    def is_live(self) -> bool:
+        """True when the log is read through a cluster's gRPC service."""
+        return self.peers is not None
+
+    def peer_map(self) -> dict[str, str]:
+        """{node id: address} of the peers (empty offline)."""
+        return parse_peers(self.peers) if self.peers else {}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Parsed options of a batch or streaming read.
+
+    Attributes:
+        target: where the log is.
+        starting: first index to read: "earliest", "latest" (streaming only) or a number.
+        ending: batch only: exclusive end, "latest" (committed index + 1) or a number.
+        fail_on_data_loss: fail when the start lies before the first kept entry (true), or
+            skip ahead to it (false).
+        min_partitions: at least this many Spark tasks for a large range (None: Spark's
+            default parallelism, as captured by `register`).
+        max_partition_bytes: offline: split data segments into tasks of about this size.
+        entries_per_partition: live: split the range into tasks of this many entries.
+        read_from: live: "leader", "follower" or "any" node serves the reads.
+        fetch_max_bytes, fetch_max_entries: live: size of one streamed gRPC chunk.
+        rpc_timeout_ms: live: per-RPC deadline.
+        max_entries_per_trigger: streaming: rate limit per micro-batch (None: no limit).
+    """
+
+    target: Target
+    starting: Start
+    ending: int | Literal["latest"]
+    fail_on_data_loss: bool = True
+    min_partitions: int | None = None
+    max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    entries_per_partition: int = DEFAULT_ENTRIES_PER_PARTITION
+    read_from: ReadFrom = "leader"
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    fetch_max_entries: int = DEFAULT_FETCH_MAX_ENTRIES
+    rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
+    max_entries_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Parsed options of a batch or streaming write.
+
+    Attributes:
+        target: the live cluster (writes always go through the leader).
+        batch_entries: bodies per `append_many` call.
+        batch_bytes: body bytes per `append_many` call (at least one body is sent).
+        rpc_timeout_ms: per-RPC deadline.
+    """
+
+    target: Target
+    batch_entries: int = DEFAULT_WRITE_BATCH_ENTRIES
+    batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES
+    rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
+
+
+# -- helpers
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
+def _check_known(opts: Mapping[str, str], allowed: Sequence[str], what: str) -> None:
+    names = {name.lower(): name for name in (*allowed, *SPARK_OPTIONS)}
+    unknown = sorted(k for k in opts if k not in names)
+    if unknown:
+        raise OptionError(
+            f"unknown option(s) for a dledger {what}: {', '.join(unknown)}; valid options: {', '.join(allowed)}"
+        )
+
+
+def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    """Integer option `name` (>= minimum), or `default` when absent."""
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise OptionError(f"option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    """Boolean option `name` ("true"/"false", any case), or `default` when absent."""
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise OptionError(f"option {name} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def parse_target(options: Mapping[str, str]) -> Target:
+    """The `path` / `peers` / `group` options: exactly one of path and peers."""
+    opts = _lower(options)
+    path = opts.get("path", "").strip() or None
+    peers = opts.get("peers", "").strip() or None
+    group = opts.get("group", "").strip() or DEFAULT_GROUP
+    if path and peers:
+        raise OptionError(
+            "options path and peers are mutually exclusive: give path (a store directory, read offline) "
+            "or peers (a live cluster, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912), not both"
+        )
+    if not path and not peers:
+        raise OptionError(
+            "the dledger source needs a store directory (load(path) or option path) "
+            "or a live cluster (option peers, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912)"
+        )
+    if peers:
+        try:
+            parse_peers(peers)
+        except ConfigError as exc:
+            raise OptionError(f"option peers: {exc}") from None
+    return Target(path, peers, group)
+
+
+def parse_start(raw: str | None, streaming: bool) -> Start:
+    """`startingIndex`: "earliest", "latest" (streaming only) or a non-negative number.
+    Defaults: earliest for batch reads, latest for streams (as Kafka's startingOffsets)."""
+    if raw is None or raw.strip() == "":
+        return "latest" if streaming else "earliest"
+    value = raw.strip().lower()
+    if value == "earliest":
+        return "earliest"
+    if value == "latest":
+        if not streaming:
+            raise OptionError("startingIndex=latest is for streaming reads only (a batch read would be empty)")
+        return "latest"
+    try:
+        index = int(value)
+    except ValueError:
+        raise OptionError(f"option startingIndex must be earliest, latest or an index, got {raw!r}") from None
+    if index < 0:
+        raise OptionError(f"option startingIndex must be >= 0, got {index}")
+    return index
+
+
+def parse_end(raw: str | None) -> int | Literal["latest"]:
+    """`endingIndex` (batch only, exclusive): "latest" (default) or a non-negative number."""
+    if raw is None or raw.strip() == "" or raw.strip().lower() == "latest":
+        return "latest"
+    try:
+        index = int(raw.strip())
+    except ValueError:
+        raise OptionError(f"option endingIndex must be latest or an index, got {raw!r}") from None
+    if index < 0:
+        raise OptionError(f"option endingIndex must be >= 0, got {index}")
+    return index
+
+
+def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
+    """Parse and validate the options of a read.
+
+    Args:
+        options: the options Spark passes (any key case).
+        streaming: True for `readStream`.
+
+    Raises:
+        OptionError: with a message naming the bad option.
+    """
+    opts = _lower(options)
+    allowed = COMMON_OPTIONS + READ_OPTIONS + (STREAM_OPTIONS if streaming else ())
+    if not streaming:
+        for name in STREAM_OPTIONS:
+            if name.lower() in opts:
+                raise OptionError(f"option {name} is for streaming reads only")
+    elif "endingindex" in opts:
+        raise OptionError("option endingIndex is for batch reads only (a stream has no end)")
+    _check_known(opts, allowed, "stream" if streaming else "read")
+    target = parse_target(opts)
+    read_from = opts.get("readfrom", "leader").strip().lower() or "leader"
+    if read_from not in ("leader", "follower", "any"):
+        raise OptionError(f"option readFrom must be leader, follower or any, got {opts['readfrom']!r}")
+    max_per_trigger: int | None = None
+    for name in STREAM_OPTIONS:
+        if name.lower() in opts:
+            max_per_trigger = parse_int(opts, name, 0)
+    min_parts = parse_int(opts, "minPartitions", 0) if "minpartitions" in opts else None
+    return ReadOptions(
+        target=target,
+        starting=parse_start(opts.get("startingindex"), streaming),
+        ending=parse_end(opts.get("endingindex")),
+        fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
+        min_partitions=min_parts,
+        max_partition_bytes=parse_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES),
+        entries_per_partition=parse_int(opts, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION),
+        read_from=read_from,  # type: ignore[arg-type]
+        fetch_max_bytes=parse_int(opts, "fetchMaxBytes", DEFAULT_FETCH_MAX_BYTES),
+        fetch_max_entries=parse_int(opts, "fetchMaxEntries", DEFAULT_FETCH_MAX_ENTRIES),
+        rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        max_entries_per_trigger=max_per_trigger,
+    )
+
+
+def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOptions:
+    """Parse and validate the options of a write (always to a live cluster).
+
+    Raises:
+        OptionError: overwrite mode, a store directory instead of peers, or a bad option.
+    """
+    if overwrite:
+        raise OptionError(
+            "a DLedger log is append-only: mode('overwrite') is not supported, use mode('append') "
+            "(outputMode('append') for streams)"
+        )
+    opts = _lower(options)
+    _check_known(opts, COMMON_OPTIONS + WRITE_OPTIONS, "write")
+    target = parse_target(opts)
+    if not target.is_live:
+        raise OptionError(
+            "writes go through a live cluster: give option peers (e.g. n0-127.0.0.1:20911;...), "
+            "not a store directory (use dledger.open_log to write a local log)"
+        )
+    return WriteOptions(
+        target=target,
+        batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES),
+        batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES),
+        rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+    )
+
+
+# -- schemas
+
+
+def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """Validate a read schema given as (name, Spark simpleString type) pairs: a subset
+    or reordering of `index long, term long, pos long, body binary`.
+
+    Returns:
+        The canonical column names, in the requested order.
+
+    Raises:
+        OptionError: an unknown or repeated column, or a wrong type.
+    """
+    if not fields:
+        raise OptionError(f"the read schema has no columns; the dledger source provides: {SCHEMA_DDL}")
+    seen: list[str] = []
+    for name, type_name in fields:
+        key = name.lower()
+        if key not in COLUMNS:
+            raise OptionError(
+                f"unknown column {name!r} in the read schema; the dledger source provides only: {SCHEMA_DDL}"
+            )
+        if key in seen:
+            raise OptionError(f"column {name!r} appears twice in the read schema")
+        expected = COLUMNS[key]
+        if type_name.lower() != expected:
+            raise OptionError(
+                f"column {name!r} must be {'long' if expected == 'bigint' else expected}, got {type_name} "
+                f"(cast it after loading)"
+            )
+        seen.append(key)
+    return tuple(seen)
+
+
+def write_body_type(fields: Sequence[tuple[str, str]]) -> Literal["binary", "string"]:
+    """Validate a write schema: exactly one column, `body`, binary or string (UTF-8).
+
+    Raises:
+        OptionError: no body column, another column, or a body of another type.
+    """
+    names = [name for name, _ in fields]
+    if [n.lower() for n in names] != ["body"]:
+        raise OptionError(
+            f"writing to dledger needs exactly one column, body (binary or string); got {names or 'none'} "
+            "(use df.select(col(...).alias('body')))"
+        )
+    type_name = fields[0][1].lower()
+    if type_name not in ("binary", "string"):
+        raise OptionError(f"column body must be binary or string, got {fields[0][1]}")
+    return "binary" if type_name == "binary" else "string"

@@ -1,0 +1,316 @@
+"""The `dledger` PySpark data source: batch and streaming reads, batch and streaming writes.
+
+This module (and `dledger.spark.sink`) are the only ones that import pyspark. All the
+decisions (options, bounds, offsets, task splitting) live in plain modules beside it:
+`options`, `planning`, `local` (offline store directories) and `live` (a running cluster
+through the gRPC client).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from dledger.spark.arrow import record_batches
+from dledger.spark.live import (
+    ClientFactory,
+    ClusterView,
+    LedgerClient,
+    LiveTask,
+    close_client,
+    default_client_factory,
+    fetch_view,
+    fetch_view_once,
+    plan_batch_read,
+    plan_tasks,
+    read_task,
+)
+from dledger.spark.local import (
+    LocalTask,
+    bounds_of,
+    checkpoint_committed,
+    node_dir_of,
+    open_store,
+    plan_store,
+)
+from dledger.spark.options import (
+    LOCAL_BATCH_BYTES,
+    LOCAL_BATCH_ROWS,
+    SCHEMA_DDL,
+    OptionError,
+    ReadOptions,
+    parse_read_options,
+    read_columns_of,
+)
+from dledger.spark.planning import (
+    IndexRange,
+    LogBounds,
+    check_data_loss,
+    make_offset,
+    next_end,
+    offset_index,
+    resolve_end,
+    resolve_start,
+)
+
+FORMAT = "dledger"
+
+
+def schema_fields(schema: StructType) -> list[tuple[str, str]]:
+    """(name, simpleString type) of each field."""
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+class _ReadPlan:
+    """What every reader shares: the parsed options, the projected columns, the Arrow
+    schema Spark expects back, and the read side of both back-ends. Picklable (no
+    connections, no open files); executors get a copy and call `read`."""
+
+    def __init__(self, options: ReadOptions, schema: StructType, min_partitions: int, factory: ClientFactory) -> None:
+        self.options = options
+        self.columns = read_columns_of(schema_fields(schema))
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.min_partitions = max(1, options.min_partitions or min_partitions)
+        self.factory = factory
+        self.node_dir = str(node_dir_of(options.target.path)) if options.target.path else None
+
+    @property
+    def timeout_s(self) -> float:
+        """Per-operation deadline of live clients."""
+        return self.options.rpc_timeout_ms / 1000
+
+    @property
+    def node_dir_path(self) -> Path:
+        """The node directory of an offline read."""
+        return Path(self.node_dir or "")
+
+    @property
+    def with_bodies(self) -> bool:
+        return "body" in self.columns
+
+    def local_partitions(self, start: int | None, end: int | None) -> list[InputPartition]:
+        """Tasks over the store directory: [start, end), or the batch options' range."""
+        assert self.node_dir is not None
+        opts = self.options
+        store = open_store(self.node_dir_path)
+        try:
+            bounds = bounds_of(store)
+            if start is None or end is None:
+                start, end = resolve_start(opts.starting, bounds), resolve_end(opts.ending, bounds)
+            elif end > bounds.latest:
+                raise RuntimeError(
+                    f"entries up to {end - 1} of {self.node_dir} were seen committed but the store now ends at "
+                    f"committed index {bounds.committed}"
+                )
+            plan = plan_store(store, start, end, opts.fail_on_data_loss, self.min_partitions, opts.max_partition_bytes)
+        finally:
+            store.close()
+        return [
+            InputPartition(LocalTask(self.node_dir, r.start, r.end, self.with_bodies, opts.fail_on_data_loss))
+            for r in plan.ranges
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of one task (executor side)."""
+        task = partition.value
+        if task is None:  # Spark reads one empty partition when there are none
+            return iter(())
+        if isinstance(task, LocalTask):
+            batches = task.read(LOCAL_BATCH_ROWS, LOCAL_BATCH_BYTES)
+        elif isinstance(task, LiveTask):
+            batches = read_task(task, self.factory)
+        else:
+            raise TypeError(f"unexpected partition {task!r}")
+        return record_batches(batches, self.columns, self.arrow_schema)
+
+
+class DLedgerBatchReader(DataSourceReader):
+    """`spark.read.format("dledger")`: committed entries of [startingIndex, endingIndex)."""
+
+    def __init__(self, plan: _ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Tasks by data segment (offline) or by index range over the nodes (live)."""
+        plan = self.plan
+        if plan.node_dir is not None:
+            return plan.local_partitions(None, None)
+        view = fetch_view_once(plan.options.target, plan.factory, plan.timeout_s)
+        return [InputPartition(t) for t in plan_batch_read(view, plan.options, plan.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of one task."""
+        return self.plan.read(partition)
+
+
+class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """`spark.readStream.format("dledger")`: entries as they commit.
+
+    Offsets are `{"group": g, "index": N}`, N the next index to read. A store directory is
+    followed through its `checkpoint` (committed index); a cluster through its leader's
+    metadata. availableNow reads up to the committed index seen when the query starts.
+    """
+
+    def __init__(self, plan: _ReadPlan) -> None:
+        self.plan = plan
+        self.group = plan.options.target.group
+        self._target: int | None = None
+        self._client: LedgerClient | None = None  # driver side only, created lazily
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None  # channels never travel
+        return state
+
+    # -- where the log is
+
+    def _bounds(self) -> LogBounds:
+        plan = self.plan
+        if plan.node_dir is not None:
+            store = open_store(plan.node_dir_path)
+            try:
+                return bounds_of(store)
+            finally:
+                store.close()
+        return self._view().bounds
+
+    def _view(self) -> ClusterView:
+        if self._client is None:
+            self._client = self.plan.factory(self.plan.options.target.peers or "", self.group, self.plan.timeout_s)
+        return fetch_view(self.plan.options.target, self._client)
+
+    def _latest(self) -> int:
+        if self.plan.node_dir is not None:
+            return checkpoint_committed(self.plan.node_dir_path) + 1
+        return int(self._view().bounds.latest)
+
+    # -- offsets
+
+    def initialOffset(self) -> dict[str, Any]:
+        """startingIndex resolved: earliest, latest (default) or a number."""
+        return make_offset(self.group, resolve_start(self.plan.options.starting, self._bounds()))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """maxEntriesPerTrigger as ReadMaxRows, else everything available."""
+        limit = self.plan.options.max_entries_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the end of an availableNow run: what is committed now."""
+        self._target = self._latest()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch (committed + 1, capped by the limit)."""
+        first = offset_index(start, self.group)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return make_offset(self.group, next_end(first, self._latest(), max_rows, self._target))
+
+    def reportLatestOffset(self) -> dict[str, Any]:
+        """Committed + 1, for progress reports."""
+        return make_offset(self.group, self._latest())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Tasks of [start, end)."""
+        first, stop = offset_index(start, self.group), offset_index(end, self.group)
+        if first >= stop:
+            return []
+        plan = self.plan
+        if plan.node_dir is not None:
+            return plan.local_partitions(first, stop)
+        view = self._view()
+        first = check_data_loss(first, view.bounds, plan.options.fail_on_data_loss)
+        if first >= stop:
+            return []
+        tasks = plan_tasks(view, IndexRange(first, stop), plan.options, plan.min_partitions)
+        return [InputPartition(t) for t in tasks]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        """Arrow record batches of one task."""
+        return self.plan.read(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the log keeps everything until retention."""
+
+    def stop(self) -> None:
+        """Close the metadata client."""
+        if self._client is not None:
+            close_client(self._client)
+            self._client = None
+
+
+class DLedgerDataSource(DataSource):
+    """The `dledger` format. Register it with `dledger.spark.register(spark)`.
+
+    Read schema: `index long, term long, pos long, body binary` (a user schema may pick a
+    subset or reorder them; without `body` no body is read). Options are documented in
+    docs/SPARK.md.
+    """
+
+    default_min_partitions: int | None = None
+    """Spark's default parallelism, captured by `register` (planning runs in a Python
+    worker that cannot ask Spark)."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name: "dledger"."""
+        return FORMAT
+
+    @classmethod
+    def client_factory(cls) -> ClientFactory:
+        """How clients of a live cluster are made (tests substitute a fake)."""
+        return default_client_factory
+
+    def schema(self) -> str:
+        """The fixed read schema."""
+        return SCHEMA_DDL
+
+    def _plan(self, schema: StructType, streaming: bool) -> _ReadPlan:
+        options = parse_read_options(dict(self.options), streaming)
+        fallback = type(self).default_min_partitions or os.cpu_count() or 1
+        return _ReadPlan(options, schema, fallback, type(self).client_factory())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        """A batch reader."""
+        return DLedgerBatchReader(self._plan(schema, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A streaming reader."""
+        return DLedgerStreamReader(self._plan(schema, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        """A batch writer (append only)."""
+        from dledger.spark.sink import DLedgerArrowWriter, writer_setup
+
+        return DLedgerArrowWriter(
+            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory())
+        )
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        """A streaming writer (append only)."""
+        from dledger.spark.sink import DLedgerStreamArrowWriter, writer_setup
+
+        return DLedgerStreamArrowWriter(
+            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory())
+        )
+
+
+__all__ = ["FORMAT", "DLedgerDataSource", "OptionError"]

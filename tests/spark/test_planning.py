@@ -1,0 +1,253 @@
+"""The Spark source's pure logic, without Spark: options, bounds and data loss, offsets,
+range splitting (offline by segment, live across nodes)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from dledger.spark.options import (
+    DEFAULT_ENTRIES_PER_PARTITION,
+    OptionError,
+    parse_read_options,
+    parse_write_options,
+    read_columns_of,
+    write_body_type,
+)
+from dledger.spark.planning import (
+    MIN_SPLIT_BYTES,
+    DataLossError,
+    IndexRange,
+    LogBounds,
+    SegmentSpan,
+    assign_nodes,
+    candidate_nodes,
+    check_data_loss,
+    first_index_at,
+    make_offset,
+    next_end,
+    offset_index,
+    plan_live,
+    plan_local,
+    resolve_end,
+    resolve_start,
+    split_even,
+)
+
+pytestmark = pytest.mark.unit
+
+PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
+
+
+# -- options
+
+
+def test_read_options_defaults_batch_and_stream() -> None:
+    batch = parse_read_options({"path": "/x"}, streaming=False)
+    assert batch.target.path == "/x" and batch.target.peers is None and batch.target.group == "default"
+    assert batch.starting == "earliest" and batch.ending == "latest"
+    assert batch.fail_on_data_loss and batch.min_partitions is None and batch.read_from == "leader"
+    assert batch.entries_per_partition == DEFAULT_ENTRIES_PER_PARTITION
+    stream = parse_read_options({"peers": PEERS, "group": "g1"}, streaming=True)
+    assert stream.starting == "latest" and stream.target.is_live and stream.target.group == "g1"
+    assert stream.target.peer_map() == {"n0": "127.0.0.1:20911", "n1": "127.0.0.1:20912", "n2": "127.0.0.1:20913"}
+
+
+def test_read_options_values_are_case_insensitive() -> None:
+    opts = parse_read_options(
+        {
+            "PATH": "/x",
+            "startingindex": "5",
+            "EndingIndex": "9",
+            "failOnDataLoss": "FALSE",
+            "minPartitions": "4",
+            "readFrom": "Follower",
+        },
+        streaming=False,
+    )
+    assert (opts.starting, opts.ending, opts.fail_on_data_loss) == (5, 9, False)
+    assert (opts.min_partitions, opts.read_from) == (4, "follower")
+
+
+def test_stream_limits_and_alias() -> None:
+    assert parse_read_options({"path": "/x", "maxEntriesPerTrigger": "7"}, True).max_entries_per_trigger == 7
+    assert parse_read_options({"path": "/x", "maxOffsetsPerTrigger": "8"}, True).max_entries_per_trigger == 8
+    assert parse_read_options({"path": "/x", "startingIndex": "earliest"}, True).starting == "earliest"
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"path": "/x", "peers": PEERS}, False, "mutually exclusive"),
+        ({}, False, "needs a store directory"),
+        ({"group": "g"}, True, "needs a store directory"),
+        ({"path": "/x", "startIndex": "3"}, False, "unknown option(s) for a dledger read: startindex"),
+        ({"path": "/x", "startingIndex": "latest"}, False, "streaming reads only"),
+        ({"path": "/x", "startingIndex": "-1"}, False, "must be >= 0"),
+        ({"path": "/x", "startingIndex": "first"}, False, "earliest, latest or an index"),
+        ({"path": "/x", "endingIndex": "x"}, False, "latest or an index"),
+        ({"path": "/x", "endingIndex": "5"}, True, "batch reads only"),
+        ({"path": "/x", "maxEntriesPerTrigger": "5"}, False, "streaming reads only"),
+        ({"path": "/x", "maxEntriesPerTrigger": "0"}, True, "must be >= 1"),
+        ({"path": "/x", "failOnDataLoss": "yes"}, False, "true or false"),
+        ({"path": "/x", "readFrom": "primary"}, False, "leader, follower or any"),
+        ({"path": "/x", "minPartitions": "two"}, False, "must be an integer"),
+        ({"peers": "127.0.0.1:20911"}, False, "option peers"),
+    ],
+)
+def test_bad_read_options(options: dict[str, str], streaming: bool, message: str) -> None:
+    with pytest.raises(OptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_read_options(options, streaming)
+
+
+def test_write_options() -> None:
+    opts = parse_write_options({"peers": PEERS, "batchEntries": "10"}, overwrite=False)
+    assert opts.batch_entries == 10 and opts.target.is_live
+    with pytest.raises(OptionError, match="append-only"):
+        parse_write_options({"peers": PEERS}, overwrite=True)
+    with pytest.raises(OptionError, match="live cluster"):
+        parse_write_options({"path": "/x"}, overwrite=False)
+    with pytest.raises(OptionError, match="unknown option"):
+        parse_write_options({"peers": PEERS, "startingIndex": "1"}, overwrite=False)
+
+
+def test_read_schema_subsets_and_errors() -> None:
+    assert read_columns_of([("index", "bigint"), ("term", "bigint")]) == ("index", "term")
+    assert read_columns_of([("BODY", "binary"), ("Index", "bigint")]) == ("body", "index")
+    with pytest.raises(OptionError, match=r"unknown column 'value'.*index long, term long, pos long, body binary"):
+        read_columns_of([("index", "bigint"), ("value", "binary")])
+    with pytest.raises(OptionError, match="column 'body' must be binary, got string"):
+        read_columns_of([("body", "string")])
+    with pytest.raises(OptionError, match="must be long"):
+        read_columns_of([("index", "int")])
+    with pytest.raises(OptionError, match="twice"):
+        read_columns_of([("index", "bigint"), ("INDEX", "bigint")])
+    with pytest.raises(OptionError, match="no columns"):
+        read_columns_of([])
+
+
+def test_write_schema() -> None:
+    assert write_body_type([("body", "binary")]) == "binary"
+    assert write_body_type([("body", "string")]) == "string"
+    with pytest.raises(OptionError, match="exactly one column, body"):
+        write_body_type([("value", "binary")])
+    with pytest.raises(OptionError, match="exactly one column, body"):
+        write_body_type([("index", "bigint"), ("body", "binary")])
+    with pytest.raises(OptionError, match="binary or string"):
+        write_body_type([("body", "int")])
+
+
+# -- bounds, data loss, offsets
+
+
+def test_bounds_and_resolution() -> None:
+    bounds = LogBounds(begin=58, end=139, committed=139)
+    assert (bounds.earliest, bounds.latest) == (58, 140)
+    assert resolve_start("earliest", bounds) == 58
+    assert resolve_start("latest", bounds) == 140
+    assert resolve_start(70, bounds) == 70
+    assert resolve_end("latest", bounds) == 140
+    assert resolve_end(100, bounds) == 100
+    assert resolve_end(1000, bounds) == 140  # never past the committed index
+    empty = LogBounds(-1, -1, -1)
+    assert (empty.earliest, empty.latest) == (0, 0)
+    reset_all = LogBounds(-1, 41, 41)  # every entry deleted by a reset: the log goes on at 42
+    assert (reset_all.earliest, reset_all.latest) == (42, 42)
+
+
+def test_data_loss() -> None:
+    bounds = LogBounds(58, 139, 139)
+    assert check_data_loss(60, bounds, True) == 60
+    assert check_data_loss(10, bounds, False) == 58
+    with pytest.raises(DataLossError, match=r"log now starts at index 58.*failOnDataLoss=false"):
+        check_data_loss(10, bounds, True)
+
+
+def test_offsets_and_micro_batch_end() -> None:
+    offset = make_offset("g", 12)
+    assert offset == {"group": "g", "index": 12}
+    assert offset_index(offset, "g") == 12
+    assert offset_index({"index": 3}, "g") == 3
+    with pytest.raises(OptionError, match="group 'other'"):
+        offset_index({"group": "other", "index": 3}, "g")
+    with pytest.raises(OptionError, match="malformed"):
+        offset_index({"group": "g"}, "g")
+    assert next_end(10, 100, None, None) == 100
+    assert next_end(10, 100, 25, None) == 35
+    assert next_end(10, 100, None, 50) == 50  # availableNow target
+    assert next_end(10, 100, 25, 30) == 30
+    assert next_end(60, 100, None, 50) == 60  # past the target: no more data
+    assert next_end(10, 5, None, None) == 10  # never backwards
+
+
+# -- splitting
+
+
+def test_split_even() -> None:
+    assert split_even(0, 10, 3) == [IndexRange(0, 4), IndexRange(4, 7), IndexRange(7, 10)]
+    assert split_even(5, 7, 4) == [IndexRange(5, 6), IndexRange(6, 7)]
+    assert split_even(5, 5, 4) == []
+
+
+def test_first_index_at() -> None:
+    positions = [0, 10, 20, 35, 50]
+    assert first_index_at(20, 0, 5, positions.__getitem__) == 2
+    assert first_index_at(21, 0, 5, positions.__getitem__) == 3
+    assert first_index_at(51, 0, 5, positions.__getitem__) == 5
+
+
+def test_plan_local_one_task_per_segment() -> None:
+    # 4 segments of 100 entries, 10 bytes each
+    spans = [SegmentSpan(k * 100, k * 1000) for k in range(4)]
+
+    def pos_of(i: int) -> int:
+        return i * 10
+
+    assert plan_local(spans, 0, 400, pos_of, min_partitions=2) == [IndexRange(k * 100, k * 100 + 100) for k in range(4)]
+    assert plan_local(spans, 150, 320, pos_of) == [IndexRange(150, 200), IndexRange(200, 300), IndexRange(300, 320)]
+    assert plan_local(spans, 10, 10, pos_of) == []
+
+
+def test_plan_local_splits_big_segments_by_position() -> None:
+    spans = [SegmentSpan(0, 0)]
+    positions = [i * 100 + (i * i) % 7 for i in range(1001)]
+    ranges = plan_local(spans, 0, 1000, positions.__getitem__, max_partition_bytes=30_000)
+    assert len(ranges) == 4
+    assert ranges[0].start == 0 and ranges[-1].end == 1000
+    assert all(a.end == b.start for a, b in pairwise(ranges))
+    for rng in ranges:
+        assert positions[rng.end] - positions[rng.start] <= 30_000
+
+
+def test_plan_local_spreads_a_large_range_over_min_partitions() -> None:
+    n = 10_000
+    entry = 4 * MIN_SPLIT_BYTES // n  # 4 MiB in one segment
+    ranges = plan_local([SegmentSpan(0, 0)], 0, n, lambda i: i * entry, min_partitions=2)
+    assert len(ranges) == 2 and ranges == [IndexRange(0, 5000), IndexRange(5000, 10_000)]
+    # a small range keeps one task per segment
+    assert plan_local([SegmentSpan(0, 0)], 0, 100, lambda i: i * entry, min_partitions=2) == [IndexRange(0, 100)]
+    # larger than min_partitions * max bytes: whole waves of min_partitions tasks
+    ranges = plan_local([SegmentSpan(0, 0)], 0, n, lambda i: i * entry, min_partitions=2, max_partition_bytes=1 << 20)
+    assert len(ranges) == 4
+
+
+def test_plan_live() -> None:
+    assert plan_live(0, 10, 1, 4) == [IndexRange(0, 4), IndexRange(4, 7), IndexRange(7, 10)]
+    assert plan_live(0, 10, 5, 100) == split_even(0, 10, 5)
+    assert plan_live(0, 3, 8, 100) == split_even(0, 3, 3)
+    assert plan_live(7, 7, 2, 100) == []
+
+
+def test_candidates_and_assignment() -> None:
+    nodes = ["n0", "n1", "n2"]
+    assert candidate_nodes("leader", "n1", nodes) == ["n1"]
+    assert candidate_nodes("follower", "n1", nodes) == ["n0", "n2"]
+    assert candidate_nodes("any", "n1", nodes) == ["n1", "n0", "n2"]
+    assert candidate_nodes("leader", None, nodes) == nodes
+    assert candidate_nodes("follower", "n0", ["n0"]) == ["n0"]
+    ranges = split_even(0, 9, 3)
+    plan = assign_nodes(ranges, ["n0", "n2"], nodes, "n1")
+    assert [order for _, order in plan] == [("n0", "n2", "n1"), ("n2", "n0", "n1"), ("n0", "n2", "n1")]
+    plan = assign_nodes(ranges, ["n1"], nodes, "n1")
+    assert all(order == ("n1", "n0", "n2") for _, order in plan)
