@@ -173,6 +173,11 @@ class EntryHandler:
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
         if req.first_index == end + 1:
             self.store.append_encoded(req.entries)
+            if self.store.end_index != req.last_index or self.store.end_term != req.last_term:
+                # headers carry no CRC: a run whose end disagrees with what the leader
+                # announced (count, last term) is damaged, take it back
+                self.store.truncate(req.first_index)
+                return self._reply(req, ResponseCode.INCONSISTENT_STATE)
         else:
             # overlaps what we hold (a resent push after a lost ack): entries up to our
             # end must be the same ones; append only the rest

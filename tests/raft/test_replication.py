@@ -434,3 +434,23 @@ def test_lost_window_is_sent_again_once_the_first_resend_gets_through() -> None:
     # one resend round trip, then the window: not 60 resends one after the other
     assert timeout <= c.now - start < 2 * timeout
     assert [f.result() for f in futures] == list(range(futures[0].result(), futures[0].result() + 60))
+
+
+def test_a_run_whose_last_term_disagrees_with_the_push_is_taken_back() -> None:
+    """A flipped bit in a header's term keeps the run valid for the store (terms still
+    non-decreasing, no header CRC); the push's announced last term catches it."""
+    ms, handler, store = follower_handler()
+    leader = leader_log(3)
+    push = append_push(leader, 0, 3)
+    damaged = bytearray(push.entries)
+    last = 2 * len(push.entries) // 3  # the third entry's header (equal-sized entries)
+    damaged[last + 16 + 7] ^= 0x02  # term 1 -> 3 in the last entry
+    push.entries = bytes(damaged)
+    answer = handler.handle_push(push, 0)
+    handler.run_once(0)
+    assert answer.result().code == ResponseCode.INCONSISTENT_STATE
+    assert store.end_index == -1  # nothing kept
+    good = append_push(leader, 0, 3)
+    answer = handler.handle_push(good, 1)
+    handler.run_once(1)
+    assert answer.result().code == ResponseCode.SUCCESS and store.end_index == 2 and store.end_term == 1

@@ -1,0 +1,246 @@
+"""Bugs the simulation found, each reduced to a deterministic script. Marked
+xfail(strict=True) while they are open: when one is fixed its test passes, fails as
+XPASS, and the marker must go (and its tag leaves checker.KNOWN_ISSUES); fixed ones stay
+as regression tests (see docs/SIMULATION.md, "Findings")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dledger.raft.messages import HeartBeatRequest, PushEntryRequest, PushEntryResponse, RequestOrResponse
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+from tests.sim.checker import Violation
+from tests.sim.harness import Scenario, Simulation
+
+pytestmark = pytest.mark.sim
+
+SMALL = StoreConfig(data_file_size=4096, index_file_size=1024, warm_ahead_bytes=0, checkpoint_interval_ms=10**9)
+
+
+def _fill(store: MmapLogStore) -> None:
+    """15 entries of 248 bytes: 376 bytes are left in the first 4 KiB segment."""
+    store.term = 1
+    for _ in range(15):
+        store.append(b"x" * 200)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="B2 (store): truncate cuts at the first removed entry's position; when that entry opened a new "
+    "segment after a blank, the write position stays at the segment start instead of the end of the last "
+    "kept entry, so the leader's entry (which fits before the blank) never lands at its position",
+)
+def test_truncate_after_a_segment_end_blank_accepts_the_leaders_entry(tmp_path: Path) -> None:
+    leader, follower = MmapLogStore(tmp_path / "leader", SMALL), MmapLogStore(tmp_path / "follower", SMALL)
+    try:
+        _fill(leader)
+        _fill(follower)
+        follower.term = 2
+        follower.append(b"y" * 1000)  # does not fit: a blank at 3720, the entry at 4096
+        leader.term = 3
+        leader.append(b"z" * 100)  # fits: at 3720
+        follower.truncate(15)  # the new leader's TRUNCATE
+        run, _ = leader.read_run(15, 1 << 20)
+        follower.append_encoded(run)  # INCONSISTENT_STATE: "entry 15 has pos 3720 but lands at 4096"
+        assert follower.get(15).pos == leader.get(15).pos
+    finally:
+        leader.close()
+        follower.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="B2 (store recovery): after a torn tail that leaves a segment-end blank but loses the entry after "
+    "it, recovery ends the log at the next segment's start instead of the end of the last entry",
+)
+def test_recovery_after_a_segment_end_blank_ends_at_the_last_entry(tmp_path: Path) -> None:
+    store = MmapLogStore(tmp_path, SMALL)
+    _fill(store)
+    store.append(b"y" * 1000)  # a blank at 3720, entry 15 at 4096
+    store.close()
+    (tmp_path / "data" / f"{4096:020d}").write_bytes(bytes(4096))  # entry 15 never reached the disk
+    store = MmapLogStore(tmp_path, SMALL)
+    try:
+        last = store.get(store.end_index)
+        assert store.end_index == 14
+        assert store.write_pos == last.pos + last.size  # 3720, not 4096
+    finally:
+        store.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Violation,
+    reason="R1 (raft, async flush): a member that acknowledged entries and then lost them to a power loss "
+    "still votes, so it and a lagging member elect a leader without acknowledged, committed entries",
+)
+def test_async_single_power_loss_keeps_acknowledged_entries(tmp_path: Path) -> None:
+    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        leader = sim.leader()
+        assert leader is not None
+        acker, lagger = (n for n in sim.nodes.values() if n is not leader)
+        sim.net.block(leader.node_id, lagger.node_id)  # the lagging member stops hearing the leader
+        early = [sim.append(leader, [sim._body()]) for _ in range(5)]
+        sim.run_until(lambda: all(op.status == "ok" for op in early))
+        acker.next_flush_ms = 1 << 60  # its flush stalls: what it acknowledges stays in the page cache
+        late = [sim.append(leader, [sim._body()]) for _ in range(5)]
+        sim.run_until(lambda: all(op.status == "ok" for op in late))
+        acker.down(power_loss=True, torn="lost")  # one member loses power...
+        sim.net.block(leader.node_id, acker.node_id)  # ...and comes back not hearing the leader either
+        acker.restart_at = sim.now
+        sim.run_for(1000)  # the two elect a leader (the checker raises here: it lacks committed entries)
+        sim.converge()
+    finally:
+        sim.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Violation,
+    reason="R5 (raft, second trigger): the leader's match point is stale (the follower's acks were lost while it "
+    "committed through later pushes); COMPARE there succeeds and TRUNCATE cuts the follower at committed + 1 "
+    "(since a1c53ed fixed R2's livelock), deleting entries that match the leader's and are committed",
+)
+def test_a_follower_whose_acks_were_lost_catches_up(tmp_path: Path) -> None:
+    sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    sim.checker.forbid_deletion = True
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        leader = sim.leader()
+        assert leader is not None
+        follower = next(n for n in sim.nodes.values() if n is not leader)
+        lid, fid = leader.node_id, follower.node_id
+        warmup = sim.append(leader, [sim._body()])  # replication to it runs (APPEND state)
+        sim.run_until(lambda: warmup.status == "ok" and sim._all_caught_up())
+
+        def acks_lost(src: str, dst: str, msg: RequestOrResponse) -> bool:
+            return src == fid and dst == lid and isinstance(msg, PushEntryResponse)
+
+        sim.net.filter = acks_lost  # the follower appends (and commits) but its answers are lost
+        first = sim.append(leader, [sim._body() for _ in range(3)])
+        sim.run_until(lambda: first.status == "ok")
+        second = sim.append(leader, [sim._body()])  # carries the commit index of the first
+        sim.run_until(lambda: second.status == "ok")
+        sim.run_for(20)
+        # then it misses heartbeats: as a candidate it answers the next push NOT_FOLLOWER
+        sim.net.filter = lambda s, d, m: (
+            acks_lost(s, d, m) or (s == lid and d == fid and isinstance(m, HeartBeatRequest))
+        )
+        sim.run_until(lambda: follower.core is not None and follower.core.ms.is_candidate)
+        sim.run_for(300)
+        sim.net.filter = None  # healed
+        third = sim.append(leader, [sim._body()])
+        sim.run_until(lambda: third.status == "ok")
+        sim.run_until(sim._all_caught_up, max_ms=3000)  # the follower stays behind forever
+    finally:
+        sim.close()
+
+
+def test_a_leader_never_creates_two_entries_at_one_index_and_term(tmp_path: Path) -> None:
+    """R3, fixed in a1c53ed: a leader that lost its unflushed tail to a power loss was
+    elected again in the same term and wrote a second entry at an (index, term) a
+    follower held. A restarted member now always votes in a new term."""
+    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        leader = sim.leader()
+        assert leader is not None and leader.core is not None
+        first = sim.append(leader, [sim._body()])
+        sim.run_until(lambda: first.status == "ok" and sim._all_caught_up())
+        lid = leader.node_id
+        # `voter` voted for the leader in this term; `holder` will hold the lost entry
+        voter = next(
+            n for n in sim.nodes.values() if n.core is not None and n.core.ms.vote_for == lid and n is not leader
+        )
+        holder = next(n for n in sim.nodes.values() if n is not leader and n is not voter)
+        sim.net.block(lid, voter.node_id)
+        sim.net.filter = lambda s, d, m: s == holder.node_id and d == lid and isinstance(m, PushEntryResponse)
+        leader.next_flush_ms = 1 << 60  # the leader's flush stalls
+        sim.append(leader, [sim._body()])  # reaches `holder` only, never commits
+        sim.run_for(30)
+        leader.down(power_loss=True, torn="lost")  # the leader loses it
+        sim.net.heal()
+        sim.net.filter = None
+        sim.net.block(lid, holder.node_id)
+        leader.restart_at = sim.now
+        sim.run_until(lambda: leader.core is not None and leader.core.ms.is_leader, max_ms=2000)
+        sim.append(leader, [sim._body()])  # a different entry at the same index, same term
+        sim.run_for(20)
+        sim.net.heal()
+        sim.converge()
+    finally:
+        sim.close()
+
+
+def test_a_follower_that_lost_acknowledged_entries_catches_up(tmp_path: Path) -> None:
+    """R4, fixed in a1c53ed: a follower that lost entries it had acknowledged (power loss)
+    was never repaired: each resend replaced the waiting push and restarted its timeout."""
+    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        leader = sim.leader()
+        assert leader is not None
+        follower = next(n for n in sim.nodes.values() if n is not leader)
+        warmup = sim.append(leader, [sim._body()])
+        sim.run_until(lambda: warmup.status == "ok" and sim._all_caught_up())
+        follower.next_flush_ms = 1 << 60  # its flush stalls
+        acked = sim.append(leader, [sim._body() for _ in range(3)])
+        sim.run_until(lambda: acked.status == "ok" and sim._all_caught_up())
+        follower.down(power_loss=True, torn="lost")  # it loses what it acknowledged (the others keep it)
+        follower.open()  # restarts at once
+        later = sim.append(leader, [sim._body()])  # pushed to it right away: a push is in flight
+        sim.run_until(lambda: later.status == "ok")
+        sim.run_until(sim._all_caught_up, max_ms=3000)  # the follower never gets the entries back
+    finally:
+        sim.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=Violation,
+    reason="R5 (raft dispatcher): on a COMPARE mismatch the leader jumps to the follower's hint (the first index "
+    "of the follower's last term above its committed index) even when its own log holds that term further up; "
+    "COMPARE then matches far too low and TRUNCATE deletes entries that match the leader's, committed ones "
+    "included: a committed entry is left on fewer than a majority (sync mode, no power loss)",
+)
+def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
+    sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    sim.checker.forbid_deletion = True
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        old = sim.leader()
+        assert old is not None
+        new, lagger = (n for n in sim.nodes.values() if n is not old)
+        warmup = sim.append(old, [sim._body()])
+        sim.run_until(lambda: warmup.status == "ok" and sim._all_caught_up())
+        sim.run_for(300)  # the checkpoints record the warmup commit...
+        old.next_checkpoint_ms = 1 << 60  # ...and the old leader's stays there
+        sim.net.block(old.node_id, lagger.node_id)
+        committed = sim.append(old, [sim._body() for _ in range(10)])  # committed by `old` and `new`
+        sim.run_until(lambda: committed.status == "ok")
+        sim.net.block(old.node_id, new.node_id)
+        sim.append(old, [sim._body() for _ in range(5)])  # only in the old leader's log
+        sim.run_for(10)
+        old.down(power_loss=False)
+        old.restart_at = 1 << 60
+        sim.net.heal()
+        sim.net.filter = lambda s, d, m: d == lagger.node_id and isinstance(m, PushEntryRequest)  # votes, lags
+        sim.run_until(lambda: new.core is not None and new.core.ms.is_leader)
+        sim.append(new, [sim._body() for _ in range(6)])  # new-term entries past the old leader's end
+        sim.run_for(20)
+        new.down(power_loss=False)  # `new` restarts and wins again: its dispatchers start at its end
+        new.restart_at = sim.now
+        sim.run_until(lambda: new.core is not None and new.core.ms.is_leader)
+        old.restart_at = sim.now  # the old leader comes back: COMPARE overshoots, TRUNCATE deletes
+        sim.run_for(1000)
+    finally:
+        sim.close()
