@@ -35,8 +35,17 @@ from dledger.client_policy import (
     status_details,
     status_name,
 )
-from dledger.client_producer import Producer, SendFuture
-from dledger.client_types import AppendResult, LedgerStubs, MemberInfo, NodeMetadata, Target, metadata_from_pb
+from dledger.client_producer import Producer
+from dledger.client_types import (
+    AppendResult,
+    LedgerStubs,
+    MemberInfo,
+    NodeMetadata,
+    ProducerStats,
+    SendFuture,
+    Target,
+    metadata_from_pb,
+)
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import parse_peers
@@ -54,6 +63,7 @@ __all__ = [
     "MemberInfo",
     "NodeMetadata",
     "Producer",
+    "ProducerStats",
     "SendFuture",
     "Target",
 ]

@@ -21,9 +21,7 @@ import itertools
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import grpc  # type: ignore[import-untyped]
@@ -37,6 +35,7 @@ from dledger.client_policy import (
     status_details,
     status_name,
 )
+from dledger.client_types import Batch, ProducerStats, SendFuture, finish_batch
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.transport.convert import pb
@@ -50,109 +49,6 @@ MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry (a bigger one would fail its whole batch on the server)."""
 
 
-class _Batch:
-    """Bodies sent as one AppendRequest, and their common outcome."""
-
-    __slots__ = (
-        "bodies",
-        "callbacks",
-        "created_ms",
-        "deadline_ms",
-        "done",
-        "error",
-        "first_index",
-        "last_refusal",
-        "size",
-    )
-
-    def __init__(self, now_ms: int, deadline_ms: int) -> None:
-        self.bodies: list[bytes] = []
-        self.size = 0
-        self.created_ms = now_ms
-        self.deadline_ms = deadline_ms
-        self.done = threading.Event()
-        self.first_index = -1
-        self.error: BaseException | None = None
-        self.callbacks: list[tuple[Callable[[SendFuture], None], SendFuture]] | None = None
-        self.last_refusal: DLedgerError | None = None
-
-
-class SendFuture:
-    """The future index of one body sent with `Producer.send`.
-
-    It has the result/exception/done/add_done_callback methods of
-    `concurrent.futures.Future` but is much lighter (bodies of a batch share one
-    event); `as_future()` gives a real `Future` for `concurrent.futures.wait`.
-    """
-
-    __slots__ = ("_batch", "_offset")
-
-    def __init__(self, batch: _Batch, offset: int) -> None:
-        self._batch = batch
-        self._offset = offset
-
-    def done(self) -> bool:
-        """True once the batch was answered (or failed)."""
-        return self._batch.done.is_set()
-
-    def result(self, timeout: float | None = None) -> int:
-        """The body's index.
-
-        Raises:
-            TimeoutError: no answer within `timeout` seconds.
-            DLedgerError: refused (not appended); IndeterminateError: outcome unknown.
-        """
-        if not self._batch.done.wait(timeout):
-            raise TimeoutError(f"no answer within {timeout} s")
-        if self._batch.error is not None:
-            raise self._batch.error
-        return self._batch.first_index + self._offset
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The error the body failed with, or None once it succeeded."""
-        if not self._batch.done.wait(timeout):
-            raise TimeoutError(f"no answer within {timeout} s")
-        return self._batch.error
-
-    def add_done_callback(self, fn: Callable[[SendFuture], None]) -> None:
-        """Call `fn(self)` when done (at once if it already is)."""
-        batch = self._batch
-        with _CALLBACK_LOCK:
-            if not batch.done.is_set():
-                if batch.callbacks is None:
-                    batch.callbacks = []
-                batch.callbacks.append((fn, self))
-                return
-        fn(self)
-
-    def as_future(self) -> Future[int]:
-        """A `concurrent.futures.Future` completed with the same outcome."""
-        future: Future[int] = Future()
-
-        def copy(done: SendFuture) -> None:
-            error = done.exception()
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(done.result())
-
-        self.add_done_callback(copy)
-        return future
-
-
-_CALLBACK_LOCK = threading.Lock()
-
-
-def _finish(batch: _Batch, first_index: int = -1, error: BaseException | None = None) -> None:
-    batch.first_index = first_index
-    batch.error = error
-    with _CALLBACK_LOCK:
-        batch.done.set()
-        callbacks, batch.callbacks = batch.callbacks, None
-    for fn, future in callbacks or ():
-        fn(future)
-
-
 class _Stream:
     """One AppendStream to one member: requests go through a queue, a reader thread
     matches the in-order answers with the in-flight batches."""
@@ -161,7 +57,7 @@ class _Stream:
         self.producer = producer
         self.target = target
         self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.inflight: deque[tuple[int, _Batch]] = deque()
+        self.inflight: deque[tuple[int, Batch]] = deque()
         self.usable = True
         self.ended = False
         self.call = producer.client.stubs(target.address).AppendStream(self._requests())
@@ -211,21 +107,6 @@ class _Mismatch(Exception):
     """An answer that does not belong to the oldest in-flight request."""
 
 
-@dataclass
-class ProducerStats:
-    """Bodies of a producer by outcome so far (updated as batches are answered).
-
-    Attributes:
-        acked: committed bodies; batches: committed batches.
-        failed: bodies refused (not appended); unknown: bodies whose outcome is unknown.
-    """
-
-    acked: int = 0
-    batches: int = 0
-    failed: int = 0
-    unknown: int = 0
-
-
 class Producer:
     """A batching, pipelining appender over AppendStream (use `DLedgerClient.producer`).
 
@@ -265,9 +146,9 @@ class Producer:
         self.delivery_timeout_ms = int((delivery_timeout_s or client.timeout_s) * 1000)
         self.cond = threading.Condition(threading.Lock())
         self.stats = ProducerStats()
-        self._open: _Batch | None = None
-        self._ready: deque[_Batch] = deque()
-        self._retry: deque[_Batch] = deque()
+        self._open: Batch | None = None
+        self._ready: deque[Batch] = deque()
+        self._retry: deque[Batch] = deque()
         self._retry_after_ms = 0
         self._retry_wait_ms = 0
         self._inflight = 0
@@ -313,7 +194,7 @@ class Producer:
             batch = self._open
             if batch is None:
                 now = self.clock.now_ms()
-                batch = self._open = _Batch(now, now + self.delivery_timeout_ms)
+                batch = self._open = Batch(now, now + self.delivery_timeout_ms)
                 self._unfinished += 1
                 self.cond.notify_all()
             offset = len(batch.bodies)
@@ -360,7 +241,7 @@ class Producer:
 
     # -- the sender thread
 
-    def _next_batch(self) -> _Batch | None:
+    def _next_batch(self) -> Batch | None:
         """Under the lock: wait for a batch that may be sent now (None: closed)."""
         while True:
             now = self.clock.now_ms()
@@ -444,7 +325,7 @@ class Producer:
 
     # -- answers (reader threads, under the lock)
 
-    def _done(self, batch: _Batch, first_index: int = -1, error: BaseException | None = None) -> None:
+    def _done(self, batch: Batch, first_index: int = -1, error: BaseException | None = None) -> None:
         self._buffered -= batch.size
         self._unfinished -= 1
         stats = self.stats
@@ -456,10 +337,10 @@ class Producer:
             stats.unknown += count
         else:
             stats.failed += count
-        _finish(batch, first_index, error)
+        finish_batch(batch, first_index, error)
         self.cond.notify_all()
 
-    def _again(self, batch: _Batch, refusal: DLedgerError, backoff: bool, front: bool = False) -> None:
+    def _again(self, batch: Batch, refusal: DLedgerError, backoff: bool, front: bool = False) -> None:
         """Send `batch` again later (it provably appended nothing): after the batches
         already waiting to be resent, or before them with `front`."""
         batch.last_refusal = refusal
@@ -472,7 +353,7 @@ class Producer:
             self._retry_after_ms = self.clock.now_ms() + self._retry_wait_ms
         self.cond.notify_all()
 
-    def on_answer(self, stream: _Stream, batch: _Batch, answer: Any) -> None:
+    def on_answer(self, stream: _Stream, batch: Batch, answer: Any) -> None:
         """One AppendResponse for `batch` arrived on `stream`."""
         self._inflight -= 1
         decision = code_decision(answer.code)

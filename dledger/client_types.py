@@ -1,10 +1,15 @@
-"""Value types of `dledger.client`: targets, append results, member metadata, stubs."""
+"""Value types of `dledger.client`: targets, append results, member metadata, stubs, and
+the futures and counters of `Producer`."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from dledger.codes import DLedgerError
 from dledger.transport.convert import pb
 
 _SERVICE = "/dledger.v1.Ledger/"
@@ -117,3 +122,121 @@ def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
         peers=dict(message.peers),
         members=members,
     )
+
+
+@dataclass
+class ProducerStats:
+    """Bodies of a producer by outcome so far (updated as batches are answered).
+
+    Attributes:
+        acked: committed bodies; batches: committed batches.
+        failed: bodies refused (not appended); unknown: bodies whose outcome is unknown.
+    """
+
+    acked: int = 0
+    batches: int = 0
+    failed: int = 0
+    unknown: int = 0
+
+
+class Batch:
+    """Bodies sent as one AppendRequest, and their common outcome."""
+
+    __slots__ = (
+        "bodies",
+        "callbacks",
+        "created_ms",
+        "deadline_ms",
+        "done",
+        "error",
+        "first_index",
+        "last_refusal",
+        "size",
+    )
+
+    def __init__(self, now_ms: int, deadline_ms: int) -> None:
+        self.bodies: list[bytes] = []
+        self.size = 0
+        self.created_ms = now_ms
+        self.deadline_ms = deadline_ms
+        self.done = threading.Event()
+        self.first_index = -1
+        self.error: BaseException | None = None
+        self.callbacks: list[tuple[Callable[[SendFuture], None], SendFuture]] | None = None
+        self.last_refusal: DLedgerError | None = None
+
+
+class SendFuture:
+    """The future index of one body sent with `Producer.send`.
+
+    It has the result/exception/done/add_done_callback methods of
+    `concurrent.futures.Future` but is much lighter (bodies of a batch share one
+    event); `as_future()` gives a real `Future` for `concurrent.futures.wait`.
+    """
+
+    __slots__ = ("_batch", "_offset")
+
+    def __init__(self, batch: Batch, offset: int) -> None:
+        self._batch = batch
+        self._offset = offset
+
+    def done(self) -> bool:
+        """True once the batch was answered (or failed)."""
+        return self._batch.done.is_set()
+
+    def result(self, timeout: float | None = None) -> int:
+        """The body's index.
+
+        Raises:
+            TimeoutError: no answer within `timeout` seconds.
+            DLedgerError: refused (not appended); IndeterminateError: outcome unknown.
+        """
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        if self._batch.error is not None:
+            raise self._batch.error
+        return self._batch.first_index + self._offset
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The error the body failed with, or None once it succeeded."""
+        if not self._batch.done.wait(timeout):
+            raise TimeoutError(f"no answer within {timeout} s")
+        return self._batch.error
+
+    def add_done_callback(self, fn: Callable[[SendFuture], None]) -> None:
+        """Call `fn(self)` when done (at once if it already is)."""
+        batch = self._batch
+        with CALLBACK_LOCK:
+            if not batch.done.is_set():
+                if batch.callbacks is None:
+                    batch.callbacks = []
+                batch.callbacks.append((fn, self))
+                return
+        fn(self)
+
+    def as_future(self) -> Future[int]:
+        """A `concurrent.futures.Future` completed with the same outcome."""
+        future: Future[int] = Future()
+
+        def copy(done: SendFuture) -> None:
+            error = done.exception()
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(done.result())
+
+        self.add_done_callback(copy)
+        return future
+
+
+CALLBACK_LOCK = threading.Lock()
+
+
+def finish_batch(batch: Batch, first_index: int = -1, error: BaseException | None = None) -> None:
+    batch.first_index = first_index
+    batch.error = error
+    with CALLBACK_LOCK:
+        batch.done.set()
+        callbacks, batch.callbacks = batch.callbacks, None
+    for fn, future in callbacks or ():
+        fn(future)

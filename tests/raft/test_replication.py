@@ -439,7 +439,7 @@ def test_lost_window_is_sent_again_once_the_first_resend_gets_through() -> None:
 def test_a_run_whose_last_term_disagrees_with_the_push_is_taken_back() -> None:
     """A flipped bit in a header's term keeps the run valid for the store (terms still
     non-decreasing, no header CRC); the push's announced last term catches it."""
-    ms, handler, store = follower_handler()
+    _ms, handler, store = follower_handler()
     leader = leader_log(3)
     push = append_push(leader, 0, 3)
     damaged = bytearray(push.entries)
