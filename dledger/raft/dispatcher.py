@@ -81,6 +81,12 @@ class EntryDispatcher:
         self.write_index = self.store.end_index + 1
         self._clear_pending()
         self._control = None
+        self._reset_search()
+
+    def _reset_search(self) -> None:
+        """Forget the COMPARE bounds: nothing proven yet about the follower's log."""
+        self._match_low = -1  # highest index proven to match (-1: the empty prefix)
+        self._mismatch_high = self.store.end_index + 1  # lowest index proven not to match
 
     def _clear_pending(self) -> None:
         self.pending.clear()
@@ -92,6 +98,8 @@ class EntryDispatcher:
         self._control = None
         if state is DispatchState.APPEND:
             self.write_index = self.match_index + 1
+        elif state is DispatchState.COMPARE:
+            self._reset_search()
 
     def _base(self, push_type: PushType) -> PushEntryRequest:
         return PushEntryRequest(
@@ -252,17 +260,32 @@ class EntryDispatcher:
         self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
 
     def _on_compare(self, req: PushEntryRequest, resp: PushEntryResponse) -> None:
+        """Search the last index where the follower matches the leader.
+
+        Log matching makes "matches at i" monotone in i, so each answer narrows
+        (match_low, mismatch_high). Only once they meet is the match point known; then
+        the follower's tail after it conflicts, and only then is it truncated. (Jumping
+        straight to the follower's hint could land below the real match point and
+        truncate matching, even committed, entries.) The hint only picks the next probe.
+        """
+        probe = req.prev_index
         if resp.code == ResponseCode.SUCCESS:
-            self.match_index = req.prev_index
-            self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
-            if resp.end_index > self.match_index:
-                self._change_state(DispatchState.TRUNCATE)
-            else:
-                self._change_state(DispatchState.APPEND)
+            self._match_low = max(self._match_low, probe)
+            self._mismatch_high = min(self._mismatch_high, resp.end_index + 1, self.store.end_index + 1)
+        else:
+            self._mismatch_high = min(self._mismatch_high, probe)
+        low, high = self._match_low, self._mismatch_high
+        if high <= low + 1:
+            self.match_index = low
+            self.quorum.update_peer_water_mark(self.term, self.peer_id, low)
+            self._change_state(DispatchState.TRUNCATE if resp.end_index > low else DispatchState.APPEND)
             return
-        # walk back using the follower's hint; always strictly backwards
-        target = resp.x_index if resp.x_term != -1 and resp.x_index >= 0 else resp.end_index + 1
-        self.write_index = max(0, min(target, req.prev_index))
+        if resp.code == ResponseCode.SUCCESS:
+            nxt = high - 1  # the follower's end (or ours): usually matches at once
+        else:
+            hint = resp.x_index - 1 if resp.x_term != -1 and resp.x_index >= 0 else resp.end_index
+            nxt = hint if low < hint < high else (low + high) // 2
+        self.write_index = nxt + 1
         self._control = None
 
     def _on_append(self, req: PushEntryRequest, resp: PushEntryResponse | None, now_ms: int) -> None:

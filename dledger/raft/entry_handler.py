@@ -55,6 +55,9 @@ class EntryHandler:
         self.write_requests: dict[int, _Waiting] = {}  # APPENDs by first index
         self.control_queue: deque[_Waiting] = deque()  # COMPARE / TRUNCATE / COMMIT
         self.last_check_abnormal_ms = -1
+        # (leader term, first index) of what this process appended from that term's
+        # leader: those entries match the leader's log and are never truncated
+        self._appended_in_term: tuple[int, int] = (-1, -1)
 
     # -- intake
 
@@ -171,6 +174,8 @@ class EntryHandler:
         end = self.store.end_index
         if req.first_index > end + 1 or not self._matches(req.prev_index, req.prev_term):
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if self._appended_in_term[0] != req.term:
+            self._appended_in_term = (req.term, end + 1)
         if req.first_index == end + 1:
             self.store.append_encoded(req.entries)
             if self.store.end_index != req.last_index or self.store.end_term != req.last_term:
@@ -223,8 +228,14 @@ class EntryHandler:
         # index only means the leader's match point is stale (its acks were lost): keep
         # them, cut what follows, and the leader's next APPEND overlaps what is kept.
         cut = max(req.first_index, self.ms.committed_index + 1)
+        term, first = self._appended_in_term
+        if term == req.term and cut >= first:
+            # entries this leader pushed in its term match its log: a TRUNCATE over them
+            # is a stale copy (duplicated or delayed), answered without deleting anything
+            cut = self.store.end_index + 1
         if cut <= self.store.end_index:
             self.store.truncate(cut)
+            self._appended_in_term = (-1, -1)
         self._commit(req, req.prev_index)
         return self._reply(req, ResponseCode.SUCCESS)
 

@@ -454,3 +454,24 @@ def test_a_run_whose_last_term_disagrees_with_the_push_is_taken_back() -> None:
     answer = handler.handle_push(good, 1)
     handler.run_once(1)
     assert answer.result().code == ResponseCode.SUCCESS and store.end_index == 2 and store.end_term == 1
+
+
+def test_a_stale_truncate_never_deletes_what_the_same_leader_pushed_in_its_term() -> None:
+    """A TRUNCATE delivered twice (network duplicate) must not cut the entries the
+    leader appended after the first copy: they match the leader's log."""
+    _ms, handler, store = follower_handler()
+    leader = leader_log(4)
+    truncate = PushEntryRequest(
+        group="g", local_id="n0", remote_id="n1", leader_id="n0", term=1, type=PushType.TRUNCATE,
+        first_index=0, prev_index=-1, prev_term=-1, commit_index=-1,
+    )  # fmt: skip
+    answer = handler.handle_push(truncate, 0)
+    handler.run_once(0)
+    assert answer.result().code == ResponseCode.SUCCESS
+    answer = handler.handle_push(append_push(leader, 0, 4), 1)
+    handler.run_once(1)
+    assert answer.result().code == ResponseCode.SUCCESS and store.end_index == 3
+    answer = handler.handle_push(truncate, 2)  # the duplicate arrives late
+    handler.run_once(2)
+    assert answer.result().code == ResponseCode.SUCCESS
+    assert store.end_index == 3 and [store.get_body(i) for i in range(4)] == [b"x"] * 4

@@ -41,10 +41,10 @@ KNOWN_ISSUES = {
     # A failure with one of these signatures makes a simulation test xfail instead of
     # fail; remove a tag once its bug is fixed, so the signature fails loudly again.
     # Fixed: R2 (COMPARE/TRUNCATE livelock), R3 (same-term re-election after power loss),
-    # R4 (a follower that lost acknowledged entries never repaired).
+    # R4 (a follower that lost acknowledged entries never repaired), R5 (TRUNCATE deleting
+    # entries that match the leader's: the dispatcher now searches the match point).
     "B2": "store: the write position after a segment-end blank is not the leader's entry position",
     "R1": "raft, async flush: a member that lost acknowledged entries to a power loss still votes",
-    "R5": "raft: TRUNCATE deletes entries that match the leader's, committed ones included",
 }
 
 

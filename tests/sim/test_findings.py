@@ -99,13 +99,7 @@ def test_async_single_power_loss_keeps_acknowledged_entries(tmp_path: Path) -> N
         sim.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Violation,
-    reason="R5 (raft, second trigger): the leader's match point is stale (the follower's acks were lost while it "
-    "committed through later pushes); COMPARE there succeeds and TRUNCATE cuts the follower at committed + 1 "
-    "(since a1c53ed fixed R2's livelock), deleting entries that match the leader's and are committed",
-)
+# R5 regression (fixed: the dispatcher searches the match point before truncating)
 def test_a_follower_whose_acks_were_lost_catches_up(tmp_path: Path) -> None:
     sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
     sim.faults_on = False
@@ -203,14 +197,7 @@ def test_a_follower_that_lost_acknowledged_entries_catches_up(tmp_path: Path) ->
         sim.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Violation,
-    reason="R5 (raft dispatcher): on a COMPARE mismatch the leader jumps to the follower's hint (the first index "
-    "of the follower's last term above its committed index) even when its own log holds that term further up; "
-    "COMPARE then matches far too low and TRUNCATE deletes entries that match the leader's, committed ones "
-    "included: a committed entry is left on fewer than a majority (sync mode, no power loss)",
-)
+# R5 regression (fixed: the dispatcher searches the match point before truncating)
 def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
     sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
     sim.faults_on = False
