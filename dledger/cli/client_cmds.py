@@ -244,8 +244,8 @@ def get(
         raise click.UsageError("give the index as INDEX or --index, not both")
     start = index if index is not None else index_option if index_option is not None else 0
     with open_client(peers, group, timeout_s) as client:
-        if node_id is not None:
-            client.target(node_id)
+        if node_id is not None and node_id not in client.peers:
+            raise click.BadParameter(f"{node_id!r} is not one of {', '.join(client.peers)}", param_hint="'--node'")
         entries = client.get(start, count, node_id=node_id)
     out: BinaryIO | None = sys.stdout.buffer if raw else None
     for entry in entries:
@@ -441,7 +441,7 @@ def _print_bench(result: BenchResult) -> None:
     from rich.table import Table
 
     c = result.config
-    table = Table(title=f"dledger bench: {c.mode}, {c.concurrency} threads, {c.body_size} B bodies", show_header=False)
+    table = Table(title=f"{c.mode} x{c.concurrency}, {c.body_size} B", show_header=False)
     table.add_column(justify="left")
     table.add_column(justify="right")
     table.add_row("committed entries", f"{result.entries:,}")

@@ -1,0 +1,110 @@
+"""The client commands (append, get, status, leadership-transfer, bench) against the fake
+Ledger servers: output, JSON, one-line errors and exit statuses (0 ok, 1 failed, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dledger.cli.main import main
+from dledger.codes import ResponseCode
+from tests.client.fake_ledger import Action, FakeCluster
+
+pytestmark = pytest.mark.unit
+
+
+def run(fake: FakeCluster, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, [*args, "-p", fake.peers, "--timeout", "2"], input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_append_a_body_then_get_it(fake: FakeCluster) -> None:
+    assert run(fake, "append", "hello") == (0, "appended at index 0\n", "")
+    assert run(fake, "append", "-d", "world") == (0, "appended at index 1\n", "")
+    code, out, _ = run(fake, "get", "0", "--count", "5")
+    assert code == 0 and out == "0\tterm 1\thello\n1\tterm 1\tworld\n"
+    code, out, _ = run(fake, "get", "-i", "1", "--json")
+    assert code == 0 and json.loads(out) == {
+        "index": 1,
+        "term": 1,
+        "pos": 100,
+        "magic": 1,
+        "body_crc": 0,
+        "body": "world",
+    }
+
+
+def test_append_count_stdin_and_file_batches(fake: FakeCluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code, out, _ = run(fake, "append", "--count", "25", "--body-size", "16", "--batch-size", "10", "--json")
+    assert code == 0 and json.loads(out) == {"first_index": 0, "last_index": 24, "count": 25}
+    assert fake["n0"].append_requests[-3:] and [len(r) for r in fake["n0"].append_requests] == [10, 10, 5]
+    assert all(len(b) == 16 for b in fake.log.bodies)
+    assert run(fake, "append", "x", "--count", "3")[1] == "appended 3 entries at indexes 25..27\n"
+    assert run(fake, "append", "-", stdin="a\nb\nc\n")[1] == "appended 3 entries at indexes 28..30\n"
+    path = tmp_path / "blob.bin"
+    path.write_bytes(b"\x00\xff")
+    assert run(fake, "append", "--file", str(path))[0] == 0
+    assert fake.log.bodies[28:] == [b"a", b"b", b"c", b"\x00\xff"]
+    raw = CliRunner().invoke(main, ["get", "28", "-c", "4", "--raw", "-p", fake.peers])
+    assert raw.exit_code == 0 and raw.stdout_bytes == b"a\nb\nc\n\x00\xff\n"
+    assert run(fake, "get", "31")[1] == "31\tterm 1\t0x00ff\n"
+
+
+def test_usage_errors_exit_2(fake: FakeCluster) -> None:
+    assert run(fake, "append")[0] == 2
+    assert run(fake, "append", "a", "-d", "b")[0] == 2
+    assert run(fake, "append", "-", "--count", "2")[0] == 2
+    result = CliRunner().invoke(main, ["append", "x", "-p", "n0"])
+    assert result.exit_code == 2 and "--peers" in result.stderr
+    assert run(fake, "get", "-5")[0] == 2
+    assert run(fake, "leadership-transfer")[0] == 2
+    assert run(fake, "get", "0", "--node", "n9")[0] == 2
+
+
+def test_failures_exit_1_with_one_line_naming_the_code(fake: FakeCluster) -> None:
+    code, out, err = run(fake, "get", "7")
+    assert code == 1 and out == ""
+    assert err.startswith("error: INDEX_OUT_OF_RANGE (410)") and err.count("\n") == 1
+    fake["n0"].script(Action("code", code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, append=True))
+    code, _, err = run(fake, "append", "x")
+    assert code == 1 and err.startswith("error: WAIT_QUORUM_ACK_TIMEOUT (502)") and "outcome unknown" in err
+    assert err.count("\n") == 1
+
+
+def test_status_table_and_json_show_unreachable_members(fake: FakeCluster) -> None:
+    run(fake, "append", "x")
+    fake["n1"].stop()
+    code, out, _ = run(fake, "status")
+    assert code == 0
+    assert "LEADER" in out and "FOLLOWER" in out and "UNREACHABLE" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert rows["n0"]["role"] == "LEADER" and rows["n0"]["lag"] == 0
+    assert rows["n1"]["reachable"] is False and rows["n1"]["lag"] is None
+    fake.close()
+    code, _, err = run(fake, "status")
+    assert code == 1 and "NETWORK_ERROR (302)" in err
+
+
+def test_leadership_transfer(fake: FakeCluster) -> None:
+    assert run(fake, "leadership-transfer", "--to", "n2") == (0, "n2 leads now (term 2)\n", "")
+    code, _, err = run(fake, "leadership-transfer", "-t", "n7")
+    assert code == 2 and "n7" in err
+
+
+def test_bench_json_reports_rates_and_latency(fake: FakeCluster) -> None:
+    for mode in ("single", "batch", "stream"):
+        code, out, _ = run(fake, "bench", "--mode", mode, "-c", "2", "-b", "10", "-s", "32", "-d", "0.3", "--json")
+        assert code == 0, out
+        result = json.loads(out)
+        assert result["entries"] > 0 and result["entries_per_s"] > 0
+        assert result["failed"] == 0 and result["indeterminate"] == 0
+        assert result["latency_ms"]["p50"] > 0 and result["latency_ms"]["p99"] >= result["latency_ms"]["p50"]
+    assert len(fake.log.bodies) > 0 and all(len(b) == 32 for b in fake.log.bodies)
+
+
+def test_bench_prints_a_table(fake: FakeCluster) -> None:
+    code, out, _ = run(fake, "bench", "-m", "batch", "-c", "1", "-d", "0.2", "-b", "5")
+    assert code == 0 and "entries/s" in out and "latency p50" in out

@@ -1,0 +1,176 @@
+"""Producer over the fake Ledger servers: batching (size, count, linger), the in-flight
+bound, resending what provably was not appended and reporting what may have been."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable
+
+import grpc
+import pytest
+
+from dledger.client import DLedgerClient, IndeterminateError, SendFuture
+from dledger.client_producer import MAX_BODY_BYTES
+from dledger.clock import MonotonicClock
+from dledger.codes import DLedgerError, ResponseCode
+from tests.client.fake_ledger import Action, FakeCluster
+
+pytestmark = pytest.mark.unit
+
+CLOCK = MonotonicClock()
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    """Poll `predicate` until true or fail after `timeout_s`."""
+    deadline = CLOCK.now_ms() + int(timeout_s * 1000)
+    while not predicate():
+        assert CLOCK.now_ms() < deadline, "condition not met in time"
+        CLOCK.sleep_ms(2)
+
+
+def test_batches_by_count_and_flush_sends_the_rest(client: DLedgerClient, fake: FakeCluster) -> None:
+    with client.producer(linger_ms=60_000, max_batch_count=10) as producer:
+        futures = [producer.send(b"%d" % i) for i in range(25)]
+        wait_until(lambda: sum(fake["n0"].stream_batches) == 20)  # two full batches went at once
+        assert not futures[24].done()  # the last 5 wait for linger or flush
+        assert producer.flush(5)
+    assert [f.result(0) for f in futures] == list(range(25))
+    assert fake["n0"].stream_batches == [10, 10, 5]
+    assert fake.log.bodies == [b"%d" % i for i in range(25)]
+    assert fake["n0"].streams_opened == 1
+
+
+def test_batches_by_bytes(client: DLedgerClient, fake: FakeCluster) -> None:
+    with client.producer(linger_ms=60_000, max_batch_bytes=300) as producer:
+        futures = [producer.send(b"x" * 100) for _ in range(7)]
+        producer.flush(5)
+    assert fake["n0"].stream_batches == [3, 3, 1]
+    assert [f.result(0) for f in futures] == list(range(7))
+
+
+def test_linger_sends_a_partial_batch_without_flush(client: DLedgerClient, fake: FakeCluster) -> None:
+    producer = client.producer(linger_ms=20)
+    try:
+        futures = [producer.send(b"a"), producer.send(b"b")]
+        assert [f.result(5) for f in futures] == [0, 1]
+        assert fake["n0"].stream_batches == [2]
+    finally:
+        producer.close()
+
+
+def test_in_flight_batches_are_bounded(client: DLedgerClient, fake: FakeCluster) -> None:
+    fake["n0"].gate.clear()  # the fake holds its answers
+    producer = client.producer(linger_ms=0, max_batch_count=1, max_in_flight=4)
+    try:
+        futures = [producer.send(b"%d" % i) for i in range(12)]
+        wait_until(lambda: fake["n0"].stream_received == 4 and producer._inflight == 4)
+        with producer.cond:
+            assert producer._inflight == 4 and len(producer._ready) + len(producer._retry) > 0
+        assert fake["n0"].stream_received == 4
+        fake["n0"].gate.set()
+        assert [f.result(5) for f in futures] == list(range(12))
+    finally:
+        producer.close()
+
+
+def test_not_leader_batches_are_resent_to_the_new_leader(client: DLedgerClient, fake: FakeCluster) -> None:
+    assert client.append(b"first") == 0  # the client knows n0
+    fake.log.leader = "n1"  # n0 now answers NOT_LEADER naming n1
+    with client.producer(linger_ms=0, max_batch_count=2) as producer:
+        futures = [producer.send(b"%d" % i) for i in range(6)]
+        producer.flush(5)
+    assert sorted(f.result(0) for f in futures) == [1, 2, 3, 4, 5, 6]
+    assert sorted(fake.log.bodies[1:]) == sorted(b"%d" % i for i in range(6))
+    assert len(fake.log.bodies) == 7  # nothing appended twice
+    assert fake["n1"].streams_opened >= 1
+
+
+def test_a_dead_leader_is_resent_after_rediscovery(client: DLedgerClient, fake: FakeCluster) -> None:
+    assert client.append(b"first") == 0
+    fake["n0"].stop()
+    fake.log.leader = "n2"
+    with client.producer(linger_ms=0) as producer:
+        future = producer.send(b"x")
+        assert future.result(5) == 1
+    assert fake.log.bodies == [b"first", b"x"]
+
+
+def test_a_broken_stream_fails_in_flight_batches_as_indeterminate(client: DLedgerClient, fake: FakeCluster) -> None:
+    fake["n0"].script(Action("abort", status=grpc.StatusCode.UNAVAILABLE, details="Socket closed", append=True))
+    with client.producer(linger_ms=0) as producer:
+        future = producer.send(b"x")
+        error = future.exception(5)
+        assert isinstance(error, IndeterminateError)
+        with pytest.raises(IndeterminateError):
+            future.result(0)
+        # the producer opens a new stream for what comes next
+        assert producer.send(b"y").result(5) == 1
+    assert fake.log.bodies == [b"x", b"y"]  # x was appended; the producer did not resend it
+
+
+def test_quorum_timeout_answer_is_indeterminate_and_refusals_are_definite(
+    client: DLedgerClient, fake: FakeCluster
+) -> None:
+    fake["n0"].script(
+        Action("code", code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, append=True),
+        Action("code", code=ResponseCode.UNEXPECTED_ARGUMENT),
+    )
+    with client.producer(linger_ms=0, max_batch_count=1, max_in_flight=1) as producer:
+        first, second = producer.send(b"a"), producer.send(b"b")
+        assert isinstance(first.exception(5), IndeterminateError)
+        refused = second.exception(5)
+        assert isinstance(refused, DLedgerError) and not isinstance(refused, IndeterminateError)
+        assert refused.code is ResponseCode.UNEXPECTED_ARGUMENT
+
+
+def test_pending_full_is_retried(client: DLedgerClient, fake: FakeCluster) -> None:
+    fake["n0"].script(Action("code", code=ResponseCode.LEADER_PENDING_FULL))
+    with client.producer(linger_ms=0) as producer:
+        assert producer.send(b"x").result(5) == 0
+    assert fake.log.bodies == [b"x"]
+
+
+def test_unsendable_batches_fail_definitely_at_the_delivery_timeout(fake: FakeCluster) -> None:
+    fake.log.leader = None
+    with DLedgerClient(fake.peers, timeout_s=0.3) as client:
+        producer = client.producer(linger_ms=0)
+        future = producer.send(b"x")
+        error = future.exception(5)
+        assert isinstance(error, DLedgerError) and not isinstance(error, IndeterminateError)
+        producer.close()
+    assert fake.log.bodies == []
+
+
+def test_callbacks_as_future_and_closed_producer(client: DLedgerClient, fake: FakeCluster) -> None:
+    seen: list[int] = []
+    producer = client.producer(linger_ms=0)
+    future = producer.send(b"x")
+    future.add_done_callback(lambda f: seen.append(f.result()))
+    real = producer.send(b"y").as_future()
+    done, _ = concurrent.futures.wait([real], timeout=5)
+    assert done and real.result() == 1
+    assert future.result(5) == 0
+    wait_until(lambda: seen == [0])
+    late: list[SendFuture] = []
+    future.add_done_callback(late.append)  # already done: called at once
+    assert late == [future]
+    producer.close()
+    with pytest.raises(DLedgerError):
+        producer.send(b"z")
+    with pytest.raises(ValueError, match="at most"):
+        client.producer().send(b"x" * (MAX_BODY_BYTES + 1))
+
+
+def test_send_blocks_while_the_buffer_is_full(client: DLedgerClient, fake: FakeCluster) -> None:
+    fake["n0"].gate.clear()
+    producer = client.producer(linger_ms=0, max_buffered_bytes=10)
+    try:
+        producer.send(b"x" * 8)
+        with pytest.raises(DLedgerError) as info:
+            producer.send(b"y" * 8, timeout_s=0.05)
+        assert info.value.code is ResponseCode.LEADER_PENDING_FULL
+        fake["n0"].gate.set()
+        assert producer.send(b"y" * 8, timeout_s=5).result(5) == 1
+    finally:
+        fake["n0"].gate.set()
+        producer.close()
