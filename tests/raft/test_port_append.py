@@ -5,14 +5,12 @@ CommitIndexTest. Test names follow DLedger's (testPushMissed -> test_push_missed
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE
 from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
-from tests.raft.cluster import Cluster, StoreKind
+from tests.raft.cluster import Cluster
 
 pytestmark = pytest.mark.interaction
 
@@ -24,20 +22,6 @@ BATCH = {"max_push_batch_bytes": 300}  # DLedger's BatchPushTest: maxBatchPushSi
 def push_mode(request: pytest.FixtureRequest) -> dict[str, int]:
     """AppendAndPushTest (one entry per push) and BatchPushTest (batched pushes)."""
     return ONE_BY_ONE if request.param == "one_by_one" else BATCH
-
-
-@pytest.fixture
-def cluster_factory(stores: StoreKind) -> Iterator[type[Cluster]]:
-    made: list[Cluster] = []
-
-    class _Cluster(Cluster):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, stores=stores, **kwargs)  # type: ignore[arg-type]
-            made.append(self)
-
-    yield _Cluster
-    for c in made:
-        c.close()
 
 
 def followers(c: Cluster, leader: str) -> list[str]:

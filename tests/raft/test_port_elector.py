@@ -5,8 +5,6 @@ a member whose state the test set up; test names follow DLedger's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from dledger.codes import ResponseCode
@@ -20,25 +18,11 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from tests.raft.cluster import Cluster, StoreKind
+from tests.raft.cluster import Cluster
 
 pytestmark = pytest.mark.interaction
 
 HEARTBEAT_MS = 100  # the test clusters' heart_beat_time_interval_ms
-
-
-@pytest.fixture
-def cluster_factory(stores: StoreKind) -> Iterator[type[Cluster]]:
-    made: list[Cluster] = []
-
-    class _Cluster(Cluster):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, stores=stores, **kwargs)  # type: ignore[arg-type]
-            made.append(self)
-
-    yield _Cluster
-    for c in made:
-        c.close()
 
 
 def ask(c: Cluster, src: str, dst: str, req: RequestOrResponse) -> RequestOrResponse:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
@@ -26,19 +25,11 @@ from dledger.raft.messages import RequestOrResponse
 from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
 from dledger.store.term_store import FileTermStore
 from dledger.transport.inmem import InMemoryNetwork
+from tests.raft.cluster import FAST
 from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
 
-TIMING: dict[str, Any] = {
-    "heart_beat_time_interval_ms": 100,
-    "max_heart_beat_leak": 3,
-    "min_vote_interval_ms": 30,
-    "max_vote_interval_ms": 100,
-    "max_push_timeout_ms": 100,
-    "commit_push_interval_ms": 50,
-    "max_wait_ack_time_ms": 1000,
-    "follower_push_timeout_ms": 200,
-}
+TIMING = FAST  # the deterministic clusters' short timings
 
 DEFINITE_FAILURES = {
     ResponseCode.NOT_LEADER,
