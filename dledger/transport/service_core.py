@@ -27,6 +27,8 @@ class NodeLike(Protocol):
     @property
     def leader_id(self) -> str | None: ...
     @property
+    def term(self) -> int: ...
+    @property
     def committed_index(self) -> int: ...
     def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]: ...
     def append(self, bodies: list[bytes]) -> Future[int]: ...
@@ -182,11 +184,7 @@ class ServiceCore:
     def fill_header(self, out: Any, code: int, message: str = "") -> Any:
         """Set code, leader_id, term, leader_address and message of a client response."""
         out.code = int(code)
-        try:
-            status = self.node.status()
-            leader, term = status.leader_id, status.term
-        except Exception:  # a node that is not running still answers with a code
-            leader, term = self.node.leader_id, -1
+        leader, term = self.node.leader_id, self.node.term  # plain reads: no lock, no copies per answer
         if leader is not None:
             out.leader_id = leader
             out.leader_address = self.peers.get(leader, "")

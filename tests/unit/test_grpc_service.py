@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -19,6 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.entry import Entry
+from dledger.node import NodeStatus
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
@@ -52,22 +52,6 @@ def wait_until(predicate: Any, timeout_s: float = WAIT_S) -> None:
         done.wait(0.005)
 
 
-@dataclass
-class Status:
-    group: str
-    self_id: str
-    role: str
-    term: int
-    leader_id: str | None
-    peers: dict[str, str]
-    begin_index: int
-    end_index: int
-    end_term: int
-    committed_index: int
-    applied_index: int = -1
-    peer_match: dict[str, int] = field(default_factory=dict)
-
-
 class FakeNode:
     """A single member that commits at once (or holds appends when `hold` is set)."""
 
@@ -84,6 +68,10 @@ class FakeNode:
     @property
     def leader_id(self) -> str | None:
         return "n0" if self.leader else "n1"
+
+    @property
+    def term(self) -> int:
+        return 2
 
     @property
     def committed_index(self) -> int:
@@ -118,8 +106,8 @@ class FakeNode:
             self._cond.wait_for(lambda: self.committed_index > above_index, timeout_s)
             return self.committed_index
 
-    def status(self) -> Status:
-        return Status(
+    def status(self) -> NodeStatus:
+        return NodeStatus(
             group="g",
             self_id="n0",
             role="LEADER" if self.leader else "FOLLOWER",
@@ -130,6 +118,7 @@ class FakeNode:
             end_index=self.store.end_index,
             end_term=self.store.end_term,
             committed_index=self.committed_index,
+            applied_index=-1,
         )
 
     def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
