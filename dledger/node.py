@@ -14,8 +14,9 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -154,8 +155,6 @@ class DLedgerNode:
         self._role = self.core.ms.role
         self._started = False
         self._stopped = False
-        self.role_listeners: list[Callable[[Role, int], None]] = []
-        self.commit_listeners: list[Callable[[int], None]] = []
         self._threads: dict[str, ServiceThread] = {}
         self._push_sent_us: dict[tuple[str, int], float] = {}
         self.metrics = NodeMetrics(config.group, config.self_id)
@@ -216,11 +215,25 @@ class DLedgerNode:
     def _now(self) -> int:
         return self.clock.now_ms()
 
-    def _elector_pass(self) -> None:
+    @contextmanager
+    def _step(self) -> Iterator[int]:
+        """Hold the core lock for one step (yielding `now_ms`), then tell waiters and
+        threads what the step moved: a new role, a higher commit index."""
         with self._lock:
-            before = self.core.ms.committed_index
-            out = self.core.tick_elector(self._now())
-            self._after(before)
+            ms = self.core.ms
+            committed_before = ms.committed_index
+            yield self._now()
+            if ms.role is not self._role:
+                self._role = ms.role
+                if ms.is_leader:
+                    self._wake_dispatchers()
+            if ms.committed_index != committed_before:
+                self._commit_cond.notify_all()
+                self._wake("dledger-sm-caller")
+
+    def _elector_pass(self) -> None:
+        with self._step() as now:
+            out = self.core.tick_elector(now)
         self._send(out)
 
     def _dispatcher_pass(self, peer: str) -> None:
@@ -231,36 +244,14 @@ class DLedgerNode:
         self._send(out)
 
     def _handler_pass(self) -> None:
-        with self._lock:
-            before = self.core.ms.committed_index
-            now = self._now()
+        with self._step() as now:
             while self.core.tick_handler(now):
                 pass
-            self._after(before)
 
     def _quorum_pass(self) -> None:
-        with self._lock:
-            before = self.core.ms.committed_index
-            self.core.tick_quorum(self._now())
+        with self._step() as now:
+            self.core.tick_quorum(now)
             self.store.set_retention_floor(self.core.retention_floor())
-            self._after(before)
-
-    def _after(self, committed_before: int) -> None:
-        """Under the lock: tell waiters and threads what moved."""
-        ms = self.core.ms
-        if ms.role is not self._role:
-            self._role = ms.role
-            if ms.is_leader:
-                self._wake_dispatchers()
-            for listener in self.role_listeners:
-                listener(ms.role, ms.current_term)
-        committed = ms.committed_index
-        if committed != committed_before:
-            self._commit_cond.notify_all()
-            if self.caller is not None:
-                self._wake("dledger-sm-caller")
-            for commit_listener in self.commit_listeners:
-                commit_listener(committed)
 
     def _wake(self, name: str) -> None:
         thread = self._threads.get(name)
@@ -302,27 +293,21 @@ class DLedgerNode:
             if sent_us is not None and response is not None and response.ok:
                 self.metrics.observe_replicate(target_id, perf_us() - sent_us, len(request.entries), request.count)
         out: list[Outbound] = []
-        with self._lock:
-            before = self.core.ms.committed_index
-            now = self._now()
+        with self._step() as now:
             self.core.on_response(target_id, request, response, now)
             if isinstance(request, PushEntryRequest) and self.core.ms.is_leader:
                 out = self.core.tick_dispatcher(target_id, now)  # keep the pipeline full
-            self._after(before)
         if not isinstance(request, PushEntryRequest):
             self._wake(f"dledger-elector-{self.config.self_id}")
         self._send(out)
 
     def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
         """Answer a Vote, HeartBeat, Push or LeadershipTransfer request from a peer."""
-        with self._lock:
-            before = self.core.ms.committed_index
-            now = self._now()
+        with self._step() as now:
             answer = self.core.handle_request(request, now)
             if isinstance(request, PushEntryRequest):
                 while self.core.tick_handler(now):
                     pass
-            self._after(before)
         if not (self.sync_mode and isinstance(request, PushEntryRequest) and request.type is PushType.APPEND):
             return answer
         return self._after_durable(answer)
@@ -373,8 +358,8 @@ class DLedgerNode:
         start_us = perf_us()
         request = _ClientAppend(list(bodies), Future())
         self._appends.append(request)
-        with self._lock:
-            self._drain_appends()
+        with self._step() as now:
+            self._drain_appends(now)
         if request.error is not None:
             raise request.error
         if self.sync_mode:
@@ -386,7 +371,7 @@ class DLedgerNode:
         request.future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
         return request.future
 
-    def _drain_appends(self) -> None:
+    def _drain_appends(self, now: int) -> None:
         """Under the lock: append every queued client request as one batch."""
         batch: list[_ClientAppend] = []
         while self._appends:
@@ -395,12 +380,9 @@ class DLedgerNode:
             return  # another caller appended ours already
         bodies = batch[0].bodies if len(batch) == 1 else [body for request in batch for body in request.bodies]
         try:
-            now = self._now()
             combined = self.core.append(bodies, now)
             if len(self.core.ms.peer_ids) == 1:
-                before = self.core.ms.committed_index
                 self.core.tick_quorum(now)  # a group of one commits at once
-                self._after(before)
         except DLedgerError as exc:
             for request in batch:
                 request.error = exc
