@@ -20,8 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 
-import numpy as np
-
 from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
@@ -105,11 +103,6 @@ def open_node_store(config: DLedgerConfig) -> LogStore:
     if config.store_type == "MEMORY":
         return MemoryLogStore()
     return MmapLogStore.open(config.default_path, store_config_for(config))
-
-
-def _empty_batch() -> ColumnBatch:
-    empty = np.zeros(0, dtype=np.int64)
-    return ColumnBatch(empty, empty, empty, np.zeros(1, dtype=np.int32), bytearray())
 
 
 class DLedgerNode:
@@ -441,7 +434,7 @@ class DLedgerNode:
         """
         committed = self.core.ms.committed_index
         if from_index > committed or max_count <= 0:
-            return _empty_batch()
+            return ColumnBatch.empty()
         if from_index < max(self.store.begin_index, 0):
             raise DLedgerError(
                 ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {from_index} < first kept {self.store.begin_index}"

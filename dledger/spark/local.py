@@ -241,8 +241,7 @@ def read_meta(store: MmapLogStore, start: int, count: int) -> ColumnBatch:
     in_segment = (file_size - (offset - int(table.first_offset)) % file_size) // INDEX_UNIT_SIZE
     count = max(0, min(count, in_segment, int(store.end_index) + 1 - start))
     if count == 0 or start < int(store.begin_index):
-        empty = np.empty(0, np.int64)
-        return ColumnBatch(empty, empty, empty, np.zeros(1, np.int32), bytearray())
+        return ColumnBatch.empty()
     units = np.frombuffer(table.read(offset, count * INDEX_UNIT_SIZE), dtype=INDEX_UNIT)
     index = units["index"].astype(np.int64)
     if np.any(index != np.arange(start, start + count, dtype=np.int64)):

@@ -38,6 +38,12 @@ class ColumnBatch:
         return bytes(self.bodies[self.offsets[k] : self.offsets[k + 1]])
 
     @classmethod
+    def empty(cls) -> ColumnBatch:
+        """A batch of no entries."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, none, none, np.zeros(1, dtype=np.int32), bytearray())
+
+    @classmethod
     def from_raw(cls, raw: tuple[object, ...]) -> ColumnBatch:
         """Wrap the tuple returned by the core's `read_columns` without copying."""
         n = int(raw[0])  # type: ignore[call-overload]
