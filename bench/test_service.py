@@ -24,7 +24,6 @@ Run: `make bench PYTEST_ARGS="-k service"`, or
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.transport.grpc_client import open_channel
+from tests.e2e.harness import free_ports
 
 ROUNDS = 3
 THREADS = 4
@@ -62,18 +62,6 @@ LATENCY_RATE = 50_000
 UNARY_THREADS = 64
 FIGURES: dict[str, Any] = {}
 """Figures for the summary printed by the last test."""
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` ports that were free a moment ago."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 # ----------------------------------------------------------------------- clusters

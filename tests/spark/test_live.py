@@ -4,7 +4,6 @@ streaming reads with a restart, a streaming write, and a read surviving a dead m
 
 from __future__ import annotations
 
-import socket
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.clock import MonotonicClock
 from dledger.spark.local import checkpoint_committed
+from tests.e2e.harness import free_ports
 
 pytestmark = pytest.mark.spark
 
@@ -25,17 +25,6 @@ GROUP = "spark"
 SERVER_ARGS = ["--heartbeat-ms", "500", "--segment-size", "8MiB"]
 ELECTION_S = 30.0
 TIMEOUT_S = 180
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.fixture(scope="module")
