@@ -137,6 +137,23 @@ class E2ECluster(LocalCluster):
         assert found is not None, f"no leader within {timeout_s} s:\n{self.logs_tail()}"
         return found
 
+    def wait_settled(self, timeout_s: float = ELECTION_S) -> dict[str, Any]:
+        """Every member's Metadata answer, once they all name the same leader and term and
+        that leader is the only LEADER (a member that timed out during an election can be
+        a CANDIDATE for a moment after another one won)."""
+
+        def settled() -> dict[str, Any] | None:
+            answers = {m: self.metadata(m, RPC_S) for m in self.members}
+            if any(a is None for a in answers.values()):
+                return None
+            views = {(a.leader_id, a.term) for a in answers.values()}
+            roles = sorted(a.role for a in answers.values())
+            if len(views) == 1 and roles == ["FOLLOWER"] * (len(answers) - 1) + ["LEADER"]:
+                return answers
+            return None
+
+        return eventually(settled, timeout_s, "one leader that every member follows", poll_s=0.1)
+
     def append(self, bodies: list[bytes], timeout_s: float = 20.0) -> Any:
         """Append through whoever leads (following NOT_LEADER hints); the SUCCESS answer."""
 
