@@ -238,6 +238,8 @@ class LogCore:
         self.end_index = -1
         self.end_term = -1
         self.write_pos = 0
+        self.shrinks = 0
+        self.exclusive = 0
         self.term = 0
         self.write_crc = True
         self.verify_crc = True
@@ -252,13 +254,19 @@ class LogCore:
         self._roller = roller
 
     def _acquire(self) -> None:
+        """Take the lock for a multi-step change (reads always take it here)."""
         self._lock_obj.acquire()
+        self.exclusive += 1
 
     def _release(self) -> None:
+        self.exclusive -= 1
         self._lock_obj.release()
 
     def _set_state(self, begin_index: int, end_index: int, end_term: int, write_pos: int) -> None:
-        """Set the ledger bounds (recovery, truncate, reset). Caller holds the lock."""
+        """Set the ledger bounds (recovery, truncate, reset). Caller holds the lock.
+        Counts in `shrinks` when the end moves back."""
+        if end_index < self.end_index or write_pos < self.write_pos:
+            self.shrinks += 1
         self.begin_index, self.end_index, self.end_term, self.write_pos = begin_index, end_index, end_term, write_pos
 
     # -- write path
@@ -306,8 +314,9 @@ class LogCore:
         if size + MIN_BLANK_LEN > remaining:
             view, at = self._data_at(self.write_pos, remaining)
             view[at : at + remaining] = _BLANK.pack(MAGIC_BLANK, remaining) + bytes(remaining - 8)
+            # roll first: without a next segment (disk full) the log still ends here
+            self._roller(0, self.write_pos + remaining)
             self.write_pos += remaining
-            self._roller(0, self.write_pos)
         return self.write_pos
 
     def _append_one(self, body: bytes, magic: int) -> int:
@@ -475,10 +484,11 @@ class LogCore:
             return bytes(view[at : at + cur - start]), idx - from_index + 1
 
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> tuple[Any, ...]:
-        """Column-wise batch: (count, index, term, pos, offsets, bodies) as in the compiled twin."""
+        """Column-wise batch: (count, index, term, pos, offsets, bodies, magic) as in the
+        compiled twin."""
         with self._lock_obj:
             if max_count <= 0 or from_index > self.end_index:
-                return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray())
+                return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(), bytearray())
             self._locate(from_index)
             last = min(self.end_index, from_index + max_count - 1)
             sizes: list[int] = []
@@ -495,13 +505,15 @@ class LogCore:
             if total > 0x7FFFFFFF:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "column batch over 2 GiB")
             n = len(sizes)
-            indexes, terms, positions, offsets = [], [], [], [0]
+            indexes, terms, positions, offsets, magics = [], [], [], [0], []
             bodies = bytearray()
             for k in range(n):
                 view, at, pos, size = self._locate(from_index + k)
+                header = _HEADER.unpack_from(view, at)
                 indexes.append(from_index + k)
-                terms.append(_HEADER.unpack_from(view, at)[3])
+                terms.append(header[3])
                 positions.append(pos)
+                magics.append(header[0])
                 bodies += view[at + HEADER_SIZE : at + size]
                 offsets.append(len(bodies))
             return (
@@ -511,16 +523,18 @@ class LogCore:
                 bytearray(struct.pack(f"={n}q", *positions)),
                 bytearray(struct.pack(f"={n + 1}i", *offsets)),
                 bodies,
+                bytearray(struct.pack(f"={n}i", *magics)),
             )
 
     # -- recovery support
 
     def scan(
         self, start: int, prev_index: int, prev_term: int, check_crc: bool, check_index: bool
-    ) -> tuple[int, int, int, int, int, int, int, int]:
+    ) -> tuple[int, int, int, int, int, int, int, int, int]:
         """Walk and validate entries from data position `start` (see the compiled twin)."""
         fs = self._data.file_size
         cur, first, count, mismatch, mismatch_pos, reason = start, -1, 0, -1, -1, STOP_END
+        last_end = -1
         while True:
             if self._data.count == 0 or cur >= self._data.end_offset:
                 reason = STOP_END
@@ -576,7 +590,8 @@ class LogCore:
             prev_index, prev_term = idx, term
             count += 1
             cur += size
-        return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos)
+            last_end = cur
+        return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos, last_end)
 
     def write_units(self, start: int, from_index: int, to_index: int) -> None:
         """Rewrite index units for from_index..to_index walking the data from `start`."""
@@ -592,3 +607,32 @@ class LogCore:
             _put_unit(uview, uat, magic, cur, size, h_idx, term)
             cur += size
             idx += 1
+
+    def unit_conflicts(
+        self, start: int, from_index: int, to_index: int, prev_term: int, prev_end: int
+    ) -> list[tuple[int, int, int, int, int]]:
+        """Entries whose index unit is there but describes another entry (see the
+        compiled twin): [(index, pos, prev_term, prev_end, next_term)]."""
+        cur, idx = start, from_index
+        out: list[list[int]] = []
+        while idx <= to_index:
+            view, at = self._data_at(cur, MIN_BLANK_LEN)
+            magic, size = _BLANK.unpack_from(view, at)
+            if magic == MAGIC_BLANK:
+                cur += size
+                continue
+            term = _HEADER.unpack_from(view, at)[3]
+            if out and out[-1][0] == idx - 1:
+                out[-1][4] = term
+            uloc = self._index.locate(idx * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
+            if uloc is not None:
+                unit = bytes(uloc[0][uloc[1] : uloc[1] + INDEX_UNIT_SIZE])
+                expected = _UNIT.pack(magic, cur, size, idx, term)
+                j = next((k for k in range(INDEX_UNIT_SIZE) if unit[k] != expected[k]), INDEX_UNIT_SIZE)
+                torn = not any(unit[j:])
+                if not torn and _UNIT.unpack(unit)[1:] != (cur, size, idx, term):
+                    out.append([idx, cur, prev_term, prev_end, -1])
+            prev_term, prev_end = term, cur + size
+            cur += size
+            idx += 1
+        return [(c[0], c[1], c[2], c[3], c[4]) for c in out]

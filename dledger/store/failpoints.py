@@ -6,7 +6,8 @@ them the process dies at once with exit code 137, as if killed -9. Names:
 - ``after_data_before_index``: an entry's bytes are in the data segment, its index unit
   is not (checked inside the compiled append).
 - ``mid_segment_roll``: a new segment file exists but is not mapped or used yet.
-- ``mid_truncate``: data was truncated, the index not yet.
+- ``mid_truncate``: the data was cut (its tail zeroed, later segments deleted), the
+  index not yet.
 - ``checkpoint_tmp_written`` / ``currterm_tmp_written``: the temp file is durable, the
   rename has not happened.
 """

@@ -50,6 +50,11 @@ class MemoryLogStore:
     def committed_index(self) -> int:
         return self._committed
 
+    @property
+    def write_pos(self) -> int:
+        """Position of the next entry: where the last entry ends (kept across a reset)."""
+        return self._next_pos
+
     # -- writes
 
     def _push(self, encoded: bytes, pos: int) -> int:
@@ -156,7 +161,7 @@ class MemoryLogStore:
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
         with self._lock:
             if max_count <= 0 or from_index > self.end_index:
-                return ColumnBatch.from_raw((0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray()))
+                return ColumnBatch.empty()
             k = self._slot(from_index)
             chosen: list[bytes] = []
             total = 0
@@ -166,15 +171,16 @@ class MemoryLogStore:
                 chosen.append(encoded)
                 total += len(encoded) - HEADER_SIZE
             n = len(chosen)
-            terms = [impl.decode_header(e)[3] for e in chosen]
+            headers = [impl.decode_header(e) for e in chosen]
             offsets = np.zeros(n + 1, dtype=np.int32)
             offsets[1:] = np.cumsum([len(e) - HEADER_SIZE for e in chosen])
             return ColumnBatch(
                 np.arange(from_index, from_index + n, dtype=np.int64),
-                np.array(terms, dtype=np.int64),
+                np.array([h[3] for h in headers], dtype=np.int64),
                 np.array(self._positions[k : k + n], dtype=np.int64),
                 offsets,
                 bytearray(b"".join(e[HEADER_SIZE:] for e in chosen)),
+                np.array([h[0] for h in headers], dtype=np.int32),
             )
 
     # -- truncation, compaction, commit
@@ -184,8 +190,12 @@ class MemoryLogStore:
             if from_index > self.end_index:
                 return
             k = max(0, from_index - self._before_begin_index - 1)
-            if k < len(self._positions):
-                self._next_pos = self._positions[k]
+            # the log ends where the last kept entry ends (as MmapLogStore: positions
+            # appended verbatim from a leader may skip a segment-end blank)
+            if k > 0:
+                self._next_pos = self._positions[k - 1] + len(self._encoded[k - 1])
+            elif self._positions:
+                self._next_pos = self._positions[0]
             del self._encoded[k:]
             del self._positions[k:]
             self._committed = min(self._committed, self.end_index)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,11 +18,12 @@ from typing import Literal
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAX_ENTRY_SIZE, Entry
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAX_ENTRY_SIZE, Entry
 from dledger.service_thread import ServiceThread
-from dledger.store import failpoints, kvfile
+from dledger.store import failpoints, kvfile, truncate
 from dledger.store.base import ColumnBatch
 from dledger.store.clean import CleanSpaceService
+from dledger.store.flusher import Durability
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 
@@ -84,7 +84,7 @@ class StoreConfig:
             raise ValueError("flush_mode must be 'async' or 'sync'")
 
 
-class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
+class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
     """The file store of one node: `<store_base_dir>/dledger-<selfId>/{data,index}` plus
     `checkpoint`. Use `MmapLogStore.open(node_dir, config)`.
 
@@ -113,11 +113,10 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._checkpointed = (-2, -2)
         self._last_checkpoint_ms = 0.0
         self._warmed_to = 0
-        self._flush_lock = threading.Lock()
+        self._index_warmed_to = 0
         self._checkpoint_lock = threading.Lock()
         self._warm_lock = threading.Lock()
-        self._durable_cond = threading.Condition()
-        self._syncing = False
+        self._init_durability()
         self._threads: list[ServiceThread] = []
         self._closed = False
         self.failure: BaseException | None = None
@@ -161,7 +160,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             # entries up to the last reset are gone on purpose; only later ones must be there
             must_have = committed if committed > before_begin else -1
             self.recovery: RecoveryReport = Recovery(
-                self, self.data_list, self.index_list, cfg.verify_crc, must_have, checkpoint_end
+                self, self.data_list, self.index_list, cfg.verify_crc, must_have, checkpoint_end, before_begin
             ).run()
             if self.begin_index < 0 and before_begin > self.end_index:
                 # every entry after the last reset is gone: the log still ends there
@@ -254,67 +253,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             )
             self._checkpointed = (committed, end)
 
-    # -- durability
-
-    def wait_durable(self) -> None:
-        """Return once every entry appended so far is on disk (group commit: the first
-        waiter flushes everything written so far while the others wait for it)."""
-        target = self.end_index
-        cond = self._durable_cond
-        while True:
-            with cond:
-                while self._durable_end_index < target and self._syncing:
-                    cond.wait()
-                if self._durable_end_index >= target:
-                    return
-                self._syncing = True
-            try:
-                self.flush(data_only=True)
-            finally:
-                with cond:
-                    self._syncing = False
-                    cond.notify_all()
-
-    def flush(self, data_only: bool = False) -> None:
-        """msync everything appended so far (data, then index unless `data_only`: the
-        index can always be rebuilt from the data); fail-stop on I/O errors."""
-        with self._flush_lock:
-            end_index = self.end_index
-            data_to = self.write_pos
-            index_to = (end_index + 1) * INDEX_UNIT_SIZE
-            try:
-                self._msync(self.data_list, min(self._flushed_data, data_to), data_to)
-                if not data_only:
-                    self._msync(self.index_list, min(self._flushed_index, index_to), index_to)
-                    self._flushed_index = index_to
-            except OSError as exc:
-                self._fail(exc)
-                raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
-            self._flushed_data = data_to
-            self._durable_end_index = end_index
-
-    @staticmethod
-    def _msync(segments: SegmentList, frm: int, to: int) -> None:
-        # the one place data becomes durable (tests inject I/O errors here)
-        segments.table.msync(frm, to)
-
-    def _flush_once(self) -> None:
-        if self.state == impl.STATE_DISK_ERROR:
-            return
-        index_to = (self.end_index + 1) * INDEX_UNIT_SIZE
-        if self.write_pos != self._flushed_data or index_to != self._flushed_index:
-            self.flush()
-        now = time.monotonic() * 1000
-        if now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms:
-            self._last_checkpoint_ms = now
-            self.write_checkpoint()
-
-    def _fail(self, exc: BaseException) -> None:
-        # fsyncgate: after a failed flush nothing may be acknowledged any more.
-        if isinstance(exc, OSError | DLedgerError):
-            log.error("store failed, refusing further writes: %s", exc)
-            self.failure = exc
-            self.state = impl.STATE_DISK_ERROR
+    # -- durability: wait_durable, flush and the flush thread's pass are in flusher.py
 
     def _fail_warm(self, exc: BaseException) -> None:
         if isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL:
@@ -346,8 +285,16 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             self._warmed_to = lo
             pos = int(self.write_pos)
             lo = max(lo, pos + chunk)
-        index_pos = (self.end_index + 1) * INDEX_UNIT_SIZE
-        self._warm_list(self.index_list, index_pos, max(INDEX_UNIT_SIZE, window // 4))
+        self._warm_index(max(INDEX_UNIT_SIZE, window // 4), force=False)
+
+    def _warm_index(self, window: int, force: bool) -> None:
+        # the index advances 32 bytes per entry: warm it again only once the writer used
+        # half of the warmed window, not on every pass (each pass would fault the whole
+        # window, and map and fault the spare segment, over again)
+        pos = (self.end_index + 1) * INDEX_UNIT_SIZE
+        if force or pos + window // 2 > self._index_warmed_to:
+            self._warm_list(self.index_list, pos, window)
+            self._index_warmed_to = pos + window
 
     def _warm_list(self, segments: SegmentList, pos: int, window: int) -> None:
         table = segments.table
@@ -373,8 +320,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             self._warm_list(self.data_list, pos, self.config.warm_ahead_bytes)
             if self.data_list.table.count:
                 self._warmed_to = max(self._warmed_to, pos + self.config.warm_ahead_bytes)
-            index_pos = (self.end_index + 1) * INDEX_UNIT_SIZE
-            self._warm_list(self.index_list, index_pos, self.config.warm_ahead_bytes // 4)
+            self._warm_index(max(INDEX_UNIT_SIZE, self.config.warm_ahead_bytes // 4), force=True)
 
     # -- reads
 
@@ -399,7 +345,8 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
 
     def truncate(self, from_index: int) -> None:
         """Delete entries [from_index, end_index]; their bytes are zeroed so recovery can
-        never bring them back."""
+        never bring them back. The log then ends where entry from_index - 1 ends (a blank
+        after it goes too), where the leader's entry from_index sits."""
         self._check_writable_py()
         self._acquire()
         try:
@@ -408,17 +355,15 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             if from_index <= self.begin_index or self.begin_index < 0:
                 self._truncate_all(from_index)
                 return
-            entry = self.get_locked(from_index)
-            old_write = int(self.write_pos)
+            kept = self.get_locked(from_index - 1)
+            new_end = kept.pos + kept.size
             old_index_end = (self.end_index + 1) * INDEX_UNIT_SIZE
-            new_term = self.term_locked(from_index - 1)
-            self.data_list.truncate_to(entry.pos)
+            truncate.cut_data(self.data_list, new_end, int(self.write_pos))
             failpoints.hit("mid_truncate")
-            self._zero_tail(self.data_list, entry.pos, old_write)
             cut = from_index * INDEX_UNIT_SIZE
             self.index_list.truncate_to(cut)
             self._zero_tail(self.index_list, cut, old_index_end)
-            self._set_state(self.begin_index, from_index - 1, new_term, entry.pos)
+            self._set_state(self.begin_index, from_index - 1, kept.term, new_end)
             self._after_shrink()
         finally:
             self._release()
@@ -426,9 +371,15 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self.write_checkpoint()
 
     def _truncate_all(self, from_index: int) -> None:
-        self.data_list.drop_all()
+        if from_index == self.begin_index >= 0:
+            # the log keeps its end position: the first entry's (after a reset's head blank)
+            pos = self.get_locked(from_index).pos
+            truncate.empty_data_at(self.data_list, pos, int(self.write_pos))
+        else:
+            self.data_list.drop_all()
+            pos = 0
         self.index_list.drop_all()
-        self._set_state(-1, from_index - 1, -1, 0)
+        self._set_state(-1, from_index - 1, -1, pos)
         self._after_shrink()
 
     def _zero_tail(self, segments: SegmentList, start: int, end: int) -> None:
@@ -442,7 +393,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self._flushed_index = min(self._flushed_index, (self.end_index + 1) * INDEX_UNIT_SIZE)
         self._durable_end_index = min(self._durable_end_index, self.end_index)
         self._committed = min(self._committed, self.end_index)
-        self._warmed_to = 0
+        self._warmed_to = self._index_warmed_to = 0
 
     def get_locked(self, index: int) -> Entry:
         """`get` for callers that already hold the core lock."""
@@ -461,7 +412,8 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
     def reset(self, before_begin_index: int, before_begin_term: int) -> int:
         """Delete the prefix up to `before_begin_index` (DLedger 0.4.0 reset): whole
         segments are deleted and a blank record covers the dead part of the first kept
-        data segment. Returns the new begin index."""
+        data segment (up to the end of the log when every entry goes, so the next entry
+        still lands at the log's end position). Returns the new begin index."""
         self._check_writable_py()
         self._acquire()
         try:
@@ -473,7 +425,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             )
             if before_begin_index >= self.end_index:
                 end_pos = int(self.write_pos)
-                self.data_list.drop_all()
+                truncate.empty_data_at(self.data_list, end_pos, end_pos)
                 self.index_list.drop_all()
                 self._set_state(-1, before_begin_index, before_begin_term, end_pos)
                 self._after_shrink()
@@ -481,7 +433,7 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
             new_begin = before_begin_index + 1
             start = self.get_locked(new_begin).pos
             self._delete_data_before(start)
-            self._write_head_blank(start)
+            truncate.write_head_blank(self.data_list, start)
             self._delete_index_before(new_begin)
             self._set_state(new_begin, self.end_index, self.end_term, int(self.write_pos))
             return new_begin
@@ -494,14 +446,6 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         table = self.data_list.table
         while table.count > 1 and table.first_offset + table.file_size <= pos:
             self.data_list.drop_first()
-
-    def _write_head_blank(self, pos: int) -> None:
-        table = self.data_list.table
-        dead = pos - table.first_offset
-        if dead >= 8:
-            self.data_list.zero_range(table.first_offset, pos)
-            table.write(table.first_offset, _blank(dead))
-            table.msync(table.first_offset, pos)
 
     def _delete_index_before(self, begin: int) -> None:
         table = self.index_list.table
@@ -554,16 +498,13 @@ class MmapLogStore(impl.LogCore):  # type: ignore[misc,name-defined]
         self.close()
 
 
-def _blank(length: int) -> bytes:
-    return MAGIC_BLANK.to_bytes(4, "big", signed=True) + length.to_bytes(4, "big")
-
-
 class SyncMmapLogStore(MmapLogStore):
     """`flush_mode="sync"`: every append returns only once its bytes are durable.
 
-    Concurrent appenders share msyncs (group commit): the first waiter flushes
-    everything written so far while the others wait for it.
+    Concurrent appenders share msyncs (group commit, see flusher.py).
     """
+
+    appends_wait = True
 
     def append(self, body: bytes) -> int:
         index = int(super().append(body))

@@ -7,10 +7,20 @@
    torn or corrupt tail: below the committed index it is a CorruptStoreError naming the
    file and offset; more than one segment before the end it is refused as well (DLedger's
    safety valve); otherwise the tail is cut and its bytes zeroed.
-4. Index units that disagree with the data are rewritten from the data; stale units
-   past the end are zeroed and index segments past it deleted.
-5. The begin index is the first entry of the first data segment (after one leading blank
-   record, as DLedger 0.4.0's reset writes); index segments wholly below it are deleted.
+4. Index units that disagree with the data are rewritten from the data when they are
+   missing (zero, torn, not mapped) or provably wrong (they name another index or
+   position, a size the walk disproves, or a term out of order with the neighbouring
+   entries). A unit that is plausible and still disagrees leaves the header in doubt: at
+   or below the committed index that is a CorruptStoreError, above it the tail is cut at
+   that entry. Stale units past the end are zeroed and index segments past it deleted.
+5. The log ends where its last entry ends: a blank after it whose next segment holds
+   nothing (a torn roll) is zeroed and the empty segment deleted.
+6. The begin index is the first entry of the first data segment (after one leading blank
+   record, as DLedger 0.4.0's reset writes: its bytes are zero, so a blank magic over a
+   damaged first entry is refused, not skipped, unless the `reset` file shows a reset
+   interrupted before the zeroing, which is finished). A first segment that does not
+   start with an entry is refused too, also before the scanned segments. Index segments
+   wholly below the begin index are deleted.
 """
 
 from __future__ import annotations
@@ -28,6 +38,10 @@ log = logging.getLogger(__name__)
 
 PROBE_BYTES = 64 * 1024  # how far past a clean end recovery looks for leftovers
 
+# Stop reasons recovery adds to the scan's impl.STOP_* codes.
+STOP_HEAD_BLANK = 16  # the first segment starts with a blank whose bytes are not zero
+STOP_UNIT_CONFLICT = 17  # an entry header disagrees with a plausible index unit
+
 STOP_NAMES = {
     impl.STOP_END: "end of log",
     impl.STOP_BAD_HEADER: "invalid entry header",
@@ -37,19 +51,41 @@ STOP_NAMES = {
     impl.STOP_POS: "pos field does not match the entry's position",
     impl.STOP_BLANK: "blank record with an impossible length",
     impl.STOP_NO_SEGMENT: "position not covered by any segment",
+    STOP_HEAD_BLANK: "leading blank record over non-zero bytes (a damaged first entry)",
+    STOP_UNIT_CONFLICT: "entry header disagrees with its index unit",
 }
 
 
-def first_entry_header(table: Any, seg_start: int) -> tuple[int, ...] | None:
+def head_blank_is_genuine(table: Any, seg_start: int, length: int) -> bool:
+    """True when the blank record of `length` bytes at `seg_start` can be a prefix
+    reset's: reset (ours and DLedger 0.4.0's) zeroes what the blank covers, so non-zero
+    bytes behind the blank header (checked up to PROBE_BYTES) mean a damaged entry whose
+    magic now reads -1."""
+    n = min(length - 8, PROBE_BYTES)
+    if n <= 0:
+        return True
+    payload: bytes = table.read(seg_start + 8, n)
+    return payload.count(0) == n
+
+
+def first_entry_header(table: Any, seg_start: int, check_blank: bool = True) -> tuple[int, ...] | None:
     """Header of the first entry of the data segment at `seg_start` (after one leading
-    blank record, as a 0.4.0 reset writes), or None when it does not start with one."""
+    blank record, as a 0.4.0 reset writes), or None when it does not start with one.
+    A leading blank over non-zero bytes is a damaged entry, not a reset's blank, unless
+    `check_blank` is false (recovery has judged it already)."""
     header = impl.decode_header(table.read(seg_start, HEADER_SIZE))
     if header[0] == MAGIC_BLANK:
         skip = header[1]
         if skip < 8 or skip + HEADER_SIZE > table.file_size:
             return None
-        header = impl.decode_header(table.read(seg_start + skip, HEADER_SIZE))
-    if header[0] not in (1, 2) or header[8] + HEADER_SIZE != header[1]:
+        if check_blank and not head_blank_is_genuine(table, seg_start, skip):
+            return None
+    else:
+        skip = 0
+    header = impl.decode_header(table.read(seg_start + skip, HEADER_SIZE))
+    magic, size, index, _, pos, *_, body_size = header
+    valid = magic in (1, 2) and body_size + HEADER_SIZE == size and HEADER_SIZE <= size <= table.file_size - skip
+    if not valid or index < 0 or pos != seg_start + skip:
         return None
     return tuple(header)
 
@@ -59,8 +95,10 @@ class RecoveryReport:
     """What recovery found.
 
     Attributes:
-        begin_index, end_index, end_term, write_pos: the recovered ledger.
-        stop_reason: why the scan ended (impl.STOP_*); STOP_END for a clean log.
+        begin_index, end_index, end_term, write_pos: the recovered ledger (write_pos is
+            where the last entry ends).
+        stop_reason: why the scan ended (impl.STOP_*, or STOP_HEAD_BLANK /
+            STOP_UNIT_CONFLICT of this module); STOP_END for a clean log.
         stop_file, stop_offset: where a torn or corrupt tail was cut (or "" / -1).
         index_rebuilt_from: first index whose unit was rewritten, or -1.
     """
@@ -93,6 +131,7 @@ class Recovery:
         verify_crc: bool,
         committed_index: int,
         checkpoint_end_index: int = -1,
+        reset_before_begin: int = -1,
     ) -> None:
         self.core = core
         self.data = data
@@ -100,6 +139,7 @@ class Recovery:
         self.verify_crc = verify_crc
         self.committed_index = committed_index
         self.checkpoint_end_index = checkpoint_end_index
+        self.reset_before_begin = reset_before_begin
 
     def _agrees_with_index(self, header: tuple[int, ...]) -> bool:
         magic, size, idx, term, pos = header[:5]
@@ -148,10 +188,20 @@ class Recovery:
             return RecoveryReport(-1, -1, -1, 0, impl.STOP_END, "", -1, -1)
         k = self._start_segment()
         start = table.first_offset + k * table.file_size
-        stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos = core.scan(  # type: ignore[attr-defined]
-            start, -1, -1, self.verify_crc, True
-        )
-        begin = first if k == 0 else self._begin_index(first)
+        if self._head_blank_is_damaged():
+            # as if the scan had stopped at the first segment's first record
+            stop_pos, first, last, last_term, count, reason = table.first_offset, -1, -1, -1, 0, STOP_HEAD_BLANK
+            mismatch, mismatch_pos, last_end = -1, -1, -1
+        else:
+            stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos, last_end = core.scan(  # type: ignore[attr-defined]
+                start, -1, -1, self.verify_crc, True
+            )
+        if count and mismatch >= 0:
+            conflict = self._first_unit_conflict(first, last, mismatch, mismatch_pos)
+            if conflict is not None:
+                # the log ends before the entry whose header is in doubt
+                at, at_pos, last_term, last_end = conflict
+                last, count, stop_pos, reason = at - 1, at - first, at_pos, STOP_UNIT_CONFLICT
         path, offset = data.locate(stop_pos)
         stop_file, stop_offset = (str(path), offset) if reason != impl.STOP_END else ("", -1)
         lost_committed = self.committed_index >= 0 and (count == 0 or last < self.committed_index)
@@ -167,25 +217,117 @@ class Recovery:
                 raise CorruptStoreError(
                     stop_file, stop_offset, f"{STOP_NAMES[reason]} more than one segment before the end of the log"
                 )
+        begin = first if k == 0 or not count else self._begin_index(k, first)
+        # The log ends where its last entry ends, also when a blank follows it (a torn
+        # roll: the entry that did not fit never reached the next segment).
+        write_pos = last_end if count else stop_pos
         if data.read_only:
             if reason != impl.STOP_END:
                 log.warning("read-only store: torn tail at %s offset %d left in place", stop_file, stop_offset)
         else:
             if reason != impl.STOP_END:
                 log.warning("cutting torn tail: %s in %s at offset %d", STOP_NAMES[reason], stop_file, stop_offset)
-            self._cut_after(stop_pos, reason)
+            self._cut_after(write_pos, reason)
         if count == 0:
             begin, last, last_term = -1, -1, -1
-        write_pos = stop_pos
         rebuilt = -1
         if not index.read_only:
-            if count and mismatch >= 0:
+            if count and 0 <= mismatch <= last:
                 log.warning("rebuilding index units from index %d", mismatch)
                 core.write_units(mismatch_pos, mismatch, last)  # type: ignore[attr-defined]
                 rebuilt = mismatch
             self._trim_index(begin, last)
         core._set_state(begin, last, last_term, write_pos)  # type: ignore[attr-defined]
         return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt)
+
+    def _head_blank_is_damaged(self) -> bool:
+        """True when the first data segment starts with a blank record that no reset
+        wrote: its bytes are not zero, and it is not the blank of the last reset (the
+        `reset` file's) caught before they were zeroed, which is finished here."""
+        data = self.data
+        table = data.table
+        first = int(table.first_offset)
+        magic, length = impl.decode_header(table.read(first, HEADER_SIZE))[:2]
+        if magic != MAGIC_BLANK or not 8 <= length <= table.file_size:
+            return False  # not a blank, or one the scan refuses by its length
+        if head_blank_is_genuine(table, first, length):
+            return False
+        if not self._follows_last_reset(first + length):
+            return True
+        if not data.read_only:
+            log.warning("finishing an interrupted prefix reset: zeroing the head blank at %s", data.locate(first)[0])
+            data.zero_range(first + 8, first + length)
+        return False
+
+    def _follows_last_reset(self, pos: int) -> bool:
+        """True when what follows a head blank ending at `pos` is what the last reset
+        left: its first kept entry (beforeBeginIndex + 1), or nothing."""
+        if self.reset_before_begin < 0:
+            return False
+        try:
+            header = impl.decode_header(self.data.table.read(pos, HEADER_SIZE))
+        except IndexError:
+            return bool(pos >= self.data.table.end_offset)
+        if header[0] == 0 and header[1] == 0:
+            return True
+        return header[0] in (1, 2) and header[2] == self.reset_before_begin + 1
+
+    def _first_unit_conflict(
+        self, first: int, last: int, mismatch: int, mismatch_pos: int
+    ) -> tuple[int, int, int, int] | None:
+        """The first entry in mismatch..last whose index unit is plausible but disagrees
+        with its header, as (index, pos, term and end of the entry before it); None when
+        every disagreeing unit is missing or provably wrong (then it is rebuilt).
+
+        Raises CorruptStoreError when that entry is at or below the committed index:
+        one of the two was damaged and nothing tells which, so recovery must not pick.
+        """
+        prev_term, prev_end = -1, -1
+        if mismatch > first:  # the entry before agreed with its unit in the scan
+            unit = impl.decode_index_unit(self.index.table.read((mismatch - 1) * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
+            prev_term, prev_end = int(unit[4]), int(unit[1]) + int(unit[2])
+        conflicts = self.core.unit_conflicts(mismatch_pos, mismatch, last, prev_term, prev_end)  # type: ignore[attr-defined]
+        for idx, pos, before_term, before_end, next_term in conflicts:
+            header = impl.decode_header(self.data.table.read(pos, HEADER_SIZE))
+            unit = impl.decode_index_unit(self.index.table.read(idx * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
+            lower = before_term if idx > first else None
+            upper = next_term if idx < last else None
+            if self._unit_is_wrong(idx, pos, header, unit, lower, upper, size_proven=idx < last):
+                continue
+            if idx <= self.committed_index:
+                path, offset = self.data.locate(pos)
+                raise CorruptStoreError(
+                    str(path),
+                    offset,
+                    f"entry {idx}'s header (term {header[3]}, size {header[1]}) disagrees with its index unit "
+                    f"(term {unit[4]}, size {unit[2]}) at or below the committed index {self.committed_index}",
+                )
+            log.warning("entry %d's header disagrees with its index unit; cutting the tail there", idx)
+            # cut at its first entry, the log keeps nothing: it then ends where that entry began
+            return int(idx), int(pos), int(before_term), (int(before_end) if idx > first else int(pos))
+        return None
+
+    def _unit_is_wrong(
+        self,
+        idx: int,
+        pos: int,
+        header: tuple[int, ...],
+        unit: tuple[int, ...],
+        lower: int | None,
+        upper: int | None,
+        size_proven: bool,
+    ) -> bool:
+        """True when the data walk proves the unit wrong, so it can be rewritten from the
+        header: it names another index or position (the walk placed the entry), another
+        size although the next entry or the body CRC confirms the header's, or a term
+        out of order with the neighbouring entries' (terms never decrease)."""
+        _, h_size, _, h_term, _, _, _, h_crc, _ = header
+        _, u_pos, u_size, u_index, u_term = unit
+        if u_index != idx or u_pos != pos:
+            return True
+        if u_size != h_size and (size_proven or (self.verify_crc and h_crc != 0)):
+            return True
+        return u_term != h_term and ((lower is not None and u_term < lower) or (upper is not None and u_term > upper))
 
     def _cut_after(self, stop_pos: int, reason: int) -> None:
         """Delete segments after the end and zero what follows it in its segment, so
@@ -202,9 +344,25 @@ class Recovery:
         if reason != impl.STOP_END or (probe_end > stop_pos and any(table.read(stop_pos, probe_end - stop_pos))):
             data.zero_range(stop_pos, seg_end)
 
-    def _begin_index(self, fallback: int) -> int:
-        header = first_entry_header(self.data.table, self.data.table.first_offset)
-        return int(header[2]) if header is not None else fallback
+    def _begin_index(self, k: int, fallback: int) -> int:
+        """The first index when the scan started at segment k > 0: the first entry of the
+        first segment (after its head blank, judged already), past leading segments that
+        are one blank record (left in place by a read-only open). A first segment that
+        does not start with an entry is damaged data more than one segment before the
+        end: refused, never skipped (the log's begin would jump over whole segments)."""
+        table = self.data.table
+        for j in range(k):
+            seg = table.first_offset + j * table.file_size
+            magic, length = impl.decode_header(table.read(seg, HEADER_SIZE))[:2]
+            if magic == MAGIC_BLANK and length == table.file_size:
+                continue
+            header = first_entry_header(table, seg, check_blank=False)
+            if header is None:
+                raise CorruptStoreError(
+                    str(self.data.path_of(seg)), 0, "the first data segment does not start with an entry"
+                )
+            return int(header[2])
+        return fallback
 
     def _trim_index(self, begin: int, last: int) -> None:
         index = self.index

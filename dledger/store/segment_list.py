@@ -165,7 +165,12 @@ class SegmentList:
                 return
         mapped = self._create(offset)
         with self._spare_lock:
-            self._spare = (offset, mapped)
+            end = self.table.end_offset
+            if offset == end:
+                self._spare = (offset, mapped)
+            elif offset > end:
+                # the list shrank meanwhile (truncate): a file there would leave a gap
+                self._unlink_stray(offset)
 
     def spare(self) -> tuple[int, Any] | None:
         """The prepared next segment, if any: (offset, mapping)."""
@@ -197,16 +202,29 @@ class SegmentList:
 
     def truncate_to(self, offset: int) -> None:
         """Delete every segment that starts after `offset` (a segment starting exactly at
-        `offset` is kept, as DLedger's truncateOffset does)."""
+        `offset` is kept, as DLedger's truncateOffset does), and a prepared spare segment
+        that no longer follows the last one (its file would leave a gap)."""
         while self.table.count and self.table.end_offset - self.file_size > offset:
             self.drop_last()
-        with self._spare_lock:
-            self._spare = None
+        self._forget_spare()
 
     def drop_all(self) -> None:
-        """Delete every segment."""
+        """Delete every segment (and a prepared spare)."""
         while self.table.count:
             self.drop_last()
+        self._forget_spare()
+
+    def _forget_spare(self) -> None:
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+            if spare is not None and spare[0] != self.table.end_offset:
+                self._unlink_stray(spare[0])
+
+    def _unlink_stray(self, offset: int) -> None:
+        """Delete the file of a spare segment that is not in the table (its mapping goes
+        with the last reference: a warm-ahead pass may still be touching it)."""
+        if not self.read_only:
+            self.path_of(offset).unlink(missing_ok=True)
 
     def zero_range(self, start: int, end: int) -> None:
         """Zero [start, end), skipping 64 KiB chunks that are zero already (so untouched

@@ -48,20 +48,6 @@ HEADER = struct.Struct(">iiqqqiiii")  # magic, size, index, term, pos, channel, 
 UNIT = struct.Struct(">iqiqq")  # magic, pos, size, index, term
 EXIT_FAILPOINT = 137
 
-# -- known limitations; each xfail below points at one of these
-
-BUG_HEADER_TERM = (
-    "BUG: a bit flip in an entry's term that keeps terms non-decreasing passes the scan; recovery.py "
-    "then rewrites the (correct) index unit from the corrupted header (write_units), and get() returns "
-    "the wrong term (for a committed entry too) instead of a CorruptStoreError / cutting the tail"
-)
-BUG_HEAD_BLANK = (
-    "BUG: recovery.py first_entry_header/scan take a blank (magic -1) over the first entry of the first "
-    "segment for a reset head blank, although its payload is not zero: begin_index silently moves "
-    "past committed entry 0 instead of a CorruptStoreError"
-)
-
-
 # -- building and damaging stores
 
 
@@ -230,24 +216,28 @@ def expect_corrupt(b: Built, at: Sequence[int], *, files_unchanged: bool = True)
 
 
 def expect_clean_cut(b: Built, end: int) -> None:
-    """Opening recovers entries 0..end intact, cuts the rest (write position at the cut,
-    the cut bytes and index units zeroed) and accepts appends that survive a reopen."""
+    """Opening recovers entries 0..end intact, cuts the rest (write position where entry
+    `end` ends, which is the first bad entry's position unless a segment-end blank lies
+    between them; the cut bytes and index units zeroed) and accepts appends that survive
+    a reopen."""
     store = open_store(b.node)
     try:
         assert (store.begin_index, store.end_index) == (0, end)
         assert store.committed_index == min(b.committed, end)
         check_entries(store, b, end)
         if end + 1 < b.n:
-            assert store.write_pos == b.pos[end + 1], "the log must be cut at the first bad entry"
+            assert store.write_pos == b.pos[end] + b.size[end], "the log must end at the last good entry"
         new_term = max(b.terms)
         store.term = new_term
         new_body = b"after recovery"
         assert store.append(new_body) == end + 1
+        new_pos = store.get(end + 1).pos
     finally:
         store.close()
     if end + 1 < b.n:
+        assert new_pos == b.pos[end] + b.size[end]
         # the stale bytes after the new entry, to the end of its segment, are zero
-        cut_from = b.pos[end + 1] + HEADER_SIZE + len(new_body)
+        cut_from = new_pos + HEADER_SIZE + len(new_body)
         path, off = b.locate(cut_from)
         raw = path.read_bytes()
         assert raw[off:] == bytes(len(raw) - off), "bytes of the cut tail were left on disk"
@@ -312,13 +302,11 @@ DAMAGES: dict[str, Callable[[Built, int], None]] = {
 }
 # damage that leaves the entry itself plausible is only seen at the following entry
 DETECTED_AT_NEXT = {"magic_blank", "index_bitflip", "term_bitflip_up"}
-KNOWN_BUGS = {
-    ("magic_blank", "first"): BUG_HEAD_BLANK,
-    ("term_bitflip_down", "first"): BUG_HEADER_TERM,
-    ("term_bitflip_up", "last_committed"): BUG_HEADER_TERM,
-    ("term_bitflip_up", "first_uncommitted"): BUG_HEADER_TERM,
-    ("term_bitflip_up", "last"): BUG_HEADER_TERM,
-}
+# (damage, position) -> the open store bug it hits (xfail strict). Fixed and kept as
+# regressions: a term bit flip passing the scan (recovery now weighs the header against
+# its index unit) and a blank magic over entry 0 taken for a reset's head blank (a reset
+# zeroes what its blank covers).
+KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
 
 def _matrix() -> Iterator[Any]:
@@ -381,6 +369,66 @@ def test_damage_more_than_one_segment_before_the_end_is_refused(tmp_path: Path) 
     expect_corrupt(b, [i])
 
 
+@pytest.mark.parametrize("damage", ["magic_bad", "magic_blank", "size_zero"])
+def test_damage_to_the_first_entry_outside_the_recovery_window_is_refused(tmp_path: Path, damage: str) -> None:
+    """Recovery scans the last three segments only; the begin index comes from the first
+    segment's first entry. When that is damaged the begin index must not silently jump
+    to the scan's first entry (whole segments later), even with nothing committed."""
+    b = build(tmp_path, n=150, committed=-1)
+    assert len(b.data_files()) >= 5
+    DAMAGES[damage](b, 0)
+    expect_corrupt(b, [0, 1] if damage in DETECTED_AT_NEXT else [0])
+
+
+def _reset_store(tmp_path: Path, upto: int) -> tuple[Built, int]:
+    """A built store (committed up to COMMITTED) reset up to `upto`; returns it and the
+    size of the head blank the reset wrote."""
+    b = build(tmp_path, committed=COMMITTED)
+    store = open_store(b.node)
+    try:
+        assert store.reset(upto, b.terms[upto]) == upto + 1
+    finally:
+        store.close()
+    blank = b.pos[upto + 1] % DATA_SIZE
+    assert blank >= 8 and b.read(b.pos[upto + 1] - blank, 8) == struct.pack(">ii", -1, blank)
+    return b, blank
+
+
+def test_head_blank_of_a_reset_survives_a_reopen(tmp_path: Path) -> None:
+    b, blank = _reset_store(tmp_path, 5)
+    assert b.read(8, blank - 8) == bytes(blank - 8), "a reset zeroes what its blank covers"
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index, store.recovery.problem) == (6, b.n - 1, "")
+        check_entries(store, b, b.n - 1, start=6)
+    finally:
+        store.close()
+
+
+def test_interrupted_reset_is_finished(tmp_path: Path) -> None:
+    """A crash after the head blank's header became durable, before the bytes behind it
+    were zeroed: the `reset` file tells it from a damaged first entry."""
+    b, blank = _reset_store(tmp_path, 5)
+    original = build(tmp_path / "original", committed=COMMITTED)
+    b.write(8, original.read(8, blank - 8))  # the old entries' bytes behind the blank
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index) == (6, b.n - 1)
+        check_entries(store, b, b.n - 1, start=6)
+    finally:
+        store.close()
+    assert b.read(8, blank - 8) == bytes(blank - 8), "the reset was not finished"
+
+
+def test_head_blank_over_entries_without_a_reset_is_refused(tmp_path: Path) -> None:
+    """The same bytes without the `reset` file: a blank magic over live entries."""
+    b, blank = _reset_store(tmp_path, 5)
+    original = build(tmp_path / "original", committed=COMMITTED)
+    b.write(8, original.read(8, blank - 8))
+    (b.node / "reset").unlink()
+    expect_corrupt(b, [0])
+
+
 def test_cut_tail_does_not_come_back(built: Built) -> None:
     """A hole (zeros) over uncommitted entry 34 with 35..39 intact: recovery ends the log at
     33. Appending a new 34 of the same size and term must not resurrect the old 35..39."""
@@ -418,7 +466,10 @@ def test_last_segment_cut_short(built: Built, position: str, where: str) -> None
 
 
 def test_zero_length_new_last_segment(built: Built) -> None:
-    """A crash while rolling: the blank is written, the new file exists but is empty."""
+    """A crash while rolling: the blank is written, the new file exists but is empty. The
+    entry that did not fit never reached the disk, so the log ends where its last entry
+    ends (B2): the blank is zeroed, the empty segment deleted, and the next entry goes
+    where it fits, as on a node that never wrote the blank."""
     last = built.data_files()[-1]
     rel = built.write_pos % DATA_SIZE
     built.write(built.write_pos, struct.pack(">ii", -1, DATA_SIZE - rel) + bytes(DATA_SIZE - rel - 8))
@@ -428,16 +479,22 @@ def test_zero_length_new_last_segment(built: Built) -> None:
     try:
         assert store.end_index == built.n - 1
         assert store.recovery.problem == ""
+        assert store.write_pos == built.write_pos
         check_entries(store, built, built.n - 1)
+        assert not new.exists(), "the empty segment after the end stays"
+        assert last.read_bytes()[rel:] == bytes(DATA_SIZE - rel), "the stale blank stays"
         store.term = 2
-        idx = store.append(b"into the new segment")
-        assert store.get(idx).pos == int(new.name)
+        small = store.append(b"fits before the old blank")
+        assert store.get(small).pos == built.write_pos
+        big = store.append(bytes(DATA_SIZE - 100))  # does not fit: a new blank, the next segment
+        assert store.get(big).pos == int(new.name)
     finally:
         store.close()
     assert new.stat().st_size == DATA_SIZE
     store = open_store(built.node)
     try:
-        assert store.end_index == built.n
+        assert (store.end_index, store.recovery.problem) == (built.n + 1, "")
+        assert store.get(built.n).body == b"fits before the old blank"
     finally:
         store.close()
 
@@ -524,6 +581,57 @@ def test_warm_ahead_spare_segment_left_by_close(tmp_path: Path) -> None:
         _roll_past(store, 2)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("how", ["truncate", "reset_to_the_end"])
+def test_warm_ahead_spare_segment_never_leaves_a_gap(tmp_path: Path, how: str) -> None:
+    """When the log shrinks below the segment a spare was prepared after, the spare's
+    file goes too: left behind, it is a gap in the segment names and the store would
+    refuse to open ("segment gap")."""
+    node = tmp_path / "node"
+    store = MmapLogStore(node, store_config(warm_ahead_bytes=2 * DATA_SIZE))  # no threads: warm by hand
+    try:
+        store.term = 1
+        _roll_past(store, 1)
+        store.wait_warm()
+        assert len(list((node / "data").iterdir())) == 3, "no spare was prepared"
+        if how == "truncate":
+            store.truncate(2)  # back into the first segment
+        else:
+            store.update_committed_index(store.end_index)
+            store.reset(store.end_index, 1)
+        end, write_pos = store.end_index, int(store.write_pos)
+    finally:
+        store.close()
+    names = sorted(int(p.name) for p in (node / "data").iterdir())
+    assert names == [names[0] + k * DATA_SIZE for k in range(len(names))], f"gap in {names}"
+    store = open_store(node)
+    try:
+        assert (store.end_index, store.write_pos) == (end, write_pos)
+        store.term = 1
+        _roll_past(store, 2)
+    finally:
+        store.close()
+
+
+def test_spare_prepared_while_the_list_shrinks_is_not_kept(tmp_path: Path) -> None:
+    """The warm thread creates the spare without the store lock; a truncate that drops
+    segments meanwhile must not leave the new file after the shortened list."""
+    segments = segment_list.SegmentList(tmp_path / "data", DATA_SIZE)
+    segments.roll(0)
+    segments.roll(DATA_SIZE)
+    create = segments._create
+
+    def create_while_truncating(offset: int) -> Any:
+        mapped = create(offset)
+        segments.truncate_to(0)  # a truncate runs in between
+        return mapped
+
+    segments._create = create_while_truncating  # type: ignore[method-assign]
+    segments.prepare_next()
+    assert segments.spare() is None
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [f"{0:020d}"]
+    segments.close()
 
 
 def test_zero_hole_in_an_earlier_segment_uncommitted(tmp_path: Path) -> None:
@@ -730,6 +838,39 @@ def test_read_only_open_with_a_bad_index_unit_does_not_return_wrong_data(built: 
         check_entries(store, built, built.n - 1, start=i + 1)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("i", [0, 10, 20, COMMITTED])
+@pytest.mark.parametrize("keep", [0, 4, 12, 16, 24, 31])
+def test_torn_index_unit_is_rebuilt(built: Built, i: int, keep: int) -> None:
+    """A unit whose write was torn (its first `keep` bytes, then zeros) is missing, not
+    a contradiction of the header, also for committed entries: it is rebuilt."""
+    original = built.digest("index")
+    unit = built.index_unit(i)
+    built.write_index_unit(i, unit[:keep] + bytes(INDEX_UNIT_SIZE - keep))
+    store = open_store(built.node)
+    try:
+        assert store.recovery.index_rebuilt_from == i
+        assert store.end_index == built.n - 1
+        check_entries(store, built, built.n - 1)
+    finally:
+        store.close()
+    assert built.digest("index") == original
+
+
+@pytest.mark.parametrize(("i", "term"), [(TERM2_FROM, 1), (TERM2_FROM - 1, 2)])
+def test_plausible_index_unit_contradicting_a_committed_header_is_refused(built: Built, i: int, term: int) -> None:
+    """Header and unit disagree on the term and both fit between the neighbours' terms:
+    nothing tells which one is damaged, so a committed entry is refused, and neither
+    the data nor the index is rewritten."""
+    unit = list(UNIT.unpack(built.index_unit(i)))
+    assert unit[4] != term
+    unit[4] = term
+    built.write_index_unit(i, UNIT.pack(*unit))
+    index_before = built.digest("index")
+    err = expect_corrupt(built, [i])
+    assert "index unit" in str(err)
+    assert built.digest("index") == index_before
 
 
 # -- checkpoint
@@ -1077,6 +1218,116 @@ def test_crash_mid_truncate(tmp_path: Path) -> None:
         store.close()
 
 
+def _build_with_blank(root: Path) -> tuple[Built, int]:
+    """A store whose entry `x` did not fit its segment: a blank pads the segment and `x`
+    opens the next one. Returns the store and x."""
+    b = build(root, committed=5)
+    x = next(i for i in range(1, b.n) if b.pos[i] % DATA_SIZE == 0)
+    assert b.pos[x - 1] + b.size[x - 1] < b.pos[x], "no blank before entry x"
+    return b, x
+
+
+def test_crash_mid_truncate_after_a_segment_end_blank(tmp_path: Path) -> None:
+    """B2 with a crash point: the truncate of an entry that opened a segment after a blank
+    dies after the data is cut, before the index is. The log ends at the end of x - 1."""
+    b, x = _build_with_blank(tmp_path)
+    run_child("mid_truncate", node=b.node, term=2, op="truncate", from_index=x)
+    end_of_kept = b.pos[x - 1] + b.size[x - 1]
+    path, off = b.locate(end_of_kept)
+    assert b.data_files()[-1] == path, "segments after the cut survived"
+    assert path.read_bytes()[off:] == bytes(DATA_SIZE - off), "the blank after the cut survived"
+    store = check_recovered(b, {}, x - 1, x - 1)
+    try:
+        assert store.write_pos == end_of_kept and store.recovery.problem == ""
+        store.term = 2
+        assert store.get(store.append(b"fits where the blank was")).pos == end_of_kept
+    finally:
+        store.close()
+
+
+def test_truncate_after_a_segment_end_blank_survives_a_reopen(tmp_path: Path) -> None:
+    b, x = _build_with_blank(tmp_path)
+    store = open_store(b.node)
+    try:
+        store.truncate(x)
+        assert (store.end_index, store.write_pos) == (x - 1, b.pos[x - 1] + b.size[x - 1])
+    finally:
+        store.close()
+    store = open_store(b.node)
+    try:
+        assert (store.end_index, store.write_pos) == (x - 1, b.pos[x - 1] + b.size[x - 1])
+        assert store.recovery.problem == ""
+        check_entries(store, b, x - 1)
+    finally:
+        store.close()
+
+
+def test_reset_to_the_end_keeps_the_write_position(tmp_path: Path) -> None:
+    """Every entry goes (a snapshot covers the whole log); the next one still lands
+    where the log ended, before and after a restart (as on the leader)."""
+    b = build(tmp_path, committed=N - 1)
+    store = open_store(b.node)
+    try:
+        assert store.reset(b.n - 1, b.terms[-1]) == b.n
+        assert (store.begin_index, store.end_index, store.write_pos) == (-1, b.n - 1, b.write_pos)
+    finally:
+        store.close()
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index, store.end_term) == (-1, b.n - 1, b.terms[-1])
+        assert store.write_pos == b.write_pos and store.recovery.problem == ""
+        store.term = 2
+        assert store.append(b"first after the snapshot") == b.n
+        assert store.get(b.n).pos == b.write_pos
+        assert store.append(bytes(DATA_SIZE - 100)) == b.n + 1  # rolls past the head blank's segment
+    finally:
+        store.close()
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index) == (b.n, b.n + 1)
+        assert store.get(b.n).body == b"first after the snapshot"
+    finally:
+        store.close()
+
+
+def test_append_right_after_a_reset_to_the_end(tmp_path: Path) -> None:
+    b = build(tmp_path, committed=N - 1)
+    store = open_store(b.node)
+    try:
+        store.reset(b.n - 1, b.terms[-1])
+        store.term = 2
+        assert store.append(b"next") == b.n  # was: a segment named after the write position
+        assert store.get(b.n).pos == b.write_pos
+    finally:
+        store.close()
+    assert all(int(p.name) % DATA_SIZE == 0 for p in b.data_files())
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index, store.get(b.n).body) == (b.n, b.n, b"next")
+    finally:
+        store.close()
+
+
+def test_truncate_at_the_begin_index_keeps_the_position(tmp_path: Path) -> None:
+    b = build(tmp_path, committed=9)
+    store = open_store(b.node)
+    try:
+        assert store.reset(9, b.terms[9]) == 10
+        store.truncate(10)  # everything after the reset point goes (never committed)
+        assert (store.begin_index, store.end_index, store.write_pos) == (-1, 9, b.pos[10])
+        store.term = 2
+        assert store.append(b"new 10") == 10
+        assert store.get(10).pos == b.pos[10]
+    finally:
+        store.close()
+    store = open_store(b.node)
+    try:
+        assert (store.begin_index, store.end_index, store.get(10).body) == (10, 10, b"new 10")
+        assert store.recovery.problem == ""
+    finally:
+        store.close()
+
+
 def test_crash_with_checkpoint_tmp_written(built: Built) -> None:
     bodies = [body_of(300 + k, salt="cp") for k in range(5)]
     run_child(
@@ -1120,6 +1371,8 @@ def test_disk_full_at_data_segment_creation(built: Built, monkeypatch: pytest.Mo
         assert info.value.code == ResponseCode.DISK_FULL
         assert sorted(p.name for p in built.data_dir.iterdir()) == files_before, "no half-made segment"
         end_full = store.end_index
+        last = store.get(end_full)
+        assert store.write_pos == last.pos + last.size, "a failed roll moved the log's end"
         assert end_full >= end_before
         check_entries(store, built, built.n - 1)
         with pytest.raises(DLedgerError) as info:

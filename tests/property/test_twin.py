@@ -141,3 +141,47 @@ def test_follower_append_of_a_leader_run_is_byte_identical(first: list[bytes], m
         # an accepted flip hit a field no check covers: channel, chainCrc, or a term that
         # stays non-decreasing (headers have no CRC; the entry handler compares the run's
         # last term with the push's, tests/raft/test_replication.py)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    entries=st.lists(bodies, min_size=1, max_size=25),
+    damage=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 31), st.integers(1, 255)), max_size=6),
+    torn=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 31)), max_size=3),
+)
+def test_cores_agree_on_index_unit_conflicts(
+    entries: list[bytes], damage: list[tuple[int, int, int]], torn: list[tuple[int, int]]
+) -> None:
+    """Damaged units (bit flips) and torn ones (zeros from some byte on) are classified
+    the same way by both cores, and the compiled walk tells them apart."""
+    a, b = Harness(impl), Harness(_store_py)
+    for h in (a, b):
+        h.core.append_many(entries)
+    end = a.core.end_index
+    ends = [e.pos + e.size for e in (a.core.get(i) for i in range(end + 1))]  # before the damage
+    flipped: set[int] = set()
+    for h in (a, b):
+        segments = h.index.segments()
+        for unit, byte, xor in damage:
+            if unit <= end:
+                off = unit * 32 + byte
+                segment = segments[off // INDEX_SEG]
+                segment[off % INDEX_SEG] ^= xor
+                flipped.add(unit)
+        for unit, byte in torn:
+            if unit <= end and unit not in flipped:
+                off = unit * 32
+                segment = segments[off // INDEX_SEG]
+                start = off % INDEX_SEG
+                segment[start + byte : start + 32] = bytes(32 - byte)
+    conflicts = a.core.unit_conflicts(0, 0, end, -1, -1)
+    assert conflicts == b.core.unit_conflicts(0, 0, end, -1, -1)
+    assert a.core.scan(0, -1, -1, True, True) == b.core.scan(0, -1, -1, True, True)
+    assert {c[0] for c in conflicts} <= flipped  # torn units are missing, not conflicting
+    for index, pos, prev_term, prev_end, next_term in conflicts:
+        # the neighbours come from the data walk (every entry has term 1 here)
+        assert (prev_term, next_term) == (-1 if index == 0 else 1, -1 if index == end else 1)
+        if index == 0:
+            assert (pos, prev_end) == (0, -1)
+        else:
+            assert ends[index - 1] == prev_end <= pos

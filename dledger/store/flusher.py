@@ -1,0 +1,198 @@
+"""Durability of a file store: msyncs of the data and the index, and group commit.
+
+Sync mode returns from an append only once its bytes are durable, and concurrent
+appenders share msyncs. One data msync is in flight at a time; it covers everything
+appended when it starts. Appenders that arrive meanwhile sleep. When it ends, the ones
+it made durable are woken, and so is the first one still waiting, which at once starts
+the next msync for everything appended so far: a pipelined group commit, where the
+next group gathers while the current one is written. Each sleeper has its own lock, so
+a flush wakes only the threads it concerns. The msync runs without the GIL and without
+the store's lock, so appends go on meanwhile.
+
+What is durable is what msyncs have covered, in log order: the data prefix
+[0, `_flushed_data`) and the entries up to `_durable_end_index`. The index is flushed
+apart (in sync mode only with the checkpoint): recovery rebuilds missing index units
+from the data. When the log's end moves back (a truncation, counted by the core's
+`shrinks`) while an msync is in flight, that msync publishes nothing.
+
+After a failed msync nothing is acknowledged any more (fsyncgate): the store fails and
+every waiter gets DISK_ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dledger._native import impl
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import INDEX_UNIT_SIZE
+
+if TYPE_CHECKING:
+    from dledger.store.mmap_store import StoreConfig
+    from dledger.store.segment_list import SegmentList
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Flush:
+    """One data msync of [frm, to): it makes the entries up to end_index durable unless
+    the log shrank (the core's `shrinks` moved on) before it ended."""
+
+    frm: int
+    to: int
+    end_index: int
+    shrinks: int
+
+
+class Durability:
+    """The flush and group-commit part of MmapLogStore, a mixin over the compiled core
+    (which provides end_index, write_pos, shrinks and state)."""
+
+    appends_wait: bool = False
+    """True when every append waits for durability (sync mode): the flush thread then
+    leaves the data to the appenders."""
+
+    # provided by the core and by MmapLogStore
+    end_index: int
+    write_pos: int
+    shrinks: int
+    state: int
+    config: StoreConfig
+    data_list: SegmentList
+    index_list: SegmentList
+    failure: BaseException | None
+    _flushed_data: int
+    _flushed_index: int
+    _durable_end_index: int
+    _last_checkpoint_ms: float
+
+    def _init_durability(self) -> None:
+        self._durable_lock = threading.Lock()  # guards the fields below and publishing
+        self._in_flight: _Flush | None = None
+        self._sleepers: list[tuple[int, threading.Lock]] = []  # (target index, its wake-up)
+        self._index_lock = threading.Lock()
+
+    def write_checkpoint(self) -> None:  # pragma: no cover - MmapLogStore's
+        raise NotImplementedError
+
+    # -- data
+
+    def wait_durable(self) -> None:
+        """Return once every entry appended so far is on disk (group commit)."""
+        self._make_durable(int(self.end_index), whole=False)
+
+    def flush(self, data_only: bool = False) -> None:
+        """msync everything written so far: the data (shared with group commit), then
+        the index unless `data_only` (the index can always be rebuilt from the data).
+        Fail-stop on I/O errors (DLedgerError DISK_ERROR)."""
+        self._make_durable(int(self.end_index), whole=True)
+        if not data_only:
+            self._flush_index()
+
+    def _make_durable(self, target: int, whole: bool) -> None:
+        # whole: also the bytes written past the last entry (a blank, a rewritten tail)
+        end_pos = int(self.write_pos) if whole else -1
+        while True:
+            sleeper: threading.Lock | None = None
+            with self._durable_lock:
+                if self.failure is not None:
+                    raise DLedgerError(ResponseCode.DISK_ERROR, f"store failed after an I/O error: {self.failure}")
+                end_index, write_pos = int(self.end_index), int(self.write_pos)
+                if self._durable_end_index >= min(target, end_index) and self._flushed_data >= min(end_pos, write_pos):
+                    return
+                if self._in_flight is None:
+                    # shrinks first: a truncation after this read voids the flush
+                    shrinks = int(self.shrinks)
+                    end_index, write_pos = int(self.end_index), int(self.write_pos)
+                    job = self._in_flight = _Flush(min(self._flushed_data, write_pos), write_pos, end_index, shrinks)
+                else:
+                    sleeper = threading.Lock()
+                    sleeper.acquire()
+                    self._sleepers.append((target, sleeper))
+            if sleeper is not None:
+                sleeper.acquire()  # released once `target` is durable, or to start the next msync
+            else:
+                self._run(job)
+
+    def _run(self, job: _Flush) -> None:
+        try:
+            self._msync(self.data_list, job.frm, job.to)
+        except BaseException as exc:
+            with self._durable_lock:
+                self._in_flight = None
+                if isinstance(exc, OSError):
+                    self._fail(exc)
+                self._wake(everyone=True)
+            if isinstance(exc, OSError):
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
+            raise
+        with self._durable_lock:
+            self._in_flight = None
+            voided = job.shrinks != self.shrinks
+            if not voided:
+                self._flushed_data = job.to
+                self._durable_end_index = job.end_index
+            self._wake(everyone=voided)
+
+    def _wake(self, everyone: bool) -> None:
+        # Under _durable_lock: release the sleepers that are durable now, and the first
+        # one that is not (it starts the next msync); `everyone` to let all re-check.
+        durable, end_index = self._durable_end_index, int(self.end_index)
+        waiting: list[tuple[int, threading.Lock]] = []
+        for target, sleeper in self._sleepers:
+            if everyone or durable >= min(target, end_index):
+                sleeper.release()
+            else:
+                waiting.append((target, sleeper))
+        if waiting:
+            waiting.pop(0)[1].release()
+        self._sleepers = waiting
+
+    @staticmethod
+    def _msync(segments: SegmentList, frm: int, to: int) -> None:
+        # the one place data becomes durable (tests inject I/O errors here)
+        segments.table.msync(frm, to)
+
+    # -- index
+
+    def _flush_index(self) -> None:
+        with self._index_lock:
+            to = (int(self.end_index) + 1) * INDEX_UNIT_SIZE
+            try:
+                self._msync(self.index_list, min(self._flushed_index, to), to)
+            except OSError as exc:
+                self._fail(exc)
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
+            self._flushed_index = to
+
+    # -- the flush thread
+
+    def _flush_once(self) -> None:
+        """One pass of the flush thread: flush what was appended (async mode; in sync
+        mode the appends flush the data themselves and the index goes with the
+        checkpoint), then write the checkpoint when it is due."""
+        if self.state == impl.STATE_DISK_ERROR:
+            return
+        now = time.monotonic() * 1000
+        checkpoint_due = now - self._last_checkpoint_ms >= self.config.checkpoint_interval_ms
+        index_to = (int(self.end_index) + 1) * INDEX_UNIT_SIZE
+        if not self.appends_wait:
+            if self.write_pos != self._flushed_data or index_to != self._flushed_index:
+                self.flush()
+        elif checkpoint_due and index_to != self._flushed_index:
+            self._flush_index()
+        if checkpoint_due:
+            self._last_checkpoint_ms = now
+            self.write_checkpoint()
+
+    def _fail(self, exc: BaseException) -> None:
+        # fsyncgate: after a failed flush nothing may be acknowledged any more.
+        if isinstance(exc, OSError | DLedgerError):
+            log.error("store failed, refusing further writes: %s", exc)
+            self.failure = exc
+            self.state = impl.STATE_DISK_ERROR
