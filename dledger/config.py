@@ -72,6 +72,9 @@ class DLedgerConfig:
     max_leadership_transfer_wait_index: int = 1000
     leadership_transfer_wait_timeout_ms: int = 1000
     check_preferred_leader_interval_ms: int = 1000
+    # dledger-py: after an unclean shutdown with async flush, hold the vote until caught up
+    # with a leader, at most this long (0: never hold); see dledger.raft.vote_hold
+    max_vote_hold_ms: int = 60_000
 
     # replication
     max_pending_requests_num: int = 10000

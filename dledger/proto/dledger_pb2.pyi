@@ -88,7 +88,13 @@ class GetResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class ReadCommittedRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "from_index", "to_index", "max_batch_bytes", "max_batch_count", "follow")
+    __slots__ = ("group", "remote_id", "from_index", "to_index", "max_batch_bytes", "max_batch_count", "follow", "layout")
+    class Layout(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PACKED: _ClassVar[ReadCommittedRequest.Layout]
+        FIXED_WIDTH: _ClassVar[ReadCommittedRequest.Layout]
+    PACKED: ReadCommittedRequest.Layout
+    FIXED_WIDTH: ReadCommittedRequest.Layout
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -96,6 +102,7 @@ class ReadCommittedRequest(_message.Message):
     MAX_BATCH_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_BATCH_COUNT_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     from_index: int
@@ -103,21 +110,34 @@ class ReadCommittedRequest(_message.Message):
     max_batch_bytes: int
     max_batch_count: int
     follow: bool
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., from_index: _Optional[int] = ..., to_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+    layout: ReadCommittedRequest.Layout
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., from_index: _Optional[int] = ..., to_index: _Optional[int] = ..., max_batch_bytes: _Optional[int] = ..., max_batch_count: _Optional[int] = ..., follow: _Optional[bool] = ..., layout: _Optional[_Union[ReadCommittedRequest.Layout, str]] = ...) -> None: ...
 
 class ColumnBatch(_message.Message):
-    __slots__ = ("index", "term", "pos", "offsets", "bodies")
+    __slots__ = ("index", "term", "pos", "offsets", "bodies", "magic", "index_le", "term_le", "pos_le", "offsets_le", "magic_le")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_FIELD_NUMBER: _ClassVar[int]
+    INDEX_LE_FIELD_NUMBER: _ClassVar[int]
+    TERM_LE_FIELD_NUMBER: _ClassVar[int]
+    POS_LE_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_LE_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_LE_FIELD_NUMBER: _ClassVar[int]
     index: _containers.RepeatedScalarFieldContainer[int]
     term: _containers.RepeatedScalarFieldContainer[int]
     pos: _containers.RepeatedScalarFieldContainer[int]
     offsets: _containers.RepeatedScalarFieldContainer[int]
     bodies: bytes
-    def __init__(self, index: _Optional[_Iterable[int]] = ..., term: _Optional[_Iterable[int]] = ..., pos: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ...) -> None: ...
+    magic: _containers.RepeatedScalarFieldContainer[int]
+    index_le: bytes
+    term_le: bytes
+    pos_le: bytes
+    offsets_le: bytes
+    magic_le: bytes
+    def __init__(self, index: _Optional[_Iterable[int]] = ..., term: _Optional[_Iterable[int]] = ..., pos: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Iterable[int]] = ..., bodies: _Optional[bytes] = ..., magic: _Optional[_Iterable[int]] = ..., index_le: _Optional[bytes] = ..., term_le: _Optional[bytes] = ..., pos_le: _Optional[bytes] = ..., offsets_le: _Optional[bytes] = ..., magic_le: _Optional[bytes] = ...) -> None: ...
 
 class ReadCommittedResponse(_message.Message):
     __slots__ = ("code", "leader_id", "term", "committed_index", "batch", "message", "leader_address")
@@ -276,6 +296,7 @@ class VoteResponse(_message.Message):
         REJECT_EXPIRED_LEDGER_TERM: _ClassVar[VoteResponse.Result]
         REJECT_SMALL_LEDGER_END_INDEX: _ClassVar[VoteResponse.Result]
         REJECT_TAKING_LEADERSHIP: _ClassVar[VoteResponse.Result]
+        REJECT_HOLDING_AFTER_RESTART: _ClassVar[VoteResponse.Result]
     UNKNOWN: VoteResponse.Result
     ACCEPT: VoteResponse.Result
     REJECT_UNKNOWN_LEADER: VoteResponse.Result
@@ -288,6 +309,7 @@ class VoteResponse(_message.Message):
     REJECT_EXPIRED_LEDGER_TERM: VoteResponse.Result
     REJECT_SMALL_LEDGER_END_INDEX: VoteResponse.Result
     REJECT_TAKING_LEADERSHIP: VoteResponse.Result
+    REJECT_HOLDING_AFTER_RESTART: VoteResponse.Result
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -305,20 +327,22 @@ class VoteResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
     code: int
     leader_id: str
     term: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+    ledger_end_index: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ...) -> None: ...
 
 class HeartBeatResponse(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")

@@ -8,6 +8,7 @@ back through `on_vote_response` / `on_heartbeat_response`. Incoming peer request
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +25,12 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
+from dledger.raft.vote_hold import VoteHold
 
 RoleChangeListener = Callable[[int, Role], None]
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -70,7 +75,13 @@ class LeaderElector:
         rng: the source of the randomized vote interval (seeded in tests).
     """
 
-    def __init__(self, config: DLedgerConfig, member_state: MemberState, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        member_state: MemberState,
+        rng: random.Random,
+        unclean_restart: bool = False,
+    ) -> None:
         self.config = config
         self.ms = member_state
         self.rng = rng
@@ -93,6 +104,8 @@ class LeaderElector:
         # re-runs and may win the same term; a single member has nobody to diverge from.)
         restarted_candidate = member_state.vote_for == member_state.self_id and len(member_state.peer_map) > 1
         self.no_lead_term = member_state.current_term if restarted_candidate else -1
+        hold = unclean_restart and len(member_state.peer_map) > 1 and config.max_vote_hold_ms > 0
+        self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
 
     @property
     def now_ms(self) -> int:
@@ -211,6 +224,8 @@ class LeaderElector:
             and ms.ledger_end_index >= req.ledger_end_index
         ):
             return reply(VoteResult.REJECT_TAKING_LEADERSHIP)
+        if self.holding_vote(now_ms):
+            return reply(VoteResult.REJECT_HOLDING_AFTER_RESTART)
         ms.set_vote_for(candidate)  # persisted before it is granted
         return reply(VoteResult.ACCEPT)
 
@@ -242,9 +257,11 @@ class LeaderElector:
         if req.term == ms.current_term:
             if ms.leader_id is None:
                 self.change_role_to_follower(req.term, leader)
+                self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
                 return reply(ResponseCode.SUCCESS)
             if ms.leader_id == leader:
                 self.last_leader_heart_beat_time = now_ms
+                self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
                 return reply(ResponseCode.SUCCESS)
             return reply(ResponseCode.INCONSISTENT_LEADER)
         # a larger term: become candidate there first, the next heartbeat then succeeds
@@ -257,6 +274,7 @@ class LeaderElector:
     def tick(self, now_ms: int) -> list[Outbound]:
         """One pass of DLedger's StateMaintainer; returns the requests to send."""
         self._now_ms = now_ms
+        self.holding_vote(now_ms)  # ends the hold as soon as it can
         if self.ms.is_leader:
             return self._maintain_as_leader(now_ms)
         if self.ms.is_follower:
@@ -287,7 +305,12 @@ class LeaderElector:
         term = self.ms.current_term
         requests = {
             peer: HeartBeatRequest(
-                group=self.ms.group, local_id=self.ms.self_id, remote_id=peer, leader_id=self.ms.self_id, term=term
+                group=self.ms.group,
+                local_id=self.ms.self_id,
+                remote_id=peer,
+                leader_id=self.ms.self_id,
+                term=term,
+                ledger_end_index=self.ms.ledger_end_index,
             )
             for peer in self.ms.other_peer_ids
         }
@@ -334,6 +357,25 @@ class LeaderElector:
         elif rnd.inconsistent_leader or now_ms - self.last_succ_heart_beat_time > leak_ms:
             self.change_role_to_candidate(rnd.term)
 
+    def holding_vote(self, now_ms: int) -> bool:
+        """Whether this member still holds its vote after an unclean restart (see
+        `dledger.raft.vote_hold`); ends the hold once it caught up or `max_vote_hold_ms`
+        passed."""
+        hold = self.vote_hold
+        if not hold.active:
+            return False
+        ms = self.ms
+        if hold.release(now_ms, ms.committed_index, ms.leader_id, ms.current_term):
+            return True
+        if hold.expired:
+            log.warning(
+                "%s: votes again after %d ms without catching up with a leader since its unclean restart; "
+                "entries it acknowledged before (async flush) may be lost",
+                ms.self_id,
+                hold.max_ms,
+            )
+        return False
+
     def _maintain_as_candidate(self, now_ms: int) -> list[Outbound]:
         rnd = self._vote_round
         if rnd is not None:
@@ -351,6 +393,10 @@ class LeaderElector:
         if self.need_increase_term_immediately:
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             self.need_increase_term_immediately = False
+            return []
+        if self.holding_vote(now_ms):
+            # it moves to the terms others reach (above), but neither stands nor votes
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
             return []
         deadline = (
             now_ms + self.config.heart_beat_time_interval_ms + self.rng.randrange(self.config.max_vote_interval_ms)

@@ -23,6 +23,7 @@ class VoteResult(IntEnum):
     REJECT_EXPIRED_LEDGER_TERM = 9
     REJECT_SMALL_LEDGER_END_INDEX = 10
     REJECT_TAKING_LEADERSHIP = 11
+    REJECT_HOLDING_AFTER_RESTART = 12  # dledger-py: see dledger.raft.vote_hold
 
 
 class ParseResult(IntEnum):
@@ -86,7 +87,10 @@ class VoteResponse(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class HeartBeatRequest(RequestOrResponse):
-    """The leader's periodic heartbeat."""
+    """The leader's periodic heartbeat, with its ledger end index (dledger-py: what a
+    member holding its vote after an unclean restart must catch up to)."""
+
+    ledger_end_index: int = -1
 
 
 @dataclass(slots=True, kw_only=True)

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+import numpy.typing as npt
 
-from dledger.entry import Entry
+from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
@@ -41,6 +42,8 @@ else:
     from dledger.proto import dledger_pb2_grpc as pb_grpc
 
 __all__ = [
+    "FIXED_WIDTH",
+    "PACKED",
     "MalformedMessage",
     "StatusLike",
     "columns_from_pb",
@@ -72,7 +75,7 @@ _PUSH_TYPE_FROM_PB = {number: kind for kind, number in _PUSH_TYPE_TO_PB.items()}
 _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
     VoteRequest: ("VoteRequest", ("ledger_end_index", "ledger_end_term")),
     VoteResponse: ("VoteResponse", ()),
-    HeartBeatRequest: ("HeartBeatRequest", ()),
+    HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index",)),
     HeartBeatResponse: ("HeartBeatResponse", ()),
     PushEntryRequest: (
         "PushEntryRequest",
@@ -201,43 +204,87 @@ def entry_from_pb(message: Any) -> Entry:
     )
 
 
-def columns_to_pb(batch: ColumnBatch, out: Any | None = None) -> Any:
-    """`batch` as a `dledger.v1.ColumnBatch` (offsets rebased to start at 0)."""
+PACKED = 0
+"""`ReadCommittedRequest.layout` PACKED: the batch columns as repeated (varint) fields."""
+FIXED_WIDTH = 1
+"""`ReadCommittedRequest.layout` FIXED_WIDTH: the batch columns as little-endian arrays."""
+
+_LE_INT64 = np.dtype("<i8")
+_LE_INT32 = np.dtype("<i4")
+
+
+def columns_to_pb(batch: ColumnBatch, out: Any | None = None, layout: int = PACKED) -> Any:
+    """`batch` as a `dledger.v1.ColumnBatch` (offsets rebased to start at 0), in the
+    PACKED (default) or FIXED_WIDTH layout; the magic column only when the batch holds
+    an entry that is not normal."""
     if out is None:
         out = pb.ColumnBatch()
     n = batch.count
     offsets = batch.offsets[: n + 1]
     base = int(offsets[0]) if len(offsets) else 0
     end = int(offsets[n]) if len(offsets) > n else base
-    out.index.extend(batch.index.tolist())
-    out.term.extend(batch.term.tolist())
-    out.pos.extend(batch.pos.tolist())
-    out.offsets.extend((offsets - base).tolist() if base else offsets.tolist())
+    if base:
+        offsets = offsets - base
+    magic = batch.magic[:n]
+    special = bool(n) and bool(np.any(magic != MAGIC_NORMAL))
+    if layout == FIXED_WIDTH:
+        out.index_le = batch.index[:n].astype(_LE_INT64, copy=False).tobytes()
+        out.term_le = batch.term[:n].astype(_LE_INT64, copy=False).tobytes()
+        out.pos_le = batch.pos[:n].astype(_LE_INT64, copy=False).tobytes()
+        out.offsets_le = offsets.astype(_LE_INT32, copy=False).tobytes()
+        if special:
+            out.magic_le = magic.astype(_LE_INT32, copy=False).tobytes()
+    else:
+        out.index.extend(batch.index[:n].tolist())
+        out.term.extend(batch.term[:n].tolist())
+        out.pos.extend(batch.pos[:n].tolist())
+        out.offsets.extend(offsets.tolist())
+        if special:
+            out.magic.extend(magic.tolist())
     out.bodies = bytes(memoryview(batch.bodies)[base:end])
     return out
 
 
+def _fixed_column(raw: bytes, dtype: np.dtype[Any], count: int, name: str) -> npt.NDArray[Any]:
+    if len(raw) != count * dtype.itemsize:
+        raise MalformedMessage(f"column {name} has {len(raw)} bytes, expected {count * dtype.itemsize}")
+    return np.frombuffer(raw, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+
+
 def columns_from_pb(message: Any) -> ColumnBatch:
-    """The ColumnBatch a `dledger.v1.ColumnBatch` holds.
+    """The ColumnBatch a `dledger.v1.ColumnBatch` holds (either layout; the fixed-width
+    columns are used without decoding).
 
     Raises:
         MalformedMessage: the columns disagree in length or the offsets do not fit the
             bodies.
     """
-    index = np.array(message.index, dtype=np.int64)
-    n = len(index)
-    offsets = np.array(message.offsets, dtype=np.int32) if len(message.offsets) else np.zeros(1, dtype=np.int32)
-    if len(message.term) != n or len(message.pos) != n or len(offsets) != n + 1:
-        raise MalformedMessage(f"column lengths differ: {n} indexes, {len(offsets)} offsets")
-    if offsets[0] != 0 or offsets[-1] != len(message.bodies) or (n and np.any(np.diff(offsets) < 0)):
+    if message.offsets_le:
+        raw = message.index_le
+        n = len(raw) // 8
+        index = _fixed_column(raw, _LE_INT64, n, "index")
+        term = _fixed_column(message.term_le, _LE_INT64, n, "term")
+        pos = _fixed_column(message.pos_le, _LE_INT64, n, "pos")
+        offsets = _fixed_column(message.offsets_le, _LE_INT32, n + 1, "offsets")
+        magic_raw = message.magic_le
+        magic = _fixed_column(magic_raw, _LE_INT32, n, "magic") if magic_raw else None
+    else:
+        index = np.array(message.index, dtype=np.int64)
+        n = len(index)
+        offsets = np.array(message.offsets, dtype=np.int32) if len(message.offsets) else np.zeros(1, dtype=np.int32)
+        if len(message.term) != n or len(message.pos) != n or len(offsets) != n + 1:
+            raise MalformedMessage(f"column lengths differ: {n} indexes, {len(offsets)} offsets")
+        if message.magic and len(message.magic) != n:
+            raise MalformedMessage(f"column lengths differ: {n} indexes, {len(message.magic)} magic values")
+        term = np.array(message.term, dtype=np.int64)
+        pos = np.array(message.pos, dtype=np.int64)
+        magic = np.array(message.magic, dtype=np.int32) if message.magic else None
+    bodies = bytearray(message.bodies)
+    if offsets[0] != 0 or offsets[-1] != len(bodies) or (n and np.any(np.diff(offsets) < 0)):
         raise MalformedMessage("offsets do not describe the bodies")
-    return ColumnBatch(
-        index,
-        np.array(message.term, dtype=np.int64),
-        np.array(message.pos, dtype=np.int64),
-        offsets,
-        bytearray(message.bodies),
-    )
+    if magic is None:
+        return ColumnBatch(index, term, pos, offsets, bodies)
+    return ColumnBatch(index, term, pos, offsets, bodies, magic)
 
 
 # -------------------------------------------------------------------------- metadata

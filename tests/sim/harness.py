@@ -30,6 +30,10 @@ from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
 
 TIMING = FAST  # the deterministic clusters' short timings
+VOTE_HOLD_MS = 10_000
+"""How long a restarted member holds its vote at most (100 heartbeats: longer than any
+partition or downtime a run makes, shorter than `converge`'s deadline, so that a cluster
+whose majority lost power together still elects)."""
 
 DEFINITE_FAILURES = {
     ResponseCode.NOT_LEADER,
@@ -103,7 +107,14 @@ class SimNode:
         self.dir = sim.base_dir / f"dledger-{node_id}"
         self.disk = NodeDisk(self.dir)
         register_disk(self.disk)
-        self.config = DLedgerConfig(group="sim", self_id=node_id, peers=peers, **TIMING)
+        self.config = DLedgerConfig(
+            group="sim",
+            self_id=node_id,
+            peers=peers,
+            flush_mode=sim.scenario.flush_mode,
+            max_vote_hold_ms=VOTE_HOLD_MS,
+            **TIMING,
+        )
         self.store: MmapLogStore | None = None
         self.core: RaftCore | None = None
         self.incarnation = 0
@@ -138,7 +149,8 @@ class SimNode:
         self.store = store
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
-        self.core = RaftCore(self.config, store, FileTermStore(self.dir), rng)
+        # every restart follows a crash or a power loss: never a clean shutdown
+        self.core = RaftCore(self.config, store, FileTermStore(self.dir), rng, unclean_restart=self.incarnation > 1)
         now = sim.now
         self.next_flush_ms = now + rng.randrange(sim.store_config.flush_file_interval_ms)
         self.next_checkpoint_ms = now + sim.store_config.checkpoint_interval_ms

@@ -1,0 +1,61 @@
+"""The `abort` marker: a node knows at startup whether its last run ended cleanly, and
+after an unclean end with async flush it holds its vote (dledger.raft.vote_hold)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dledger.config import DLedgerConfig
+from dledger.node import DLedgerNode
+from dledger.store.abort_marker import ABORT_FILE, AbortMarker
+
+pytestmark = pytest.mark.unit
+
+PEERS3 = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
+
+
+def test_the_marker_tells_a_clean_end_from_an_unclean_one(tmp_path: Path) -> None:
+    marker = AbortMarker(tmp_path / "dledger-n0")
+    assert marker.arm() is False  # a new member
+    assert marker.path.exists()
+    assert AbortMarker(tmp_path / "dledger-n0").arm() is True  # started again without clear()
+    marker.clear()
+    assert not marker.path.exists()
+    marker.clear()  # idempotent
+    assert marker.arm() is False
+
+
+def _node(tmp_path: Path, flush_mode: str = "async") -> DLedgerNode:
+    config = DLedgerConfig(
+        group="g",
+        self_id="n0",
+        peers=PEERS3,
+        store_base_dir=str(tmp_path),
+        flush_mode=flush_mode,
+        mapped_file_size_for_entry_data=1 << 20,
+        mapped_file_size_for_entry_index=32 * 4096,
+    )
+    return DLedgerNode(config)
+
+
+@pytest.mark.parametrize(("flush_mode", "holds"), [("async", True), ("sync", False)])
+def test_a_node_holds_its_vote_after_an_unclean_end_in_async_mode(tmp_path: Path, flush_mode: str, holds: bool) -> None:
+    first = _node(tmp_path, flush_mode)
+    assert not first.core.elector.vote_hold.active
+    marker = tmp_path / "dledger-n0" / ABORT_FILE
+    assert marker.exists()
+    first.shutdown()
+    assert not marker.exists()  # a clean end
+
+    clean = _node(tmp_path, flush_mode)
+    assert not clean.core.elector.vote_hold.active
+    clean.store.close()  # the process dies: no shutdown(), the marker stays
+
+    after_crash = _node(tmp_path, flush_mode)
+    try:
+        assert after_crash.core.elector.vote_hold.active is holds
+    finally:
+        after_crash.shutdown()
+    assert not marker.exists()
