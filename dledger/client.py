@@ -252,7 +252,7 @@ class DLedgerClient:
         unknown = IndeterminateError if appends else DLedgerError
         nothing = " (nothing was appended)" if appends else ""
         deadline = self._deadline_ms(timeout_s)
-        backoff = Backoff(self.clock)
+        backoff: Backoff | None = None  # made on the first retry (it seeds a Random)
         last: DLedgerError | None = None
         target = self._leader
         hops = 0
@@ -280,6 +280,7 @@ class DLedgerClient:
                 if self._leader == target:
                     self._leader = None
                 target = None
+                backoff = backoff or Backoff(self.clock)
                 if not backoff.sleep(deadline):
                     raise last from None
                 continue
@@ -303,6 +304,7 @@ class DLedgerClient:
                     continue
                 hops = 0
                 target = hint
+            backoff = backoff or Backoff(self.clock)
             if not backoff.sleep(deadline):
                 raise last
 

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 from dledger.clock import Clock, MonotonicClock, perf_us
@@ -25,84 +25,33 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
+from dledger.node_status import NodeStatus
+from dledger.node_store import open_node_store
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import Outbound
 from dledger.raft.member_state import Role, TermStore
 from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
 from dledger.service_thread import ServiceThread
 from dledger.statemachine import StateMachine, StateMachineCaller
+from dledger.store.abort_marker import AbortMarker
 from dledger.store.base import ColumnBatch, LogStore
-from dledger.store.memory import MemoryLogStore
-from dledger.store.mmap_store import MmapLogStore, StoreConfig
+from dledger.store.mmap_store import MmapLogStore
 from dledger.store.term_store import FileTermStore
 from dledger.transport.base import Transport
 
 log = logging.getLogger(__name__)
 
+__all__ = ["DLedgerNode", "NodeStatus"]
+
 IDLE_PASS_MS = 10
 """How often the service threads run when nobody wakes them."""
-
-
-@dataclass(frozen=True)
-class NodeStatus:
-    """A snapshot of one member's state (what Metadata and `dledger status` show).
-
-    Attributes:
-        group, self_id: who this is.
-        role: "LEADER", "FOLLOWER" or "CANDIDATE".
-        term: the current term; leader_id: the leader this member knows (or None).
-        peers: {id: address} of the group.
-        begin_index, end_index, end_term: the local log.
-        committed_index: the highest committed index known here.
-        applied_index: the last index applied to the state machine (-1 without one).
-        peer_match: on the leader, each member's match index in the current term.
-    """
-
-    group: str
-    self_id: str
-    role: str
-    term: int
-    leader_id: str | None
-    peers: dict[str, str]
-    begin_index: int
-    end_index: int
-    end_term: int
-    committed_index: int
-    applied_index: int
-    peer_match: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class _ClientAppend:
     bodies: list[bytes]
-    future: Future[int]
+    future: Future[int] | None = None  # set by whoever appends it
     error: DLedgerError | None = None
-
-
-def store_config_for(config: DLedgerConfig) -> StoreConfig:
-    """The file-store options that match a node's configuration."""
-    return StoreConfig(
-        data_file_size=config.mapped_file_size_for_entry_data,
-        index_file_size=config.mapped_file_size_for_entry_index,
-        flush_file_interval_ms=config.flush_file_interval_ms,
-        checkpoint_interval_ms=config.check_point_interval_ms,
-        java_compat=config.java_compat,
-        warm_ahead_bytes=min(64 * 1024 * 1024, config.mapped_file_size_for_entry_data // 4),
-        file_reserved_hours=config.file_reserved_hours,
-        delete_when=config.delete_when,
-        disk_space_ratio_to_check_expired=config.disk_space_ratio_to_check_expired,
-        disk_space_ratio_to_force_clean=config.disk_space_ratio_to_force_clean,
-        enable_disk_force_clean=config.enable_disk_force_clean,
-    )
-
-
-def open_node_store(config: DLedgerConfig) -> LogStore:
-    """Open (and recover) the store a node's configuration names: `MEMORY`, or the file
-    store in `<store_base_dir>/dledger-<self_id>`. The node itself implements
-    `flush_mode="sync"` (it syncs outside its lock), so the file store is opened async."""
-    if config.store_type == "MEMORY":
-        return MemoryLogStore()
-    return MmapLogStore.open(config.default_path, store_config_for(config))
 
 
 class DLedgerNode:
@@ -134,7 +83,10 @@ class DLedgerNode:
         self.clock: Clock = clock or MonotonicClock()
         self.store: LogStore = store if store is not None else open_node_store(config)
         self.term_store: TermStore = term_store or FileTermStore(config.default_path)
-        self.core = RaftCore(config, self.store, self.term_store, rng or random.Random())
+        # a file store remembers whether its last run ended cleanly
+        self._abort_marker = AbortMarker(config.default_path) if isinstance(self.store, MmapLogStore) else None
+        unclean = self._abort_marker.arm() if self._abort_marker is not None else False
+        self.core = RaftCore(config, self.store, self.term_store, rng or random.Random(), unclean_restart=unclean)
         self.sync_mode = config.flush_mode == "sync" and isinstance(self.store, MmapLogStore)
         self._lock = threading.RLock()
         self._commit_cond = threading.Condition(self._lock)
@@ -195,6 +147,8 @@ class DLedgerNode:
         if self._ack_pool is not None:
             self._ack_pool.shutdown(wait=True)
         self.store.close()
+        if self._abort_marker is not None:
+            self._abort_marker.clear()
 
     def __enter__(self) -> DLedgerNode:
         self.start()
@@ -334,10 +288,11 @@ class DLedgerNode:
     def append(self, bodies: Sequence[bytes]) -> Future[int]:
         """Append one client request (one or many bodies) as leader.
 
-        Concurrent callers are coalesced into one store append and one push. Returns a
-        future completing with the request's last index once committed (in `sync`
-        mode the leader's copy is on disk before this returns); first index = last -
-        len(bodies) + 1.
+        Concurrent callers are coalesced into one store append; the pushes go out from
+        here when the followers' pipelines are idle (else with the next acknowledgement:
+        see `dledger.raft.dispatcher`). Returns a future completing with the request's
+        last index once committed (in `sync` mode the leader's copy is on disk before
+        this returns); first index = last - len(bodies) + 1.
 
         Raises:
             DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL,
@@ -349,50 +304,58 @@ class DLedgerNode:
         if self._stopped:
             raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
         start_us = perf_us()
-        request = _ClientAppend(list(bodies), Future())
+        request = _ClientAppend(bodies if isinstance(bodies, list) else list(bodies))
         self._appends.append(request)
+        out: list[Outbound] = []
         with self._step() as now:
-            self._drain_appends(now)
-        if request.error is not None:
-            raise request.error
+            if self._drain_appends(now) and not self.sync_mode:
+                out = self._tick_dispatchers(now)
+        future = request.future
+        if future is None:
+            raise request.error or DLedgerError(ResponseCode.INTERNAL_ERROR, "append not processed")
         if self.sync_mode:
             self.store.wait_durable()  # type: ignore[attr-defined]
-        self._wake_dispatchers()
+            with self._lock:  # sync: the followers get it once the leader's copy is durable
+                out = self._tick_dispatchers(self._now())
+        self._send(out)
         metrics = self.metrics
         metrics.append_batch_count.observe(len(request.bodies))
-        metrics.append_batch_bytes.observe(sum(len(b) for b in request.bodies))
-        request.future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
-        return request.future
+        metrics.append_batch_bytes.observe(sum(map(len, request.bodies)))
+        future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
+        return future
 
-    def _drain_appends(self, now: int) -> None:
-        """Under the lock: append every queued client request as one batch."""
+    def _tick_dispatchers(self, now: int) -> list[Outbound]:
+        """Under the lock: every dispatcher's pass (what to push now)."""
+        core = self.core
+        out: list[Outbound] = []
+        for peer in core.ms.other_peer_ids:
+            out += core.tick_dispatcher(peer, now)
+        return out
+
+    def _drain_appends(self, now: int) -> bool:
+        """Under the lock: append every queued client request as one batch; True when
+        something was appended."""
         batch: list[_ClientAppend] = []
         while self._appends:
             batch.append(self._appends.popleft())
         if not batch:
-            return  # another caller appended ours already
-        bodies = batch[0].bodies if len(batch) == 1 else [body for request in batch for body in request.bodies]
+            return False  # another caller appended ours already
         try:
-            combined = self.core.append(bodies, now)
+            futures = self.core.append_requests([request.bodies for request in batch], now)
             if len(self.core.ms.peer_ids) == 1:
                 self.core.tick_quorum(now)  # a group of one commits at once
         except DLedgerError as exc:
             for request in batch:
                 request.error = exc
-            return
+            return False
         except OSError as exc:
             error = DLedgerError(ResponseCode.DISK_ERROR, str(exc))
             for request in batch:
                 request.error = error
-            return
-        if len(batch) == 1:
-            combined.add_done_callback(partial(_forward, batch[0].future, 0))
-            return
-        total = len(bodies)
-        end = 0
-        for request in batch:
-            end += len(request.bodies)
-            combined.add_done_callback(partial(_forward, request.future, total - end))
+            return False
+        for request, future in zip(batch, futures, strict=True):
+            request.future = future
+        return True
 
     def get(self, index: int, count: int = 1) -> list[Entry]:
         """Committed entries from `index` (at most `count`).
@@ -526,13 +489,3 @@ class DLedgerNode:
                 applied_index=self.applied_index,
                 peer_match={peer: marks.get(peer, -1) for peer in ms.peer_ids} if ms.is_leader else {},
             )
-
-
-def _forward(target: Future[int], back: int, combined: Future[int]) -> None:
-    """Complete one coalesced request: its last index is `back` entries before the
-    combined batch's last index."""
-    exc = combined.exception()
-    if exc is not None:
-        target.set_exception(exc)
-    else:
-        target.set_result(combined.result() - back)

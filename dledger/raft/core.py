@@ -49,13 +49,24 @@ class RaftCore:
         store: its log.
         term_store: where term and vote are persisted.
         rng: randomness for vote intervals (seed it for deterministic runs).
+        unclean_restart: the member's last shutdown was not clean (a crash or a power
+            loss); with async flush it then holds its vote until it caught up with a
+            leader (`dledger.raft.vote_hold`).
     """
 
-    def __init__(self, config: DLedgerConfig, store: LogStore, term_store: TermStore, rng: random.Random) -> None:
+    def __init__(
+        self,
+        config: DLedgerConfig,
+        store: LogStore,
+        term_store: TermStore,
+        rng: random.Random,
+        unclean_restart: bool = False,
+    ) -> None:
         self.config = config
         self.store = store
         self.ms = MemberState(config, store, term_store)
-        self.elector = LeaderElector(config, self.ms, rng)
+        # with async flush, entries acknowledged before an unclean shutdown may be gone
+        self.elector = LeaderElector(config, self.ms, rng, unclean_restart and config.flush_mode == "async")
         self.quorum = QuorumAckChecker(config, self.ms)
         self.dispatchers = {p: EntryDispatcher(config, self.ms, p, self.quorum) for p in self.ms.other_peer_ids}
         self.handler = EntryHandler(config, self.ms)
@@ -85,19 +96,35 @@ class RaftCore:
         """Leader append of one client request; the future completes with the last index
         once committed. Raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING or
         LEADER_PENDING_FULL (the request is then not appended)."""
+        return self.append_requests([bodies], now_ms)[0]
+
+    def append_requests(self, requests: Sequence[Sequence[bytes]], now_ms: int) -> list[Future[int]]:
+        """Leader append of several client requests at once (one store append): one
+        future per request, completing with that request's last index once committed.
+        All or nothing: raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING,
+        REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL (for the requests together) and
+        then appends none of them."""
         ms = self.ms
         if not ms.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {ms.leader_id}")
         if ms.transferee is not None:
             raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {ms.transferee}")
-        if not bodies:
+        if not requests or not all(requests):
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
-        nbytes = sum(map(len, bodies))
+        sizes = [sum(map(len, bodies)) for bodies in requests]
         term = ms.current_term
-        self.quorum.check_not_full(term, nbytes)
+        self.quorum.check_not_full(term, sum(sizes))
         self.store.term = term
-        first = self.store.append_many(bodies)
-        return self.quorum.wait_ack(term, first, first + len(bodies) - 1, now_ms, nbytes)
+        if len(requests) == 1:
+            first = self.store.append_many(requests[0])
+        else:
+            first = self.store.append_many([body for bodies in requests for body in bodies])
+        futures = []
+        for bodies, nbytes in zip(requests, sizes, strict=True):
+            last = first + len(bodies) - 1
+            futures.append(self.quorum.wait_ack(term, first, last, now_ms, nbytes))
+            first = last + 1
+        return futures
 
     def leadership_transfer(self, transferee_id: str, now_ms: int) -> Future[LeadershipTransferResponse]:
         """As the leader, hand leadership to `transferee_id` (the same as a

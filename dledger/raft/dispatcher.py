@@ -5,6 +5,12 @@ with the follower's conflict hint), TRUNCATE cuts the follower's uncommitted tai
 it, APPEND streams runs of already-encoded entries (several in flight, bounded), and
 COMMIT carries the commit index when the peer is idle. Any inconsistency, a leader or
 term change sends the dispatcher back to COMPARE.
+
+Coalescing: a small backlog (less than `COALESCE_BYTES` not yet pushed) is not pushed
+while an earlier APPEND is still in flight; it goes out, together with whatever arrived
+meanwhile, when that push is answered (or times out). Many concurrent single-entry
+client requests then cost one push per round trip, not one each. A large backlog still
+goes out at once, in pipelined pushes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ UNREACHABLE_RETRY_MS = 100
 """Pause before a COMPARE / TRUNCATE goes again after the peer could not be reached."""
 NOT_READY_RETRY_MS = 10
 """... after the peer answered that it does not follow this leader (yet)."""
+COALESCE_BYTES = 64 * 1024
+"""A backlog below this (and below `max_push_batch_bytes`) waits for the APPEND in
+flight to be answered instead of being pushed next to it."""
 
 
 class DispatchState(Enum):
@@ -179,6 +188,9 @@ class EntryDispatcher:
         end = self.store.end_index
         self.throttled = False
         cfg = self.config
+        # with pushes in flight before this pass, a small backlog waits for their answer
+        hold_small = bool(self.pending)
+        small = min(COALESCE_BYTES, cfg.max_push_batch_bytes)
         while (
             self.write_index <= end
             and len(self.pending) < cfg.max_push_in_flight_per_peer
@@ -188,6 +200,8 @@ class EntryDispatcher:
                 self.throttled = True
                 break
             run, count = self.store.read_run(self.write_index, cfg.max_push_batch_bytes)
+            if hold_small and self.write_index + count > end and len(run) < small:
+                break  # sent with what arrives meanwhile once the push in flight is answered
             req = self._base(PushType.APPEND)
             req.first_index, req.count, req.entries = self.write_index, count, run
             req.prev_index, req.prev_term = self.write_index - 1, self._term_at(self.write_index - 1)

@@ -9,10 +9,13 @@ fails before the caller's view of the group goes stale.
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
+from functools import partial
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
@@ -42,6 +45,11 @@ CLIENT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.enable_retries", 0),
 )
 """Options of every channel a member or a client opens (FAULTS.md §3)."""
+
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
+"""The standing call a transport holds open on every peer channel (see `_keep_spinning`)."""
+KEEPER_RETRY_S = 1.0
+"""How often a failed standing call to a peer is tried again (on the next send)."""
 
 # request dataclass -> Peer stub method
 _METHODS: dict[type[RequestOrResponse], str] = {
@@ -102,12 +110,17 @@ class GrpcTransport:
         self.peers = config.peer_map
         self.deadline_s = (deadline_ms if deadline_ms is not None else peer_deadline_ms(config)) / 1000.0
         self._channel_options = channel_options
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a standing call that fails at once ends inside _keep_spinning
         self._stubs: dict[str, Any] = {}
         self._channels: dict[str, Any] = {}
+        self._keepers: dict[str, Any] = {}  # peer -> the standing health Watch call
+        self._keeper_tried: dict[str, float] = {}
         self._closed = False
 
     def _stub(self, target_id: str) -> Any:
+        stub = self._stubs.get(target_id)
+        if stub is not None and target_id in self._keepers:
+            return stub
         with self._lock:
             if self._closed:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "transport closed")
@@ -119,7 +132,32 @@ class GrpcTransport:
                 channel = open_channel(address, self._channel_options)
                 self._channels[target_id] = channel
                 stub = self._stubs[target_id] = pb_grpc.PeerStub(channel)
+            self._keep_spinning(target_id)
             return stub
+
+    def _keep_spinning(self, target_id: str) -> None:
+        """Under the lock: hold one idle call open on the peer's channel (a health Watch,
+        for which the server keeps no thread), unless one is open or was tried within
+        KEEPER_RETRY_S. A sync gRPC channel runs a completion thread only while it has
+        calls; without a standing call every push after a quiet moment (one in flight at
+        a time) would start a new thread on the way."""
+        if target_id in self._keepers:
+            return
+        now = time.monotonic()
+        if now - self._keeper_tried.get(target_id, -KEEPER_RETRY_S) < KEEPER_RETRY_S:
+            return
+        self._keeper_tried[target_id] = now
+        watch = self._channels[target_id].unary_stream(
+            HEALTH_WATCH, health_pb2.HealthCheckRequest.SerializeToString, health_pb2.HealthCheckResponse.FromString
+        )
+        call = watch(health_pb2.HealthCheckRequest(service=""))
+        self._keepers[target_id] = call
+        call.add_done_callback(partial(self._keeper_ended, target_id, call))
+
+    def _keeper_ended(self, target_id: str, call: Any) -> None:
+        with self._lock:
+            if self._keepers.get(target_id) is call:
+                del self._keepers[target_id]
 
     def send(self, target_id: str, request: RequestOrResponse) -> Future[RequestOrResponse]:
         """Send a Vote, HeartBeat, Push or LeadershipTransfer request to `target_id`.
@@ -161,7 +199,11 @@ class GrpcTransport:
         with self._lock:
             self._closed = True
             channels = list(self._channels.values())
+            keepers = list(self._keepers.values())
             self._channels.clear()
             self._stubs.clear()
+            self._keepers.clear()
+        for call in keepers:
+            call.cancel()
         for channel in channels:
             channel.close()

@@ -292,7 +292,7 @@ class LedgerService:
                 return
             if batch.count:
                 out = pb.ReadCommittedResponse(committed_index=self.node.committed_index)
-                columns_to_pb(batch, out.batch)
+                columns_to_pb(batch, out.batch, request.layout)
                 yield self.core.fill_header(out, ResponseCode.SUCCESS)
                 next_index = int(batch.index[batch.count - 1]) + 1
             elif not request.follow:

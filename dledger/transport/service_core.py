@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]
@@ -59,8 +60,8 @@ class ServiceLimits:
         follow_poll_s: how often a following ReadCommitted stream notices a cancel.
     """
 
-    max_workers: int = 64
-    max_client_calls: int = 48
+    max_workers: int = 160
+    max_client_calls: int = 128
     max_streams: int = 16
     max_bodies_per_append: int = 65_536
     stream_in_flight: int = 256
@@ -161,12 +162,22 @@ class ServiceCore:
             TimeoutError: no result in time.
             Exception: whatever the future failed with.
         """
-        remaining = context.time_remaining() if context is not None else None
-        if remaining is not None:
-            timeout_s = max(0.0, min(timeout_s, remaining))
-        waitables: list[Future[Any]] = [future, self.closing]
-        done, _ = wait(waitables, timeout=timeout_s, return_when=FIRST_COMPLETED)
-        if future in done:
+        if not future.done():
+            remaining = context.time_remaining() if context is not None else None
+            if remaining is not None:
+                timeout_s = max(0.0, min(timeout_s, remaining))
+            # one plain lock as the wait (cheaper than concurrent.futures.wait on the
+            # future and `closing`): released by the future's completion or by close()
+            gate = threading.Lock()
+            gate.acquire()
+            release = partial(_open_gate, gate)
+            self.add_waker(release)
+            try:
+                future.add_done_callback(release)
+                gate.acquire(timeout=timeout_s)
+            finally:
+                self.remove_waker(release)
+        if future.done():
             return future.result()
         if self.closing.done():
             raise ShuttingDown()
@@ -192,6 +203,14 @@ class ServiceCore:
         if message:
             out.message = message
         return out
+
+
+def _open_gate(gate: threading.Lock, *_: object) -> None:
+    """Release `gate` unless it is open already (completion and close() may both come)."""
+    try:  # noqa: SIM105 -- once per client call: cheaper than contextlib.suppress
+        gate.release()
+    except RuntimeError:
+        pass
 
 
 def abort(context: Any, status: Any, details: str) -> NoReturn:

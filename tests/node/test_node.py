@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 
 import pytest
 from prometheus_client import generate_latest
@@ -66,13 +65,13 @@ def test_concurrent_single_appends_are_coalesced_into_one_store_append(cluster_f
     cluster = cluster_factory()
     leader = cluster.leader()
     calls: list[int] = []
-    real_append = leader.core.append
+    real_append = leader.store.append_many
 
-    def counting(bodies: list[bytes], now_ms: int) -> Future[int]:
+    def counting(bodies: list[bytes]) -> int:
         calls.append(len(bodies))
-        return real_append(bodies, now_ms)
+        return real_append(bodies)
 
-    leader.core.append = counting  # type: ignore[method-assign]
+    leader.store.append_many = counting  # type: ignore[method-assign]
     results: dict[int, int] = {}
 
     def client(k: int) -> None:

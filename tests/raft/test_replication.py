@@ -13,7 +13,7 @@ import pytest
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
-from dledger.raft.dispatcher import DispatchState, EntryDispatcher
+from dledger.raft.dispatcher import COALESCE_BYTES, DispatchState, EntryDispatcher
 from dledger.raft.elector import LeaderElector
 from dledger.raft.entry_handler import MAX_CONTROL_QUEUE, EntryHandler
 from dledger.raft.member_state import MemberState, MemoryTermStore
@@ -127,6 +127,64 @@ def test_lost_push_is_resent_after_max_push_timeout() -> None:
     assert dropped and dropped[0].first_index == index
     c.run_until(fut.done)
     assert fut.result() == index
+
+
+# -- coalescing: a small backlog waits for the push in flight
+
+
+def acked(req: PushEntryRequest) -> PushEntryResponse:
+    """The follower's SUCCESS answer to APPEND `req`."""
+    return PushEntryResponse(
+        group="g", local_id="n1", remote_id="n0", term=req.term, index=req.first_index, end_index=req.last_index
+    )
+
+
+def test_small_backlog_waits_for_the_push_in_flight_and_then_goes_as_one_push() -> None:
+    ms, d = leader_with_log(1, max_push_timeout_ms=60_000)
+    store = ms.store
+    (first,) = d.tick(0)
+    assert (first.first_index, first.count) == (0, 1)
+    for k in range(20):  # twenty single-entry client requests while `first` is in flight
+        store.append(b"c%d" % k)
+        assert d.tick(1 + k) == []
+    d.on_response(first, acked(first), 30)
+    (second,) = d.tick(30)
+    assert (second.first_index, second.count) == (1, 20) and d.match_index == 0
+    store.append(b"late")
+    assert d.tick(31) == []
+    d.on_response(second, acked(second), 40)
+    (third,) = d.tick(40)
+    assert (third.first_index, third.count) == (21, 1)
+
+
+def test_large_backlog_is_pushed_next_to_the_push_in_flight() -> None:
+    # pipelining stays for big backlogs: a full batch, or COALESCE_BYTES not pushed yet
+    ms, d = leader_with_log(1, max_push_batch_bytes=1500, max_push_timeout_ms=60_000)
+    (first,) = d.tick(0)
+    ms.store.append_many([bytes(100)] * 25)  # 25 x 148 bytes: two full pushes and a tail
+    full = d.tick(1)
+    assert [r.count for r in full] == [10, 10]  # the small tail waits for them all
+    assert len(d.pending) == 3
+    for k, req in enumerate([first, *full]):
+        assert d.tick(10 + k) == []
+        d.on_response(req, acked(req), 10 + k)
+    assert [r.count for r in d.tick(20)] == [5]
+    ms2, big = leader_with_log(1, max_push_timeout_ms=60_000)
+    (first,) = big.tick(0)
+    ms2.store.append_many([bytes(1000)] * (COALESCE_BYTES // 1000))
+    assert [r.count for r in big.tick(1)] == [COALESCE_BYTES // 1000]
+
+
+def test_held_backlog_follows_a_lost_push_once_it_is_answered() -> None:
+    ms, d = leader_with_log(1, max_push_timeout_ms=100)
+    (first,) = d.tick(0)
+    ms.store.append(b"held")
+    assert d.tick(50) == []
+    (again,) = d.tick(100)  # the lost push goes again, alone; the backlog still waits
+    assert again.first_index == first.first_index and again.count == 1
+    d.on_response(again, acked(again), 120)
+    (held,) = d.tick(120)
+    assert (held.first_index, held.count) == (1, 1)
 
 
 # -- quota: catch-up traffic only

@@ -436,6 +436,18 @@ def test_transport_round_trip(node: FakeNode, transport: GrpcTransport, request_
         assert isinstance(answer, VoteResponse) and answer.vote_result is VoteResult.ACCEPT
 
 
+def test_transport_holds_a_standing_call_per_peer_until_closed(transport: GrpcTransport) -> None:
+    # the channel's completion thread then stays up between pushes (no thread per push)
+    transport.send("n0", HeartBeatRequest(term=5)).result(timeout=WAIT_S)
+    keeper = transport._keepers["n0"]
+    for _ in range(3):
+        transport.send("n0", HeartBeatRequest(term=5)).result(timeout=WAIT_S)
+    assert transport._keepers["n0"] is keeper and not keeper.done()
+    transport.close()
+    wait_until(keeper.done)
+    assert transport._keepers == {}
+
+
 def test_transport_node_timeout_is_a_timeout_code(transport: GrpcTransport) -> None:
     answer = transport.send("n0", PushEntryRequest(type=PushType.TRUNCATE, term=1)).result(timeout=WAIT_S)
     assert answer.code == ResponseCode.TIMEOUT  # the server gave up waiting for the node

@@ -1,0 +1,34 @@
+"""NodeStatus: a snapshot of one member's state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A snapshot of one member's state (what Metadata and `dledger status` show).
+
+    Attributes:
+        group, self_id: who this is.
+        role: "LEADER", "FOLLOWER" or "CANDIDATE".
+        term: the current term; leader_id: the leader this member knows (or None).
+        peers: {id: address} of the group.
+        begin_index, end_index, end_term: the local log.
+        committed_index: the highest committed index known here.
+        applied_index: the last index applied to the state machine (-1 without one).
+        peer_match: on the leader, each member's match index in the current term.
+    """
+
+    group: str
+    self_id: str
+    role: str
+    term: int
+    leader_id: str | None
+    peers: dict[str, str]
+    begin_index: int
+    end_index: int
+    end_term: int
+    committed_index: int
+    applied_index: int
+    peer_match: dict[str, int] = field(default_factory=dict)
