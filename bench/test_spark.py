@@ -1,16 +1,31 @@
-"""Spark read throughput (local[2]): 2,000,000 entries of 100 bytes written with
-`dledger.open_log`, read by the `dledger` data source into Spark's `noop` sink, against
-two baselines measured in the same run on the same rows:
+"""Spark throughput (local[2]): 2,000,000 entries of 100 bytes, against two baselines
+measured in the same run on rows of the same shape:
 
 * `parquet`: Spark reading the same rows from a Parquet file (written once from the log)
-  into `noop`;
+  into the `noop` sink;
 * `spark-generate`: a Spark job that only generates rows of the same shape in the JVM
   (`spark.range` + expressions) into `noop`.
 
-A second group runs `sum(length(body))` over each source, which makes Spark touch every
-body (the `noop` sink over Parquet can leave column vectors undecoded).
+Groups:
 
-Targets (issue 5): offline read >= 1,500,000 rows/s and >= 0.75x the Parquet read.
+* `spark-read-2M-100B-noop`: every row into `noop`, from a store directory written with
+  `dledger.open_log` (`dledger-offline`) and from a running 3-member cluster of
+  `dledger server` processes over gRPC ReadCommitted (`dledger-live`; the cluster is
+  filled untimed with the client's batch appends);
+* `spark-read-2M-100B-sum-length`: `sum(length(body))` over each source, which makes
+  Spark touch every body (the `noop` sink over Parquet can leave column vectors undecoded);
+* `spark-write-2M-100B`: a DataFrame of 2 M generated 100-byte bodies written with
+  `.write.format("dledger")` into the cluster (`dledger-live-write`), beside the same
+  baselines.
+
+Spark and the cluster share the machine's cores. Besides rows/s, every round records the
+CPU seconds of the whole process tree (`cpu_s`: the JVM, its Python workers, this
+process and the cluster's members; `server_cpu_s`: the members alone) in `extra_info`
+(median over rounds): on a machine shared with other jobs the CPU figures move much less
+than the wall-clock ones.
+
+Targets: offline read >= 1,500,000 rows/s and >= 0.75x the Parquet read (issue 5); live
+read >= 800,000 rows/s, write >= 150,000 rows/s.
 Run: `make bench PYTEST_ARGS="-k spark"` or
 `.venv/bin/python -m pytest bench/test_spark.py --benchmark-only -p no:randomly`.
 """
@@ -19,18 +34,28 @@ from __future__ import annotations
 
 import os
 import shutil
+import statistics
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench._common import record
+from dledger.cli.cluster_runner import LocalCluster
+from dledger.cli.server_cmds import server_command_line
+from dledger.client import DLedgerClient
+from tests.e2e.harness import free_ports
 
 ROWS = 2_000_000
 BODY = 100
 ROUNDS = 5
+GROUP = "bench"
+FILL_BATCH = 16384
+"""Bodies per Append while filling the cluster."""
 SPARK_CONF_DIR = Path(__file__).resolve().parents[1] / "tests" / "spark"  # log4j2.properties: errors only
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -38,6 +63,72 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
 pyspark = pytest.importorskip("pyspark")
+
+
+# ----------------------------------------------------------------- CPU accounting
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds) of every process (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[int, float]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        out[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def tree_cpu(root: int) -> dict[int, float]:
+    """CPU seconds of `root` and every live descendant, by pid."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in table.items():
+        children.setdefault(parent, []).append(pid)
+    out: dict[int, float] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            out[pid] = table[pid][1]
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of each round: the whole process tree, and the cluster's members."""
+
+    servers: Callable[[], set[int]]
+    total: list[float]
+    server: list[float]
+
+    def measure(self, fn: Callable[[], object]) -> Callable[[], None]:
+        def run() -> None:
+            before = tree_cpu(os.getpid())
+            fn()
+            after = tree_cpu(os.getpid())
+            spent = {pid: cpu - before.get(pid, 0.0) for pid, cpu in after.items()}
+            members = self.servers()
+            self.total.append(sum(spent.values()))
+            self.server.append(sum(v for pid, v in spent.items() if pid in members))
+
+        return run
+
+    def report(self, benchmark: Any, warmup_rounds: int) -> None:
+        total, server = self.total[warmup_rounds:], self.server[warmup_rounds:]
+        if total:
+            benchmark.extra_info["cpu_s"] = round(statistics.median(total), 2)
+            benchmark.extra_info["server_cpu_s"] = round(statistics.median(server), 2)
+
+
+# ----------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +153,11 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
+def _bodies() -> list[bytes]:
+    blob = os.urandom(BODY * 10_000)
+    return [blob[k * BODY : (k + 1) * BODY] for k in range(10_000)]
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[tuple[Path, Path]]:
     """(log directory, parquet directory) holding the same 2M rows (written untimed)."""
@@ -69,8 +165,7 @@ def data(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[tuple
 
     root = tmp_path_factory.mktemp("spark-bench")
     log_dir, parquet_dir = root / "log", root / "parquet"
-    blob = os.urandom(BODY * 10_000)
-    chunk = [blob[k * BODY : (k + 1) * BODY] for k in range(10_000)]
+    chunk = _bodies()
     with dledger.open_log(log_dir) as log:
         for _ in range(ROWS // len(chunk)):
             log.append_many(chunk)
@@ -81,49 +176,190 @@ def data(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[tuple
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _sources(spark: Any, data: tuple[Path, Path]) -> dict[str, Any]:
-    log_dir, parquet_dir = data
-    generated = spark.range(ROWS).selectExpr(
+@dataclass
+class Cluster:
+    """A running 3-member cluster and the index range [first, end) of the 2M filled rows."""
+
+    group: LocalCluster
+    first: int
+    end: int
+
+    @property
+    def peers(self) -> str:
+        return self.group.peers
+
+    def pids(self) -> set[int]:
+        return {m.process.pid for m in self.group.members.values() if m.process is not None}
+
+
+def _fill(client: DLedgerClient, count: int) -> tuple[int, int]:
+    """Append `count` 100-byte bodies from two threads in FILL_BATCH-body requests;
+    returns (first, last) index appended."""
+    chunk = _bodies()
+    requests = [(chunk * (FILL_BATCH // len(chunk) + 1))[:FILL_BATCH]] * (count // FILL_BATCH)
+    rest = count - len(requests) * FILL_BATCH
+    if rest:
+        requests.append(chunk[:rest])
+    firsts: list[int] = []
+    lasts: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for bodies in requests[k::2]:
+                last = client.append_many(bodies)
+                firsts.append(last - len(bodies) + 1)
+                lasts.append(last)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return min(firsts), max(lasts)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three `dledger server` processes (256 MiB segments, async flush) holding 2M rows of
+    100 bytes (appended untimed with the client's batch appends)."""
+    root = tmp_path_factory.mktemp("spark-cluster")
+    group = LocalCluster(
+        nodes=3,
+        group=GROUP,
+        host="127.0.0.1",
+        base_port=0,
+        ports=free_ports(3),
+        store_base_dir=root / "data",
+        extra_args=["--segment-size", "256MiB", "--heartbeat-ms", "1000", "--log-level", "WARNING"],
+        command_line=server_command_line,
+        log_dir=root / "logs",
+    )
+    group.start_all()
+    try:
+        assert group.wait_leader(60) is not None, "no leader elected"
+        with DLedgerClient(group.peers, GROUP, timeout_s=60.0) as client:
+            first, last = _fill(client, ROWS)
+        # entries in between are ours or NOOPs of a new leader (which reads leave out)
+        yield Cluster(group, first, last + 1)
+    finally:
+        group.shutdown(30)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _generated(spark: Any) -> Any:
+    return spark.range(ROWS).selectExpr(
         "id AS index",
         "1L AS term",
         "id * 148 AS pos",
         f"encode(lpad(cast(id AS string), {BODY}, '.'), 'UTF-8') AS body",
     )
-    return {
+
+
+def _sources(spark: Any, data: tuple[Path, Path], cluster: Cluster | None) -> dict[str, Any]:
+    log_dir, parquet_dir = data
+    out = {
         "dledger-offline": spark.read.format("dledger").load(str(log_dir)),
         "parquet": spark.read.parquet(str(parquet_dir)),
-        "spark-generate": generated,
+        "spark-generate": _generated(spark),
     }
+    if cluster is not None:
+        out["dledger-live"] = (
+            spark.read.format("dledger")
+            .option("peers", cluster.peers)
+            .option("group", GROUP)
+            .option("startingIndex", str(cluster.first))
+            .option("endingIndex", str(cluster.end))
+            .load()
+        )
+    return out
 
 
-IMPLS = ["dledger-offline", "parquet", "spark-generate"]
+def _cluster_for(impl: str, request: pytest.FixtureRequest) -> Cluster | None:
+    """The cluster fixture, started only for the cases that use it."""
+    return request.getfixturevalue("cluster") if impl.startswith("dledger-live") else None
+
+
+IMPLS = ["dledger-offline", "dledger-live", "parquet", "spark-generate"]
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_spark_read_noop(benchmark: Any, spark: Any, data: tuple[Path, Path], impl: str) -> None:
+def test_spark_read_noop(
+    benchmark: Any, spark: Any, data: tuple[Path, Path], impl: str, request: pytest.FixtureRequest
+) -> None:
     """All rows into the `noop` sink."""
-    df = _sources(spark, data)[impl]
+    cluster = _cluster_for(impl, request)
+    df = _sources(spark, data, cluster)[impl]
     assert df.count() == ROWS
+    meter = CpuMeter(cluster.pids if cluster else set, [], [])
 
     def run() -> None:
         df.write.format("noop").mode("overwrite").save()
 
     group = "spark-read-2M-100B-noop"
     benchmark.group = group
-    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.pedantic(meter.measure(run), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    meter.report(benchmark, 1)
     record(benchmark, group, impl, ROWS)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_spark_read_sum_length(benchmark: Any, spark: Any, data: tuple[Path, Path], impl: str) -> None:
+def test_spark_read_sum_length(
+    benchmark: Any, spark: Any, data: tuple[Path, Path], impl: str, request: pytest.FixtureRequest
+) -> None:
     """`sum(length(body))` over all rows: every body is materialised. A new DataFrame per
     round (re-running one would skip its already computed shuffle stage)."""
+    cluster = _cluster_for(impl, request)
+    meter = CpuMeter(cluster.pids if cluster else set, [], [])
 
     def run() -> int:
-        return int(_sources(spark, data)[impl].selectExpr("sum(length(body)) AS n").first()["n"])
+        return int(_sources(spark, data, cluster)[impl].selectExpr("sum(length(body)) AS n").first()["n"])
 
     assert run() == ROWS * BODY
     group = "spark-read-2M-100B-sum-length"
     benchmark.group = group
-    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.pedantic(meter.measure(run), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    meter.report(benchmark, 1)
     record(benchmark, group, impl, ROWS)
+
+
+WRITE_IMPLS = ["dledger-live-write", "parquet", "spark-generate"]
+
+
+@pytest.mark.parametrize("impl", WRITE_IMPLS)
+def test_spark_write(
+    benchmark: Any, spark: Any, data: tuple[Path, Path], impl: str, request: pytest.FixtureRequest
+) -> None:
+    """2M generated 100-byte bodies written into the cluster (every round appends 2M
+    more entries), beside the baselines: the same rows generated into `noop`, and the
+    Parquet rows read into `noop`."""
+    cluster = _cluster_for(impl, request)
+    meter = CpuMeter(cluster.pids if cluster else set, [], [])
+    if cluster is not None:
+        bodies = _generated(spark).select("body")
+        writer = bodies.write.format("dledger").option("peers", cluster.peers).option("group", GROUP).mode("append")
+        with DLedgerClient(cluster.peers, GROUP, timeout_s=30.0) as client:
+            before = client.metadata().committed_index
+        run: Callable[[], None] = writer.save
+    else:
+        run = _sources(spark, data, None)[impl].select("body").write.format("noop").mode("overwrite").save
+    calls = 0
+
+    def counted() -> None:
+        nonlocal calls
+        run()
+        calls += 1
+
+    group = "spark-write-2M-100B"
+    benchmark.group = group
+    benchmark.pedantic(meter.measure(counted), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    meter.report(benchmark, 1)
+    record(benchmark, group, impl, ROWS)
+    if cluster is not None:
+        with DLedgerClient(cluster.peers, GROUP, timeout_s=30.0) as client:
+            after = client.metadata().committed_index
+        assert after - before >= calls * ROWS  # every round appended its rows (plus any NOOPs)

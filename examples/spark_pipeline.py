@@ -100,8 +100,7 @@ def aggregate(spark: Any, peers: str, group: str, checkpoint: Path, follow: bool
         .load()
     )
     orders = (
-        log.where("length(body) > 0")  # a new leader's NOOP entry has an empty body
-        .selectExpr(f"from_json(cast(body AS string), '{ORDER_SCHEMA}') AS o", "index")
+        log.selectExpr(f"from_json(cast(body AS string), '{ORDER_SCHEMA}') AS o", "index")  # NOOPs are left out
         .where("o IS NOT NULL AND o.order_id IS NOT NULL")
         .select("o.*", "index")
     )

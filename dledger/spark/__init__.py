@@ -6,7 +6,9 @@
     df = spark.read.format("dledger").option("peers", "n0-host:20911;n1-host:20912").load()  # live
 
 Rows are `index long, term long, pos long, body binary`; use `row["index"]` (a Row is a
-tuple, so `row.index` is tuple.index). See docs/SPARK.md for every option.
+tuple, so `row.index` is tuple.index). The NOOP entries a new leader appends are left out
+unless `includeNoops=true`, which adds a `magic int` column (1 normal, 2 NOOP). See
+docs/SPARK.md for every option.
 
 pyspark is imported only when `register` runs or the source classes are used, so
 `import dledger.spark` works without it.

@@ -1,8 +1,9 @@
 """Column batches to Arrow record batches, without copying (pyarrow only, no Spark).
 
-A `ColumnBatch` already has Arrow's layouts: native int64 arrays for index/term/pos and,
-for the bodies, int32 offsets (count + 1) over one bytes buffer. The Arrow arrays are
-views of those buffers.
+A `ColumnBatch` already has Arrow's layouts: native int64 arrays for index/term/pos,
+int32 for magic and, for the bodies, int32 offsets (count + 1) over one bytes buffer. The
+Arrow arrays are views of those buffers. NOOP entries (magic 2, written by a new leader)
+are left out unless asked for; only a batch that holds one is copied.
 """
 
 from __future__ import annotations
@@ -12,9 +13,16 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from dledger.entry import MAGIC_NOOP
 from dledger.store.base import ColumnBatch
 
-FIELD_TYPES: dict[str, Any] = {"index": pa.int64(), "term": pa.int64(), "pos": pa.int64(), "body": pa.binary()}
+FIELD_TYPES: dict[str, Any] = {
+    "index": pa.int64(),
+    "term": pa.int64(),
+    "pos": pa.int64(),
+    "body": pa.binary(),
+    "magic": pa.int32(),
+}
 
 
 def arrow_schema(columns: Sequence[str], names: Sequence[str] | None = None) -> Any:
@@ -29,7 +37,7 @@ def to_record_batch(batch: ColumnBatch, columns: Sequence[str], schema: Any) -> 
 
     Args:
         batch: the entries.
-        columns: canonical column names (index, term, pos, body), in output order.
+        columns: canonical column names (index, term, pos, body, magic), in output order.
         schema: the Arrow schema to produce (see `arrow_schema`), matching `columns`.
     """
     n = batch.count
@@ -40,15 +48,24 @@ def to_record_batch(batch: ColumnBatch, columns: Sequence[str], schema: Any) -> 
                 pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(batch.offsets), pa.py_buffer(batch.bodies)])
             )
         else:
-            arrays.append(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(getattr(batch, col))]))
+            arrays.append(pa.Array.from_buffers(FIELD_TYPES[col], n, [None, pa.py_buffer(getattr(batch, col))]))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def record_batches(batches: Iterable[ColumnBatch], columns: Sequence[str], schema: Any) -> Iterator[Any]:
-    """`to_record_batch` over a stream of column batches (empty ones skipped)."""
+def record_batches(
+    batches: Iterable[ColumnBatch], columns: Sequence[str], schema: Any, include_noops: bool = False
+) -> Iterator[Any]:
+    """`to_record_batch` over a stream of column batches (empty ones skipped), without
+    the NOOP entries unless `include_noops`."""
     for batch in batches:
-        if batch.count:
+        if not batch.count:
+            continue
+        if include_noops or not batch.noop_count:
             yield to_record_batch(batch, columns, schema)
+            continue
+        kept = to_record_batch(batch, columns, schema).filter(pa.array(batch.magic != MAGIC_NOOP))
+        if kept.num_rows:
+            yield kept
 
 
 def bodies_of(batch: Any, column: int = 0) -> list[bytes]:

@@ -8,7 +8,11 @@ when a live read or write actually runs (on the driver for planning, inside `rea
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -36,10 +40,17 @@ class LedgerClient(Protocol):
     """What the source needs of `dledger.client.DLedgerClient`."""
 
     def read_committed(
-        self, from_index: int, to_index: int | None, max_batch_bytes: int, *, node_id: str | None = None
+        self,
+        from_index: int,
+        to_index: int | None,
+        max_batch_bytes: int,
+        *,
+        node_id: str | None = None,
+        max_batch_count: int = 0,
     ) -> Iterator[ColumnBatch]:
-        """Committed entries [from_index, to_index) as column batches, from `node_id` (or
-        any member); fewer when the serving member has not committed that far."""
+        """Committed entries [from_index, to_index) as column batches of at most
+        `max_batch_bytes` and `max_batch_count` entries (0: the server's default), from
+        `node_id` (or any member); fewer when the serving member has not committed that far."""
         ...
 
     def append_many(self, bodies: list[bytes]) -> int:
@@ -61,11 +72,12 @@ ClientFactory = Callable[[str, str, float], LedgerClient]
 
 
 def default_client_factory(peers: str, group: str, timeout_s: float) -> LedgerClient:
-    """A `dledger.client.DLedgerClient` for `peers` (imported here: executors create their
-    clients inside `read()` / `write()`, never on the driver)."""
-    from dledger.client import DLedgerClient
+    """A `dledger.spark.client.SparkClient` (a DLedgerClient) for `peers` (imported
+    here: executors create their clients inside `read()` / `write()`; the driver only for
+    planning)."""
+    from dledger.spark.client import SparkClient
 
-    return DLedgerClient(peers, group=group, timeout_s=timeout_s)
+    return SparkClient(peers, group=group, timeout_s=timeout_s)
 
 
 def close_client(client: LedgerClient) -> None:
@@ -161,6 +173,7 @@ class LiveTask:
         fetch_max_bytes: bodies per streamed chunk.
         fail_on_data_loss: fail (true) or skip when entries are gone.
         timeout_s: how long one node may take to answer before the next is tried.
+        fetch_max_entries: entries per streamed chunk.
     """
 
     start: int
@@ -170,6 +183,7 @@ class LiveTask:
     fetch_max_bytes: int
     fail_on_data_loss: bool
     timeout_s: float = 30.0
+    fetch_max_entries: int = 0
 
 
 def plan_tasks(view: ClusterView, rng: IndexRange, opts: ReadOptions, min_partitions: int) -> list[LiveTask]:
@@ -187,6 +201,7 @@ def plan_tasks(view: ClusterView, rng: IndexRange, opts: ReadOptions, min_partit
             opts.fetch_max_bytes,
             opts.fail_on_data_loss,
             opts.rpc_timeout_ms / 1000,
+            opts.fetch_max_entries,
         )
         for r, order in assign_nodes(ranges, cands, node_ids, view.leader_id)
     ]
@@ -209,11 +224,18 @@ def slice_batch(batch: ColumnBatch, lo: int, hi: int) -> ColumnBatch:
     """Entries lo..hi-1 (positions in the batch) of a column batch; a copy of the bodies
     only when lo > 0."""
     if lo == 0:
-        return ColumnBatch(batch.index[:hi], batch.term[:hi], batch.pos[:hi], batch.offsets[: hi + 1], batch.bodies)
+        return ColumnBatch(
+            batch.index[:hi], batch.term[:hi], batch.pos[:hi], batch.offsets[: hi + 1], batch.bodies, batch.magic[:hi]
+        )
     first, last = int(batch.offsets[lo]), int(batch.offsets[hi])
     offsets = (batch.offsets[lo : hi + 1] - first).astype(np.int32)
     return ColumnBatch(
-        batch.index[lo:hi], batch.term[lo:hi], batch.pos[lo:hi], offsets, bytearray(batch.bodies[first:last])
+        batch.index[lo:hi],
+        batch.term[lo:hi],
+        batch.pos[lo:hi],
+        offsets,
+        bytearray(batch.bodies[first:last]),
+        batch.magic[lo:hi],
     )
 
 
@@ -239,7 +261,10 @@ def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
     try:
         for node_id, address in task.nodes:
             try:
-                for batch in client.read_committed(next_index, task.end, task.fetch_max_bytes, node_id=node_id):
+                batches = client.read_committed(
+                    next_index, task.end, task.fetch_max_bytes, node_id=node_id, max_batch_count=task.fetch_max_entries
+                )
+                for batch in batches:
                     if batch.count == 0:
                         continue
                     first = int(batch.index[0])
@@ -288,32 +313,78 @@ class Appended:
     count: int
 
 
+class _Sender:
+    """Sends batches with `append_many` in order from a thread of its own, so that the
+    next batch is assembled (and Spark's next Arrow batch read) while one is in flight."""
+
+    def __init__(self, client: LedgerClient) -> None:
+        self.client = client
+        self.batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.first = self.last = -1
+        self.count = 0
+        self.thread = threading.Thread(target=self._run, name="dledger-spark-append", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (batch := self.batches.get()) is not None:
+            if self.error is not None:
+                continue  # drain: the writer learns of the error at its next put
+            try:
+                last = int(self.client.append_many(batch))
+            except BaseException as exc:
+                self.error = exc
+                continue
+            if self.first < 0:
+                self.first = last - len(batch) + 1
+            self.last = last
+            self.count += len(batch)
+
+    def put(self, batch: list[bytes]) -> None:
+        """Queue a batch (waits while one is queued already)."""
+        if self.error is not None:
+            raise self.error
+        self.batches.put(batch)
+
+    def finish(self) -> Appended:
+        """Wait for every queued batch; what was appended (raises the first failure)."""
+        self.batches.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return Appended(self.first, self.last, self.count)
+
+
 def append_all(client: LedgerClient, bodies: Iterable[list[bytes]], batch_entries: int, batch_bytes: int) -> Appended:
     """Append every body, in order, in `append_many` calls of at most `batch_entries`
-    bodies and about `batch_bytes` bytes (at least one body per call).
+    bodies and about `batch_bytes` bytes (at least one body per call). One call is in
+    flight at a time (so the log keeps the order) while the next batch is assembled.
 
     At-least-once: a failed call raises, and entries appended before it stay in the log.
     """
-    first = last = -1
-    count = 0
+    sender = _Sender(client)
     pending: list[bytes] = []
     size = 0
-
-    def flush() -> None:
-        nonlocal first, last, count, pending, size
-        if not pending:
-            return
-        last = int(client.append_many(pending))
-        if first < 0:
-            first = last - len(pending) + 1
-        count += len(pending)
-        pending, size = [], 0
-
-    for chunk in bodies:
-        for body in chunk:
-            if pending and (len(pending) >= batch_entries or size + len(body) > batch_bytes):
-                flush()
-            pending.append(body)
-            size += len(body)
-    flush()
-    return Appended(first, last, count)
+    try:
+        for chunk in bodies:
+            k, n = 0, len(chunk)
+            while k < n:
+                take = chunk[k : k + batch_entries - len(pending)]
+                sizes = list(itertools.accumulate(map(len, take)))  # cumulative
+                fit = bisect.bisect_right(sizes, batch_bytes - size) or (0 if pending else 1)
+                if fit:
+                    pending.extend(take[:fit])
+                    size += sizes[fit - 1]
+                    k += fit
+                if k < n or len(pending) >= batch_entries:  # full: by count or by bytes
+                    sender.put(pending)
+                    pending, size = [], 0
+        if pending:
+            sender.put(pending)
+    except BaseException:
+        try:
+            sender.finish()
+        except BaseException as exc:  # the caller's error is the one to report
+            log.debug("append batch failed while the write was failing: %s", exc)
+        raise
+    return sender.finish()

@@ -1,44 +1,46 @@
 """Offline access to a store directory for the Spark source (no Spark here).
 
-A store is opened read-only (`MmapLogStore` with `read_only=True`: nothing is written,
-a torn tail is left in place) with its segment sizes read off its files, so stores
-written by Java DLedger open too. Reads never go past the committed index recorded in
-`checkpoint` (or `checkpoint.bak`, which Java's shutdown race can leave alone).
+A store is opened as a `StoreView`: its segment files are mapped read-only and its
+bounds come from `checkpoint` (or `checkpoint.bak`, which Java's shutdown race can leave
+alone) and the first entry of the first data segment. There is no recovery scan, nothing
+is ever written, created, extended or deleted, and reads never go past the committed
+index, so the directory of a running member (or a read-only copy, or a store written by
+Java DLedger) can be read while its owner works on it. Every entry read is checked
+against its index unit and its body CRC by the store core.
 """
 
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 import numpy as np
 
-from dledger.clock import Clock, MonotonicClock
+from dledger._native import impl
 from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
-from dledger.embedded import infer_segment_sizes, resolve_node_dir
-from dledger.entry import INDEX_UNIT_SIZE
+from dledger.embedded import resolve_node_dir
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds, SegmentSpan, check_data_loss, plan_local
 from dledger.store import kvfile
 from dledger.store.base import ColumnBatch
-from dledger.store.mmap_store import CHECKPOINT_FILE, MmapLogStore, StoreConfig
+from dledger.store.mmap_store import CHECKPOINT_FILE, RESET_FILE, StoreConfig
 from dledger.store.recovery import first_entry_header
+from dledger.store.segment_list import is_segment_name
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-OPEN_ATTEMPTS = 4
-OPEN_RETRY_MS = 50
-"""Opening a live node's directory can race with the node creating a segment file (it
-is briefly shorter than the segment size); such an open is retried after a pause."""
 
 INDEX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
 """One 32-byte index unit (big-endian; pos comes before size, unlike the entry header)."""
 assert INDEX_UNIT.itemsize == INDEX_UNIT_SIZE
+
+OPEN_ATTEMPTS = 3
+"""Listing and mapping a directory is redone (at once) when a segment file disappears in
+between: retention deleting the oldest segment of a running member."""
 
 
 class StoreNotFoundError(FileNotFoundError):
@@ -64,39 +66,172 @@ def node_dir_of(path: str | os.PathLike[str]) -> Path:
     return node
 
 
-def _retrying(fn: Callable[[], T], clock: Clock | None = None) -> T:
-    clock = clock or MonotonicClock()
-    for attempt in range(OPEN_ATTEMPTS):
-        try:
-            return fn()
-        except CorruptStoreError as exc:
-            # a segment being created by a live node looks short for a moment
-            if attempt == OPEN_ATTEMPTS - 1 or "short" not in exc.message:
-                raise
-            log.info("retrying store open after %s", exc)
-            clock.sleep_ms(OPEN_RETRY_MS * (attempt + 1))
-    raise AssertionError("unreachable")
+def _map_segments(directory: Path, default_size: int) -> Any:
+    """A read-only `MappedTable` of the segment files in `directory`.
+
+    The segment size is the size of the largest file. A last file shorter than that
+    holds no entry (a running member is creating it: the file exists before it has its
+    size, and nothing is written into it before that) and is left out; any other odd
+    size, a misnamed file or a gap is a CorruptStoreError.
+    """
+    names = sorted(n for n in os.listdir(directory) if is_segment_name(n)) if directory.is_dir() else []
+    sizes = [(directory / n).stat().st_size for n in names]
+    file_size = max(sizes, default=0) or default_size
+    table = impl.MappedTable(file_size)
+    try:
+        for k, (name, size) in enumerate(zip(names, sizes, strict=True)):
+            path = directory / name
+            if size != file_size:
+                if k == len(names) - 1:
+                    log.debug("leaving out %s: %d of %d bytes (being created)", path, size, file_size)
+                    break
+                raise CorruptStoreError(str(path), size, f"segment is {size} bytes, the others {file_size}")
+            offset = int(name)
+            if offset % file_size or (table.count and offset != table.end_offset):
+                raise CorruptStoreError(str(path), 0, f"segment name does not follow the segment size {file_size}")
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                mapped = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            table.push(mapped, offset)
+    except BaseException:
+        _unmap(table)
+        raise
+    return table
 
 
-def open_store(node_dir: Path) -> MmapLogStore:
-    """Open a node directory read-only, with segment sizes taken from its files."""
+def _unmap(table: Any) -> None:
+    while table.count:
+        table.pop_last()
 
-    def attempt() -> MmapLogStore:
-        data_size, index_size = infer_segment_sizes(node_dir)
+
+def _read_only_roller(kind: int, offset: int) -> None:  # pragma: no cover - reads never roll
+    raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
+
+
+class StoreView:
+    """A read-only view of a node directory's committed entries (see the module doc).
+
+    Attributes:
+        node_dir: the node directory.
+        begin_index: the first entry kept (-1 when there is none).
+        committed_index: the committed index (the checkpoint's, never past its endIndex).
+        end_index: the last entry readable here: the committed index.
+        write_pos: the data position just after the last committed entry.
+        data_table, index_table: the read-only mapped segments.
+    """
+
+    def __init__(self, node_dir: Path, data_table: Any, index_table: Any) -> None:
+        self.node_dir = node_dir
+        self.data_table = data_table
+        self.index_table = index_table
+        self._core = impl.LogCore()
+        self._core._init_core(data_table, index_table, _read_only_roller)
+        self._core.state = impl.STATE_READ_ONLY
+        self.begin_index = -1
+        self.committed_index = -1
+        self.write_pos = 0
+
+    @classmethod
+    def open(cls, node_dir: Path) -> StoreView:
+        """Map `node_dir` read-only and find its bounds.
+
+        Raises:
+            DLedgerError: DISK_ERROR when the last committed entry cannot be read.
+            CorruptStoreError: segment files of odd sizes or names.
+        """
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                return cls._open(node_dir)
+            except FileNotFoundError:
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
+                log.info("a segment of %s disappeared while it was opened; listing it again", node_dir)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _open(cls, node_dir: Path) -> StoreView:
         defaults = StoreConfig()
-        config = StoreConfig(
-            data_file_size=data_size or defaults.data_file_size,
-            index_file_size=index_size or defaults.index_file_size,
-            read_only=True,
-            warm_ahead_bytes=0,
-        )
-        return MmapLogStore.open(node_dir, config)
+        data = _map_segments(node_dir / "data", defaults.data_file_size)
+        try:
+            index = _map_segments(node_dir / "index", defaults.index_file_size)
+        except BaseException:
+            _unmap(data)
+            raise
+        view = cls(node_dir, data, index)
+        try:
+            view._find_bounds()
+        except BaseException:
+            view.close()
+            raise
+        return view
 
-    return _retrying(attempt)
+    def _find_bounds(self) -> None:
+        table = self.data_table
+        begin = -1
+        for k in range(int(table.count)):
+            header = first_entry_header(table, int(table.first_offset) + k * int(table.file_size))
+            if header is not None:
+                begin = int(header[2])
+                break
+        committed = checkpoint_committed(self.node_dir)
+        if begin < 0:
+            # no entry is kept: everything up to the last reset was committed and deleted
+            before_begin = kvfile.read_int(kvfile.read(self.node_dir / RESET_FILE), "beforeBeginIndex", -1)
+            self.committed_index = max(committed, before_begin)
+            return
+        committed = max(committed, begin - 1)  # a deleted prefix was committed
+        self.begin_index, self.committed_index = begin, committed
+        if committed < begin:
+            return
+        core = self._core
+        core._set_state(begin, committed, -1, 0)
+        try:
+            last = core.get(committed)
+        except DLedgerError as exc:
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR,
+                f"{self.node_dir}: entry {committed} is committed (checkpoint) but cannot be read: {exc.message}",
+            ) from None
+        self.write_pos = int(last.pos) + HEADER_SIZE + len(last.body)
+        core._set_state(begin, committed, int(last.term), self.write_pos)
+
+    @property
+    def end_index(self) -> int:
+        """The last readable entry (the committed index)."""
+        return self.committed_index
+
+    def get(self, index: int) -> Entry:
+        """The committed entry at `index` (DLedgerError INDEX_OUT_OF_RANGE outside)."""
+        entry: Entry = self._core.get(index)
+        return entry
+
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+        """Committed entries from `from_index` column-wise (see ColumnBatch)."""
+        return ColumnBatch.from_raw(self._core.read_columns(from_index, max_count, max_bytes))
+
+    def close(self) -> None:
+        """Unmap the segments (idempotent)."""
+        self._core._set_state(-1, -1, -1, 0)
+        _unmap(self.data_table)
+        _unmap(self.index_table)
+
+    def __enter__(self) -> StoreView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
-def bounds_of(store: MmapLogStore) -> LogBounds:
-    """The begin, end and committed indexes of an open store."""
+def open_store(node_dir: Path) -> StoreView:
+    """Open a node directory read-only (see `StoreView`)."""
+    return StoreView.open(node_dir)
+
+
+def bounds_of(store: StoreView) -> LogBounds:
+    """The begin, end and committed indexes of an open store (end = committed: nothing
+    past it is ever read offline)."""
     return LogBounds(int(store.begin_index), int(store.end_index), int(store.committed_index))
 
 
@@ -111,9 +246,9 @@ def checkpoint_committed(node_dir: Path) -> int:
     return min(committed, end)
 
 
-def segment_spans(store: MmapLogStore) -> list[SegmentSpan]:
+def segment_spans(store: StoreView) -> list[SegmentSpan]:
     """Every data segment that starts with an entry, with that entry's index."""
-    table = store.data_list.table
+    table = store.data_table
     spans: list[SegmentSpan] = []
     for k in range(int(table.count)):
         start = int(table.first_offset) + k * int(table.file_size)
@@ -123,7 +258,7 @@ def segment_spans(store: MmapLogStore) -> list[SegmentSpan]:
     return spans
 
 
-def pos_function(store: MmapLogStore) -> Callable[[int], int]:
+def pos_function(store: StoreView) -> Callable[[int], int]:
     """Data position of entry i (the end of the written data for i past the end)."""
     end, write_pos = int(store.end_index), int(store.write_pos)
 
@@ -167,7 +302,7 @@ class LocalPlan:
 
 
 def plan_store(
-    store: MmapLogStore,
+    store: StoreView,
     start: int,
     end: int,
     fail_on_data_loss: bool,
@@ -232,10 +367,10 @@ def read_range(
         store.close()
 
 
-def read_meta(store: MmapLogStore, start: int, count: int) -> ColumnBatch:
-    """index, term and pos of entries [start, start+count) straight from the index file
-    (no data is touched); stops at the end of the index segment holding `start`."""
-    table = store.index_list.table
+def read_meta(store: StoreView, start: int, count: int) -> ColumnBatch:
+    """index, term, pos and magic of entries [start, start+count) straight from the
+    index file (no data is touched); stops at the end of the index segment holding `start`."""
+    table = store.index_table
     file_size = int(table.file_size)
     offset = start * INDEX_UNIT_SIZE
     in_segment = (file_size - (offset - int(table.first_offset)) % file_size) // INDEX_UNIT_SIZE
@@ -249,5 +384,10 @@ def read_meta(store: MmapLogStore, start: int, count: int) -> ColumnBatch:
             ResponseCode.DISK_ERROR, f"index units {start}..{start + count - 1} of {store.node_dir} are inconsistent"
         )
     return ColumnBatch(
-        index, units["term"].astype(np.int64), units["pos"].astype(np.int64), np.zeros(count + 1, np.int32), bytearray()
+        index,
+        units["term"].astype(np.int64),
+        units["pos"].astype(np.int64),
+        np.zeros(count + 1, np.int32),
+        bytearray(),
+        units["magic"].astype(np.int32),
     )

@@ -55,11 +55,11 @@ from dledger.spark.local import (
 from dledger.spark.options import (
     LOCAL_BATCH_BYTES,
     LOCAL_BATCH_ROWS,
-    SCHEMA_DDL,
     OptionError,
     ReadOptions,
     parse_read_options,
     read_columns_of,
+    read_schema_ddl,
 )
 from dledger.spark.planning import (
     IndexRange,
@@ -140,7 +140,7 @@ class _ReadPlan:
             batches = read_task(task, self.factory)
         else:
             raise TypeError(f"unexpected partition {task!r}")
-        return record_batches(batches, self.columns, self.arrow_schema)
+        return record_batches(batches, self.columns, self.arrow_schema, self.options.include_noops)
 
 
 class DLedgerBatchReader(DataSourceReader):
@@ -260,9 +260,10 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class DLedgerDataSource(DataSource):
     """The `dledger` format. Register it with `dledger.spark.register(spark)`.
 
-    Read schema: `index long, term long, pos long, body binary` (a user schema may pick a
-    subset or reorder them; without `body` no body is read). Options are documented in
-    docs/SPARK.md.
+    Read schema: `index long, term long, pos long, body binary` (plus `magic int` with
+    `includeNoops=true`; a user schema may pick a subset of these five or reorder them;
+    without `body` no body is read). NOOP entries are left out unless `includeNoops`.
+    Options are documented in docs/SPARK.md.
     """
 
     default_min_partitions: int | None = None
@@ -280,8 +281,9 @@ class DLedgerDataSource(DataSource):
         return default_client_factory
 
     def schema(self) -> str:
-        """The fixed read schema."""
-        return SCHEMA_DDL
+        """The read schema: `index long, term long, pos long, body binary`, plus
+        `magic int` with `includeNoops=true`."""
+        return read_schema_ddl(dict(self.options))
 
     def _plan(self, schema: StructType, streaming: bool) -> _ReadPlan:
         options = parse_read_options(dict(self.options), streaming)

@@ -142,22 +142,204 @@ def test_read_past_committed_is_refused(tmp_path: Path) -> None:
         list(read_range(node, 0, 20, True, True, 100, 1 << 20))
 
 
-def test_open_retries_a_segment_being_created() -> None:
-    from dledger.clock import ManualClock
-    from dledger.codes import CorruptStoreError
-    from dledger.spark.local import _retrying
+def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under `root`: (size, mtime_ns, sha256)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            out[str(path.relative_to(root))] = (
+                stat.st_size,
+                stat.st_mtime_ns,
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+            )
+    return out
 
-    clock = ManualClock()
-    failures = [CorruptStoreError("data/00000000000000004096", 0, "last segment is short (0 of 4096 bytes)")] * 2
 
-    def attempt() -> str:
-        if failures:
-            raise failures.pop()
-        return "opened"
+def _live_like_store(tmp_path: Path) -> tuple[Path, int]:
+    """A store as a running member leaves it: entries past the checkpoint's committed
+    index, junk after the last entry, and a next data segment being created (0 bytes).
+    Returns (node directory, committed index)."""
+    node = small_store(tmp_path / "log", 400, data_file_size=16 << 10)  # 148-byte entries: several segments
+    (node / "checkpoint").write_text("committedIndex=299\nendIndex=399\n")  # the last 100 not committed yet
+    (node / "checkpoint.bak").unlink(missing_ok=True)
+    data = sorted((node / "data").iterdir())
+    last = data[-1]
+    with open(last, "r+b") as fh:  # junk after the end of the log (a torn write)
+        fh.seek(last.stat().st_size - 4096)
+        fh.write(os.urandom(512))
+    (node / "data" / f"{int(last.name) + last.stat().st_size:020d}").touch()  # being created
+    return node, 299
 
-    assert _retrying(attempt, clock) == "opened" and clock.now_ms() == 150
-    with pytest.raises(CorruptStoreError, match="gap"):
-        _retrying(lambda: (_ for _ in ()).throw(CorruptStoreError("f", 0, "segment gap")), clock)
+
+def test_offline_reads_write_nothing_and_run_no_recovery(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dledger.store import mmap_store, recovery
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("offline reads must not open a store for writing or recover it")
+
+    node, committed = _live_like_store(tmp_path)
+    monkeypatch.setattr(recovery.Recovery, "run", refuse)
+    monkeypatch.setattr(mmap_store.MmapLogStore, "open", refuse)
+    before = _snapshot(node)
+    store = open_store(node)
+    try:
+        bounds = bounds_of(store)
+        assert bounds == LogBounds(0, committed, committed)
+        plan = plan_store(store, 0, 10_000, True, 3, 8 << 10)
+    finally:
+        store.close()
+    assert len(plan.ranges) > 1 and plan.ranges[-1].end == committed + 1
+    rows = [
+        r for rng in plan.ranges for r in _rows(LocalTask(str(node), rng.start, rng.end, True, True).read(64, 1 << 20))
+    ]
+    assert [r[0] for r in rows] == list(range(committed + 1))
+    assert [r[3] for r in rows] == [str(k).encode().ljust(100, b".") for k in range(committed + 1)]
+    meta = _rows(read_range(node, 0, committed + 1, False, True, 64, 1 << 20))
+    assert [r[:3] for r in meta] == [r[:3] for r in rows]
+    assert _snapshot(node) == before  # nothing written, created, extended or deleted
+
+
+def test_offline_open_of_a_store_whose_committed_entry_is_missing(tmp_path: Path) -> None:
+    node = small_store(tmp_path / "log", 20)
+    (node / "checkpoint").write_text("committedIndex=25\nendIndex=25\n")
+    with pytest.raises(DLedgerError, match=r"entry 25 is committed \(checkpoint\) but cannot be read"):
+        open_store(node)
+
+
+def test_offline_open_of_an_empty_or_reset_store(tmp_path: Path) -> None:
+    node = tmp_path / "dledger-n0"
+    node.mkdir()
+    (node / "checkpoint").write_text("committedIndex=-1\nendIndex=-1\n")
+    with open_store(node) as store:
+        assert bounds_of(store) == LogBounds(-1, -1, -1) and bounds_of(store).earliest == 0
+    (node / "data").mkdir()
+    (node / "data" / "00000000000000000000").touch()  # the first segment, being created
+    (node / "reset").write_text("beforeBeginIndex=41\nbeforeBeginTerm=3\n")
+    with open_store(node) as store:
+        bounds = bounds_of(store)
+        assert bounds.earliest == bounds.latest == 42
+
+
+# -- NOOP entries
+
+
+def test_read_columns_report_noop_entries(tmp_path: Path) -> None:
+    from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
+    from dledger.store.memory import MemoryLogStore
+
+    with dledger.open_log(tmp_path / "log") as log:
+        log.append_many([b"a", b"bb"])
+        log.append_noop()
+        log.append(b"c")
+        batch = log.read_columns(0, 10, 1 << 20)
+    memory = MemoryLogStore()
+    memory.append_many([b"a", b"bb"])
+    memory.append_noop()
+    memory.append(b"c")
+    for b in (batch, memory.read_columns(0, 10, 1 << 20)):
+        assert list(b.magic) == [MAGIC_NORMAL, MAGIC_NORMAL, MAGIC_NOOP, MAGIC_NORMAL] and b.noop_count == 1
+        assert [b.body(k) for k in range(b.count)] == [b"a", b"bb", b"", b"c"]
+    meta = _rows(read_range(tmp_path / "log", 0, 4, False, True, 10, 1 << 20))
+    assert [r[0] for r in meta] == [0, 1, 2, 3]
+    assert list(next(read_range(tmp_path / "log", 0, 4, False, True, 10, 1 << 20)).magic) == [1, 1, 2, 1]
+    assert list(slice_batch(batch, 1, 3).magic) == [MAGIC_NORMAL, MAGIC_NOOP]
+    plain = ColumnBatch(batch.index, batch.term, batch.pos, batch.offsets, batch.bodies)
+    assert list(plain.magic) == [MAGIC_NORMAL] * 4 and plain.noop_count == 0  # magic omitted: all normal
+
+
+@pytest.mark.parametrize("layout", ["packed", "fixed"])
+def test_column_batches_on_the_wire_keep_magic(layout: str) -> None:
+    from dledger.transport.convert import FIXED_WIDTH, PACKED, MalformedMessage, columns_from_pb, columns_to_pb, pb
+
+    code = FIXED_WIDTH if layout == "fixed" else PACKED
+    idx = np.arange(10, 14, dtype=np.int64)
+    offsets = np.array([3, 4, 6, 6, 7], np.int32)  # a slice: offsets start past 0
+    batch = ColumnBatch(idx, idx * 0 + 5, idx * 60, offsets, bytearray(b"xxxabbc"), np.array([1, 1, 2, 1], np.int32))
+    wire = pb.ColumnBatch.FromString(columns_to_pb(batch, layout=code).SerializeToString())
+    assert bool(wire.index) == (layout == "packed") and bool(wire.index_le) == (layout == "fixed")
+    back = columns_from_pb(wire)
+    assert list(back.index) == [10, 11, 12, 13] and list(back.term) == [5] * 4 and list(back.pos) == list(idx * 60)
+    assert [back.body(k) for k in range(4)] == [b"a", b"bb", b"", b"c"] and list(back.magic) == [1, 1, 2, 1]
+    normal = columns_to_pb(ColumnBatch(idx, idx, idx, np.arange(5, dtype=np.int32), bytearray(b"abcd")), layout=code)
+    assert not normal.magic and not normal.magic_le  # all normal: no magic column on the wire
+    assert list(columns_from_pb(normal).magic) == [1, 1, 1, 1]
+    empty = columns_from_pb(columns_to_pb(ColumnBatch.empty(), layout=code))
+    assert empty.count == 0 and list(empty.offsets) == [0]
+    if layout == "fixed":
+        wire.pos_le = wire.pos_le[:-8]
+        with pytest.raises(MalformedMessage, match="column pos has 24 bytes, expected 32"):
+            columns_from_pb(wire)
+    else:
+        wire.magic.append(1)
+        with pytest.raises(MalformedMessage, match="magic"):
+            columns_from_pb(wire)
+
+
+class _ReadNode:
+    """The part of a member the ReadCommitted handler uses, over a memory store."""
+
+    def __init__(self, store: Any) -> None:
+        from dledger.config import DLedgerConfig
+
+        self.config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1")
+        self.store = store
+        self.leader_id = "n0"
+        self.term = 1
+
+    @property
+    def committed_index(self) -> int:
+        return int(self.store.end_index)
+
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+        count = min(max_count, self.committed_index - from_index + 1)
+        return self.store.read_columns(from_index, max(count, 0), max_bytes)  # type: ignore[no-any-return]
+
+
+def test_spark_client_reads_fixed_width_batches_with_noops() -> None:
+    pytest.importorskip("grpc")
+    from dledger.client import DLedgerClient
+    from dledger.spark.client import SparkClient
+    from dledger.store.memory import MemoryLogStore
+    from dledger.transport.grpc_server import GrpcServer, ServiceLimits
+
+    store = MemoryLogStore()
+    store.append_many([b"k%d" % k for k in range(50)])
+    store.append_noop()
+    store.append_many([b"m%d" % k for k in range(30)])
+    server = GrpcServer(_ReadNode(store), "127.0.0.1:0", ServiceLimits())  # type: ignore[arg-type]
+    server.start()
+    try:
+        peers = f"n0-127.0.0.1:{server.port}"
+        with SparkClient(peers, "g", timeout_s=10) as client:
+            fixed = list(client.read_committed(5, 70, 64, node_id="n0"))
+        with DLedgerClient(peers, "g", timeout_s=10) as plain:
+            packed = list(plain.read_committed(5, 70, 64, node_id="n0"))
+    finally:
+        server.stop(0)
+    assert len(fixed) > 2  # 64-byte batches
+    for batches in (fixed, packed):
+        assert _indexes(iter(batches)) == list(range(5, 70))
+        magic = [int(m) for b in batches for m in b.magic]
+        assert magic == [2 if i == 50 else 1 for i in range(5, 70)]
+        assert [r[3] for r in _rows(iter(batches))][44:47] == [b"k49", b"", b"m0"]
+
+
+def test_arrow_batches_leave_noops_out_unless_asked() -> None:
+    _require_arrow()
+    from dledger.spark.arrow import arrow_schema, record_batches
+
+    idx = np.arange(4, dtype=np.int64)
+    noop = ColumnBatch(
+        idx, idx, idx, np.array([0, 1, 3, 3, 4], np.int32), bytearray(b"abbc"), np.array([1, 1, 2, 1], np.int32)
+    )
+    only_noop = ColumnBatch(idx[:1] + 9, idx[:1], idx[:1], np.zeros(2, np.int32), bytearray(), np.full(1, 2, np.int32))
+    columns = ["index", "body", "magic"]
+    schema = arrow_schema(columns)
+    kept = list(record_batches([noop, only_noop, ColumnBatch.empty()], columns, schema))
+    assert [rb.to_pydict() for rb in kept] == [{"index": [0, 1, 3], "body": [b"a", b"bb", b"c"], "magic": [1, 1, 1]}]
+    every = list(record_batches([noop, only_noop], columns, schema, include_noops=True))
+    assert [rb.column(2).to_pylist() for rb in every] == [[1, 1, 2, 1], [2]]
 
 
 # -- arrow
@@ -203,6 +385,7 @@ class FakeCluster:
         self.begin = 0
         self.reads: list[tuple[str, int, int | None]] = []
         self.asked: list[str] = []
+        self.batch_counts: list[int] = []
         self.closed = 0
 
     def factory(self, peers: str, group: str, timeout_s: float) -> FakeClient:
@@ -218,9 +401,16 @@ class FakeClient:
         self.nodes = nodes
 
     def read_committed(
-        self, from_index: int, to_index: int | None, max_batch_bytes: int, *, node_id: str | None = None
+        self,
+        from_index: int,
+        to_index: int | None,
+        max_batch_bytes: int,
+        *,
+        node_id: str | None = None,
+        max_batch_count: int = 0,
     ) -> Iterator[ColumnBatch]:
         c = self.cluster
+        c.batch_counts.append(max_batch_count)
         node = node_id or c.leader
         assert node in self.nodes
         c.reads.append((node, from_index, to_index))
@@ -334,9 +524,11 @@ def test_metadata_view_and_batch_plan() -> None:
     )
     tasks = plan_batch_read(view, opts, min_partitions=2)
     assert [(t.start, t.end) for t in tasks] == [(3, 11), (11, 18), (18, 25)]
+    assert {t.fetch_max_entries for t in tasks} == {65_536}
     assert [t.nodes[0][0] for t in tasks] == ["n0", "n2", "n0"]
     assert all(t.nodes[-1][0] == "n1" for t in tasks)  # the leader is the last resort
     assert _indexes(i for t in tasks for i in read_task(t, cluster.factory)) == list(range(3, 25))
+    assert set(cluster.batch_counts) == {65_536}  # fetchMaxEntries reaches the reads
 
 
 def test_cluster_view_from_object_and_data_loss() -> None:
@@ -368,6 +560,37 @@ def test_append_all_batches_by_count_and_bytes() -> None:
     assert calls == [2, 2, 2, 2, 2, 2]
     assert (done.first, done.last, done.count) == (5, 16, 12)
     assert append_all(client, [], 4, 25).count == 0
+
+
+def test_append_all_keeps_the_order_and_reports_failures() -> None:
+    cluster = FakeCluster(0)
+    client = cluster.factory(PEERS, "g", 5.0)
+    chunks = [[b"%d" % k for k in range(j, j + 7)] for j in range(0, 70, 7)]
+    done = append_all(client, chunks, batch_entries=5, batch_bytes=1 << 20)
+    assert cluster.bodies == [b"%d" % k for k in range(70)] and (done.first, done.last, done.count) == (0, 69, 70)
+
+    calls = 0
+
+    def failing(bodies: list[bytes]) -> int:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, "busy")
+        return 0
+
+    client.append_many = failing  # type: ignore[method-assign]
+    with pytest.raises(DLedgerError, match="busy"):
+        append_all(client, chunks, batch_entries=5, batch_bytes=1 << 20)
+    assert calls == 3  # nothing is sent after a failure
+
+    def broken_source() -> Iterator[list[bytes]]:
+        yield [b"a"] * 6
+        raise ValueError("body must not be null")
+
+    calls = 0
+    client.append_many = lambda bodies: len(bodies)  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match="null"):
+        append_all(client, broken_source(), batch_entries=5, batch_bytes=1 << 20)
 
 
 def test_index_range_count() -> None:

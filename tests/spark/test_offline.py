@@ -145,3 +145,29 @@ def test_store_config_is_read_from_files(spark: Any, tmp_path: Path) -> None:
     with dledger.open_log(tmp_path / "n", config) as log:
         log.append_many([b"x" * 500] * 100)
     assert _load(spark, tmp_path / "n").count() == 100
+
+
+def test_noop_entries_are_left_out_unless_asked(spark: Any, tmp_path: Path) -> None:
+    import dledger
+
+    with dledger.open_log(tmp_path / "n") as log:
+        log.append_many([b"a", b""])  # an empty body is a record, not a NOOP
+        log.append_noop()  # what a new leader appends
+        log.append(b"c")
+    rows = sorted(_load(spark, tmp_path / "n").collect(), key=lambda r: r["index"])
+    assert [(r["index"], r["body"]) for r in rows] == [(0, b"a"), (1, b""), (3, b"c")]
+    df = _load(spark, tmp_path / "n", includeNoops="true")
+    assert df.columns == ["index", "term", "pos", "body", "magic"]
+    assert sorted((r["index"], r["body"], r["magic"]) for r in df.collect()) == [
+        (0, b"a", 1),
+        (1, b"", 1),
+        (2, b"", 2),
+        (3, b"c", 1),
+    ]
+    # the index file carries magic too: reads without bodies tell NOOPs apart as well
+    meta = _load(spark, tmp_path / "n", "magic int, index long")
+    assert sorted((r["index"], r["magic"]) for r in meta.collect()) == [(0, 1), (1, 1), (3, 1)]
+    meta_all = _load(spark, tmp_path / "n", "index long, magic int", includeNoops="true")
+    assert sorted((r["index"], r["magic"]) for r in meta_all.collect()) == [(0, 1), (1, 1), (2, 2), (3, 1)]
+    with pytest.raises(Exception, match="includeNoops must be true or false"):
+        _load(spark, tmp_path / "n", includeNoops="sometimes").collect()

@@ -47,7 +47,7 @@ def test_read_options_defaults_batch_and_stream() -> None:
     batch = parse_read_options({"path": "/x"}, streaming=False)
     assert batch.target.path == "/x" and batch.target.peers is None and batch.target.group == "default"
     assert batch.starting == "earliest" and batch.ending == "latest"
-    assert batch.fail_on_data_loss and batch.min_partitions is None and batch.read_from == "leader"
+    assert batch.fail_on_data_loss and batch.min_partitions is None and batch.read_from == "any"
     assert batch.entries_per_partition == DEFAULT_ENTRIES_PER_PARTITION
     stream = parse_read_options({"peers": PEERS, "group": "g1"}, streaming=True)
     assert stream.starting == "latest" and stream.target.is_live and stream.target.group == "g1"
