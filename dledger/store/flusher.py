@@ -3,11 +3,18 @@
 Sync mode returns from an append only once its bytes are durable, and concurrent
 appenders share msyncs. One data msync is in flight at a time; it covers everything
 appended when it starts. Appenders that arrive meanwhile sleep. When it ends, the ones
-it made durable are woken, and so is the first one still waiting, which at once starts
-the next msync for everything appended so far: a pipelined group commit, where the
-next group gathers while the current one is written. Each sleeper has its own lock, so
-a flush wakes only the threads it concerns. The msync runs without the GIL and without
+it made durable are woken, and so is the first one still waiting, which starts the
+next msync for everything appended so far: a pipelined group commit, where the next
+group gathers while the current one is written. Each sleeper has its own lock, so a
+flush wakes only the threads it concerns. The msync runs without the GIL and without
 the store's lock, so appends go on meanwhile.
+
+Left at that, concurrent appenders split into two halves that take turns (one appends
+while the other's msync runs), and each msync covers half of them. When msyncs are
+slow (their latency, not their size, dominates: a busy or remote disk), fewer and
+larger ones are faster, so before an msync starts its starter waits a little for the
+threads the previous msync released to append again: until all of them are back, at
+most GATHER_FRACTION of the recent msync time (and MAX_GATHER_S).
 
 What is durable is what msyncs have covered, in log order: the data prefix
 [0, `_flushed_data`) and the entries up to `_durable_end_index`. The index is flushed
@@ -53,6 +60,11 @@ class Durability:
     """The flush and group-commit part of MmapLogStore, a mixin over the compiled core
     (which provides end_index, write_pos, shrinks and state)."""
 
+    GATHER_FRACTION = 0.5
+    """The longest wait for released appenders before an msync, as a fraction of the
+    recent msync time (0 disables the wait)."""
+    MAX_GATHER_S = 0.001
+
     appends_wait: bool = False
     """True when every append waits for durability (sync mode): the flush thread then
     leaves the data to the appenders."""
@@ -75,6 +87,11 @@ class Durability:
         self._durable_lock = threading.Lock()  # guards the fields below and publishing
         self._in_flight: _Flush | None = None
         self._sleepers: list[tuple[int, threading.Lock]] = []  # (target index, its wake-up)
+        self._gathered = threading.Condition(self._durable_lock)
+        self._gathering = False
+        self._expected = 0  # threads the last msync released (they may append again)
+        self._arrived = 0  # callers that came since it ended
+        self._msync_s = 0.0  # recent data msync time (moving average)
         self._index_lock = threading.Lock()
 
     def write_checkpoint(self) -> None:  # pragma: no cover - MmapLogStore's
@@ -97,6 +114,7 @@ class Durability:
     def _make_durable(self, target: int, whole: bool) -> None:
         # whole: also the bytes written past the last entry (a blank, a rewritten tail)
         end_pos = int(self.write_pos) if whole else -1
+        arrived = False
         while True:
             sleeper: threading.Lock | None = None
             with self._durable_lock:
@@ -105,7 +123,13 @@ class Durability:
                 end_index, write_pos = int(self.end_index), int(self.write_pos)
                 if self._durable_end_index >= min(target, end_index) and self._flushed_data >= min(end_pos, write_pos):
                     return
-                if self._in_flight is None:
+                if not arrived:
+                    arrived = True
+                    self._arrived += 1
+                    if self._gathering:
+                        self._gathered.notify()
+                if self._in_flight is None and not self._gathering:
+                    self._gather()
                     # shrinks first: a truncation after this read voids the flush
                     shrinks = int(self.shrinks)
                     end_index, write_pos = int(self.end_index), int(self.write_pos)
@@ -119,7 +143,24 @@ class Durability:
             else:
                 self._run(job)
 
+    def _gather(self) -> None:
+        # Under _durable_lock, before an msync starts: wait (bounded) for the threads the
+        # last msync released to come back, so that this msync covers their appends too.
+        if self._arrived >= self._expected or self.GATHER_FRACTION <= 0:
+            return
+        self._gathering = True
+        try:
+            deadline = time.monotonic() + min(self._msync_s * self.GATHER_FRACTION, self.MAX_GATHER_S)
+            while self._arrived < self._expected:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._gathered.wait(left)
+        finally:
+            self._gathering = False
+
     def _run(self, job: _Flush) -> None:
+        started = time.monotonic()
         try:
             self._msync(self.data_list, job.frm, job.to)
         except BaseException as exc:
@@ -131,8 +172,10 @@ class Durability:
             if isinstance(exc, OSError):
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"flush failed: {exc}") from exc
             raise
+        took = time.monotonic() - started
         with self._durable_lock:
             self._in_flight = None
+            self._msync_s = took if not self._msync_s else 0.8 * self._msync_s + 0.2 * took
             voided = job.shrinks != self.shrinks
             if not voided:
                 self._flushed_data = job.to
@@ -149,6 +192,10 @@ class Durability:
                 sleeper.release()
             else:
                 waiting.append((target, sleeper))
+        # who may append again: the released ones and the caller (none after a failure
+        # or a truncation: nothing to wait for)
+        self._expected = 0 if everyone else len(self._sleepers) - len(waiting) + 1
+        self._arrived = 0
         if waiting:
             waiting.pop(0)[1].release()
         self._sleepers = waiting
