@@ -1,8 +1,8 @@
 """Seeds and steps for the simulation tier, from the environment:
 
-- DLEDGER_SIM_SEEDS: seeds per scenario (default 8);
+- DLEDGER_SIM_SEEDS: seeds per scenario (default 30: 240 seeds over the 8 scenarios);
 - DLEDGER_SIM_FIRST_SEED: the first of them (default 1), to explore other seeds;
-- DLEDGER_SIM_STEPS: 5 ms steps per seed before the final heal (default 3000: 15 s);
+- DLEDGER_SIM_STEPS: 5 ms steps per seed before the final heal (default 1500: 7.5 s);
 - DLEDGER_SIM_SEED: run just this seed (replaying a failure);
 - DLEDGER_SIM_REPORT: append one JSON line of figures per seed to this file;
 - DLEDGER_SIM_DIR: where the members' store directories go (default /dev/shm when
@@ -20,8 +20,8 @@ import pytest
 
 from tests.sim.disk import traced_segment_lists
 
-DEFAULT_SEEDS = 10
-DEFAULT_STEPS = 3000
+DEFAULT_SEEDS = 30
+DEFAULT_STEPS = 1500
 
 
 def sim_seeds() -> list[int]:
