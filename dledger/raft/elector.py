@@ -181,15 +181,10 @@ class LeaderElector:
         ms = self.ms
 
         def reply(result: VoteResult, term: int | None = None, code: int = ResponseCode.SUCCESS) -> VoteResponse:
-            return VoteResponse(
-                group=ms.group,
-                local_id=ms.self_id,
-                remote_id=req.local_id,
-                leader_id=ms.leader_id,
-                term=ms.current_term if term is None else term,
-                code=code,
-                vote_result=result,
-            )
+            header = ms.answer_header(req)
+            if term is not None:
+                header["term"] = term
+            return VoteResponse(**header, code=code, vote_result=result)
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
@@ -235,14 +230,7 @@ class LeaderElector:
         ms = self.ms
 
         def reply(code: ResponseCode) -> HeartBeatResponse:
-            return HeartBeatResponse(
-                group=ms.group,
-                local_id=ms.self_id,
-                remote_id=req.local_id,
-                leader_id=ms.leader_id,
-                term=ms.current_term,
-                code=code,
-            )
+            return HeartBeatResponse(**ms.answer_header(req), code=code)
 
         if (bad := self.check_addressing(req)) is not None:
             return reply(bad)

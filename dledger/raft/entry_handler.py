@@ -63,11 +63,7 @@ class EntryHandler:
 
     def _reply(self, req: PushEntryRequest, code: ResponseCode, **extra: int) -> PushEntryResponse:
         return PushEntryResponse(
-            group=self.ms.group,
-            local_id=self.ms.self_id,
-            remote_id=req.local_id,
-            leader_id=self.ms.leader_id,
-            term=self.ms.current_term,
+            **self.ms.answer_header(req),
             code=code,
             index=req.first_index if req.type is PushType.APPEND else req.prev_index,
             begin_index=self.store.begin_index,

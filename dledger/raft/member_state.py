@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.messages import AnswerHeader, RequestOrResponse
 from dledger.store.base import LogStore
 
 
@@ -172,6 +173,17 @@ class MemberState:
     @property
     def other_peer_ids(self) -> list[str]:
         return [p for p in self.peer_map if p != self.self_id]
+
+    def answer_header(self, req: RequestOrResponse) -> AnswerHeader:
+        """The base fields of this member's answer to `req`: its group, id, leader and
+        current term, addressed to the sender."""
+        return AnswerHeader(
+            group=self.group,
+            local_id=self.self_id,
+            remote_id=req.local_id,
+            leader_id=self.leader_id,
+            term=self.current_term,
+        )
 
     def is_peer_member(self, node_id: str | None) -> bool:
         return node_id is not None and node_id in self.peer_map

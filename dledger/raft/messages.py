@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, IntEnum
+from typing import TypedDict
 
 from dledger.codes import ResponseCode
 
@@ -68,6 +69,17 @@ class RequestOrResponse:
     def ok(self) -> bool:
         """True when `code` is SUCCESS."""
         return self.code == ResponseCode.SUCCESS
+
+
+class AnswerHeader(TypedDict):
+    """The RequestOrResponse fields of an answer from this member (see
+    `MemberState.answer_header`)."""
+
+    group: str
+    local_id: str
+    remote_id: str
+    leader_id: str | None
+    term: int
 
 
 @dataclass(slots=True, kw_only=True)

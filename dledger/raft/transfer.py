@@ -83,14 +83,7 @@ class LeadershipTransfer:
     # -- replies
 
     def _reply(self, req: LeadershipTransferRequest, code: ResponseCode) -> LeadershipTransferResponse:
-        return LeadershipTransferResponse(
-            group=self.ms.group,
-            local_id=self.ms.self_id,
-            remote_id=req.local_id,
-            leader_id=self.ms.leader_id,
-            term=self.ms.current_term,
-            code=code,
-        )
+        return LeadershipTransferResponse(**self.ms.answer_header(req), code=code)
 
     def _done(self, req: LeadershipTransferRequest, code: ResponseCode) -> Future[LeadershipTransferResponse]:
         future: Future[LeadershipTransferResponse] = Future()
