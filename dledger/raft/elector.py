@@ -382,7 +382,7 @@ class LeaderElector:
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             self.need_increase_term_immediately = False
             return []
-        if self.holding_vote(now_ms):
+        if self.vote_hold.active:  # as tick() left it this pass
             # it moves to the terms others reach (above), but neither stands nor votes
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             return []
