@@ -11,7 +11,7 @@ import os
 import struct
 import threading
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from dledger.codes import DLedgerError, ResponseCode
@@ -593,8 +593,9 @@ class LogCore:
             last_end = cur
         return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos, last_end)
 
-    def write_units(self, start: int, from_index: int, to_index: int) -> None:
-        """Rewrite index units for from_index..to_index walking the data from `start`."""
+    def _walk(self, start: int, from_index: int, to_index: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+        """(index, pos, magic, size, header index, term) of the entries from_index..to_index,
+        walking the data from `start` over blanks."""
         cur, idx = start, from_index
         while idx <= to_index:
             view, at = self._data_at(cur, MIN_BLANK_LEN)
@@ -603,25 +604,23 @@ class LogCore:
                 cur += size
                 continue
             _, _, h_idx, term, *_ = _HEADER.unpack_from(view, at)
-            uview, uat = self._unit_slot(idx)
-            _put_unit(uview, uat, magic, cur, size, h_idx, term)
+            yield idx, cur, magic, size, h_idx, term
             cur += size
             idx += 1
+
+    def write_units(self, start: int, from_index: int, to_index: int) -> None:
+        """Rewrite index units for from_index..to_index walking the data from `start`."""
+        for idx, pos, magic, size, h_idx, term in self._walk(start, from_index, to_index):
+            uview, uat = self._unit_slot(idx)
+            _put_unit(uview, uat, magic, pos, size, h_idx, term)
 
     def unit_conflicts(
         self, start: int, from_index: int, to_index: int, prev_term: int, prev_end: int
     ) -> list[tuple[int, int, int, int, int]]:
         """Entries whose index unit is there but describes another entry (see the
         compiled twin): [(index, pos, prev_term, prev_end, next_term)]."""
-        cur, idx = start, from_index
         out: list[list[int]] = []
-        while idx <= to_index:
-            view, at = self._data_at(cur, MIN_BLANK_LEN)
-            magic, size = _BLANK.unpack_from(view, at)
-            if magic == MAGIC_BLANK:
-                cur += size
-                continue
-            term = _HEADER.unpack_from(view, at)[3]
+        for idx, cur, magic, size, _h_idx, term in self._walk(start, from_index, to_index):
             if out and out[-1][0] == idx - 1:
                 out[-1][4] = term
             uloc = self._index.locate(idx * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
@@ -633,6 +632,4 @@ class LogCore:
                 if not torn and _UNIT.unpack(unit)[1:] != (cur, size, idx, term):
                     out.append([idx, cur, prev_term, prev_end, -1])
             prev_term, prev_end = term, cur + size
-            cur += size
-            idx += 1
         return [(c[0], c[1], c[2], c[3], c[4]) for c in out]
