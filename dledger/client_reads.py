@@ -17,7 +17,7 @@ from dledger.client_policy import Backoff, Decision, read_decision, rpc_code, st
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import Entry
 from dledger.store.base import ColumnBatch
-from dledger.transport.convert import MalformedMessage, columns_from_pb, pb
+from dledger.transport.convert import PACKED, MalformedMessage, columns_from_pb, pb
 
 if TYPE_CHECKING:
     from dledger.client import DLedgerClient
@@ -50,8 +50,12 @@ def read_committed(
     follow: bool,
     node_id: str | None,
     max_batch_count: int = 0,
+    layout: int = PACKED,
+    retry: bool = True,
 ) -> Iterator[ColumnBatch]:
-    """See `DLedgerClient.read_committed`."""
+    """See `DLedgerClient.read_committed`. `layout`: the wire layout of the column
+    batches (PACKED, or FIXED_WIDTH which readers map without decoding); `retry=False`:
+    one pass over the targets, then DLedgerError, instead of retrying for `timeout_s`."""
     if from_index < 0:
         raise ValueError("from_index must be >= 0")
     next_index = from_index
@@ -67,6 +71,7 @@ def read_committed(
                 max_batch_bytes=max(0, max_batch_bytes),
                 max_batch_count=max(0, max_batch_count),
                 follow=follow,
+                layout=layout,
             )
             if to_index is not None:
                 request.to_index = to_index
@@ -76,9 +81,9 @@ def read_committed(
                     if answer.code != ResponseCode.SUCCESS:
                         text = answer.message or ResponseCode.of(answer.code).name
                         raise DLedgerError(answer.code, f"read from {target.node_id} at {next_index}: {text}")
-                    if not answer.batch.index:
-                        continue  # nothing new (a keep-alive of a following stream)
                     batch = column_batch_from_pb(answer.batch)
+                    if batch.count == 0:
+                        continue  # nothing new (a keep-alive of a following stream)
                     next_index = int(batch.index[-1]) + 1
                     deadline = client.clock.now_ms() + int(client.timeout_s * 1000)
                     yield batch
@@ -94,7 +99,7 @@ def read_committed(
                     raise DLedgerError(rpc_code(status), f"ReadCommitted: {errors[-1]}") from None
             finally:
                 call.cancel()
-        if not backoff.sleep(deadline):
+        if not retry or not backoff.sleep(deadline):
             raise DLedgerError(rpc_code(status), "ReadCommitted failed: " + ("; ".join(errors[-3:]) or "timed out"))
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from dledger.client import DLedgerClient
-from dledger.codes import DLedgerError, ResponseCode
+from dledger.client_reads import read_committed
 from dledger.store.base import ColumnBatch
-from dledger.transport.convert import FIXED_WIDTH, MalformedMessage, columns_from_pb, pb
+from dledger.transport.convert import FIXED_WIDTH
 
 
 class SparkClient(DLedgerClient):
@@ -35,40 +35,11 @@ class SparkClient(DLedgerClient):
         `DLedgerClient.read_committed`.
 
         Raises:
-            DLedgerError: the member refused (INDEX_LESS_THAN_LOCAL_BEGIN...) or sent a
-                malformed batch (INCONSISTENT_STATE).
-            grpc.RpcError: the stream broke.
+            DLedgerError: the member refused (INDEX_LESS_THAN_LOCAL_BEGIN...), sent a
+                malformed batch (INCONSISTENT_STATE), or the stream broke.
         """
         if node_id is None or follow:
             return super().read_committed(from_index, to_index, max_batch_bytes, follow, node_id, max_batch_count)
-        return self._read_fixed(node_id, from_index, to_index, max_batch_bytes, max_batch_count)
-
-    def _read_fixed(
-        self, node_id: str, from_index: int, to_index: int | None, max_batch_bytes: int, max_batch_count: int
-    ) -> Iterator[ColumnBatch]:
-        target = self.target(node_id)
-        request = pb.ReadCommittedRequest(
-            group=self.group,
-            from_index=from_index,
-            max_batch_bytes=max(0, max_batch_bytes),
-            max_batch_count=max(0, max_batch_count),
-            layout=FIXED_WIDTH,
+        return read_committed(
+            self, from_index, to_index, max_batch_bytes, False, node_id, max_batch_count, FIXED_WIDTH, retry=False
         )
-        if to_index is not None:
-            request.to_index = to_index
-        call = self.stubs(target.address).ReadCommitted(request)
-        try:
-            for answer in call:
-                if answer.code != ResponseCode.SUCCESS:
-                    text = answer.message or ResponseCode.of(answer.code).name
-                    raise DLedgerError(answer.code, f"read from {node_id} at {from_index}: {text}")
-                try:
-                    batch = columns_from_pb(answer.batch)
-                except MalformedMessage as exc:
-                    raise DLedgerError(
-                        ResponseCode.INCONSISTENT_STATE, f"malformed column batch from {node_id}: {exc}"
-                    ) from None
-                if batch.count:
-                    yield batch
-        finally:
-            call.cancel()
