@@ -830,7 +830,7 @@ cdef class LogCore:
         int32 (1 normal, 2 NOOP). Stops at `end_index`, after `max_count` entries or once
         bodies exceed `max_bytes` (at least one entry is returned when `from_index` is in
         range)."""
-        cdef long long n = 0, total = 0, idx, pos, size, last
+        cdef long long n = 0, total = 0, idx, pos, size, last, k
         cdef unsigned char *u
         cdef const unsigned char *p
         cdef int64_t *ci
