@@ -152,9 +152,11 @@ class GrpcTransport:
         )
         call = watch(health_pb2.HealthCheckRequest(service=""))
         self._keepers[target_id] = call
-        call.add_done_callback(partial(self._keeper_ended, target_id, call))
+        call.add_done_callback(partial(self._keeper_ended, target_id))
 
     def _keeper_ended(self, target_id: str, call: Any) -> None:
+        """Done callback of a standing call (gRPC passes the call): forget it, so that
+        the next send opens another one."""
         with self._lock:
             if self._keepers.get(target_id) is call:
                 del self._keepers[target_id]

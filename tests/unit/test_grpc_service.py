@@ -448,6 +448,17 @@ def test_transport_holds_a_standing_call_per_peer_until_closed(transport: GrpcTr
     assert transport._keepers == {}
 
 
+def test_transport_forgets_a_standing_call_that_ended(transport: GrpcTransport) -> None:
+    # e.g. the peer restarted: the next send after KEEPER_RETRY_S opens a new one
+    transport.send("n0", HeartBeatRequest(term=5)).result(timeout=WAIT_S)
+    keeper = transport._keepers["n0"]
+    keeper.cancel()
+    wait_until(lambda: "n0" not in transport._keepers)
+    transport._keeper_tried.clear()
+    transport.send("n0", HeartBeatRequest(term=5)).result(timeout=WAIT_S)
+    assert transport._keepers["n0"] is not keeper and not transport._keepers["n0"].done()
+
+
 def test_transport_node_timeout_is_a_timeout_code(transport: GrpcTransport) -> None:
     answer = transport.send("n0", PushEntryRequest(type=PushType.TRUNCATE, term=1)).result(timeout=WAIT_S)
     assert answer.code == ResponseCode.TIMEOUT  # the server gave up waiting for the node
