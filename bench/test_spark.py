@@ -134,21 +134,9 @@ class CpuMeter:
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     """One local[2] session for the module (default JIT and GC: no test-suite flags)."""
-    from pyspark.sql import SparkSession
+    from dledger.spark import local_session
 
-    import dledger.spark
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dledger-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
-    dledger.spark.register(session)
+    session = local_session("dledger-bench")
     yield session
     session.stop()
 

@@ -57,25 +57,11 @@ def generate(path: Path, rows: int, seed: int) -> Path:
 
 def session() -> Any:
     """A local Spark session with the dledger source registered."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).resolve().parent))  # quiet log4j2.properties
-    from pyspark.sql import SparkSession
-
     import dledger.spark
 
-    spark = (
-        SparkSession.builder.master(os.environ.get("SPARK_MASTER", "local[2]"))
-        .appName("dledger-example")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    spark = dledger.spark.local_session("dledger-example", master=os.environ.get("SPARK_MASTER", "local[2]"))
     spark.sparkContext.setLogLevel("ERROR")
-    dledger.spark.register(spark)
     return spark
 
 

@@ -16,6 +16,9 @@ pyspark is imported only when `register` runs or the source classes are used, so
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dledger.spark.options import SCHEMA_DDL, OptionError
@@ -25,7 +28,17 @@ if TYPE_CHECKING:
 
 FORMAT = "dledger"
 
-__all__ = ["FORMAT", "SCHEMA_DDL", "DLedgerDataSource", "OptionError", "register"]
+__all__ = ["FORMAT", "SCHEMA_DDL", "DLedgerDataSource", "OptionError", "local_session", "register"]
+
+LOOPBACK_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+"""The settings of `local_session`: no UI, no progress bars, 2 shuffle partitions, the
+driver on loopback."""
 
 
 def _default_parallelism(spark: Any) -> int | None:
@@ -59,6 +72,31 @@ def register(spark: Any, *, default_parallelism: int | None = None) -> type[DLed
     )
     spark.dataSource.register(cls)
     return cls
+
+
+def local_session(app_name: str = "dledger", *, master: str = "local[2]", conf: Mapping[str, str] | None = None) -> Any:
+    """A SparkSession on this machine, bound to loopback, with the `dledger` format
+    registered (`getOrCreate`: an active session is reused, and `conf` applied to it).
+
+    Sets the environment defaults a local session needs when they are unset:
+    SPARK_LOCAL_IP=127.0.0.1 and PYSPARK_PYTHON=this interpreter (so that the Python
+    workers import this dledger).
+
+    Args:
+        app_name: the application name.
+        master: the Spark master (default `local[2]`).
+        conf: more Spark settings, over `LOOPBACK_CONF`.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**LOOPBACK_CONF, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    register(session)
+    return session
 
 
 def __getattr__(name: str) -> Any:

@@ -59,25 +59,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = spark_missing()
     if reason:
         _missing_or_skip(reason)
-    from pyspark.sql import SparkSession
+    from dledger.spark import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("dledger-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .getOrCreate()
+    session = local_session(
+        "dledger-tests",
+        conf={
+            "spark.default.parallelism": "2",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        },
     )
-    from dledger.spark import register
-
-    register(session)
     yield session
     for query in session.streams.active:
         query.stop()
