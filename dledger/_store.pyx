@@ -49,6 +49,11 @@ cdef extern from "dl_crc.h" nogil:
 cdef extern from "dl_segment.h" nogil:
     int dl_msync(unsigned char *base, size_t frm, size_t to)
     int dl_prefault(unsigned char *base, size_t frm, size_t to)
+    int dl_pwrite_all(int fd, const unsigned char *buf, size_t n, long long offset)
+    int dl_close(int fd)
+
+import errno
+import os
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import Entry
@@ -67,17 +72,26 @@ STOP_POS = 5          # pos field is not the entry's own position
 STOP_BLANK = 6        # blank record with an impossible length
 STOP_NO_SEGMENT = 7   # the walk reached a position no segment covers (gap)
 
-# Lifecycle states of a core.
-STATE_OK = 0
-STATE_DISK_FULL = 1
-STATE_DISK_ERROR = 2
-STATE_READ_ONLY = 3
+# Lifecycle states of a core, and failpoint codes (set from DLEDGER_FAILPOINT by the
+# Python layer): C constants for the code here (a module global costs a dict lookup on
+# every append), exported under the names the Python layer and the twin use.
+cdef enum:
+    ST_OK = 0
+    ST_DISK_FULL = 1
+    ST_DISK_ERROR = 2
+    ST_READ_ONLY = 3
+    FP_NONE = 0
+    FP_AFTER_DATA_BEFORE_INDEX = 1
 
-# Failpoint codes (set from DLEDGER_FAILPOINT by the Python layer).
-FAIL_NONE = 0
-FAIL_AFTER_DATA_BEFORE_INDEX = 1
+STATE_OK = ST_OK
+STATE_DISK_FULL = ST_DISK_FULL
+STATE_DISK_ERROR = ST_DISK_ERROR
+STATE_READ_ONLY = ST_READ_ONLY
+FAIL_NONE = FP_NONE
+FAIL_AFTER_DATA_BEFORE_INDEX = FP_AFTER_DATA_BEFORE_INDEX
 
 DEF GIL_RELEASE_BYTES = 65536
+DEF STAGE_MAX_BYTES = 1048576  # write_through: staged bytes written per pwrite at most
 
 # --------------------------------------------------------------------------- codecs
 
@@ -220,7 +234,9 @@ cdef class MappedTable:
     """The contiguous, fixed-size mapped segments of one file list (data or index).
 
     Holds a buffer export of each segment's mmap, so the mapping stays valid while it is
-    in the table. Segment k covers [first_offset + k*file_size, ... + file_size).
+    in the table. Segment k covers [first_offset + k*file_size, ... + file_size). A
+    segment may come with an open file descriptor (for appends written through the file,
+    see `LogCore.write_through`); the table closes it when the segment leaves.
     """
     cdef readonly long long file_size
     cdef readonly long long first_offset
@@ -228,6 +244,7 @@ cdef class MappedTable:
     cdef readonly bint writable
     cdef Py_ssize_t cap
     cdef Py_buffer *views
+    cdef int *fds
     cdef list objs
     cdef long long last_start       # offset of the last segment: `at` there needs no division
     cdef unsigned char *last_base   # its mapped bytes (NULL when the table is empty)
@@ -240,6 +257,7 @@ cdef class MappedTable:
         self.count = 0
         self.cap = 0
         self.views = NULL
+        self.fds = NULL
         self.objs = []
         self.writable = True
         self.last_start = 0
@@ -257,7 +275,9 @@ cdef class MappedTable:
         cdef Py_ssize_t i
         for i in range(self.count):
             PyBuffer_Release(&self.views[i])
+            dl_close(self.fds[i])
         PyMem_Free(self.views)
+        PyMem_Free(self.fds)
 
     @property
     def end_offset(self) -> int:
@@ -269,8 +289,9 @@ cdef class MappedTable:
         """The mapped objects, first to last."""
         return list(self.objs)
 
-    def push(self, obj, long long from_offset) -> None:
-        """Add a mapped segment after the last one (or as the first of an empty table)."""
+    def push(self, obj, long long from_offset, int fd=-1) -> None:
+        """Add a mapped segment after the last one (or as the first of an empty table);
+        `fd`, when given, is an open descriptor of its file the table takes over."""
         if self.count and from_offset != self.first_offset + self.count * self.file_size:
             raise ValueError("segment offset %d does not follow the table" % from_offset)
         if from_offset % self.file_size != 0:
@@ -281,6 +302,10 @@ cdef class MappedTable:
             if p == NULL:
                 raise MemoryError()
             self.views = p
+            f = <int *>PyMem_Realloc(self.fds, newcap * sizeof(int))
+            if f == NULL:
+                raise MemoryError()
+            self.fds = f
             self.cap = newcap
         cdef Py_buffer *v = &self.views[self.count]
         try:
@@ -294,6 +319,7 @@ cdef class MappedTable:
         if self.count == 0:
             self.first_offset = from_offset
         self.objs.append(obj)
+        self.fds[self.count] = fd
         self.count += 1
         self._cache_last()
 
@@ -302,7 +328,9 @@ cdef class MappedTable:
         if self.count == 0:
             raise IndexError("empty table")
         PyBuffer_Release(&self.views[0])
+        dl_close(self.fds[0])
         memmove(self.views, self.views + 1, (self.count - 1) * sizeof(Py_buffer))
+        memmove(self.fds, self.fds + 1, (self.count - 1) * sizeof(int))
         self.count -= 1
         del self.objs[0]
         self.first_offset = self.first_offset + self.file_size if self.count else -1
@@ -314,6 +342,7 @@ cdef class MappedTable:
             raise IndexError("empty table")
         self.count -= 1
         PyBuffer_Release(&self.views[self.count])
+        dl_close(self.fds[self.count])
         del self.objs[self.count]
         if self.count == 0:
             self.first_offset = -1
@@ -333,6 +362,22 @@ cdef class MappedTable:
         if k >= self.count or inner + n > self.file_size:
             return NULL
         return <unsigned char *>self.views[k].buf + inner
+
+    cdef inline int fd_at(self, long long offset, long long *rel) noexcept nogil:
+        """Descriptor of the segment holding `offset` (-1 if none or not kept), and the
+        offset inside it in `rel`."""
+        if self.count == 0 or offset < self.first_offset:
+            return -1
+        cdef long long k = (offset - self.first_offset) // self.file_size
+        if k >= self.count:
+            return -1
+        rel[0] = offset - self.first_offset - k * self.file_size
+        return self.fds[k]
+
+    def fd_of(self, long long offset) -> int:
+        """The open descriptor of the segment holding `offset`, -1 when it has none."""
+        cdef long long rel = 0
+        return self.fd_at(offset, &rel)
 
     def read(self, long long offset, long long n) -> bytes:
         """Copy of [offset, offset+n), which must lie inside one segment."""
@@ -411,6 +456,15 @@ cdef class LogCore:
     change is under way: every change that rewrites entries up to `end_index` or drops
     segments (truncate, reset, recovery, retention, close) must run between `_acquire()`
     and `_release()`; appends only write past `end_index` and then move it.
+
+    With `write_through` set, appends copy entries into a private stage and write it to
+    the segment file with pwrite (through the page cache, which the mappings share)
+    instead of copying into the mapping: RocketMQ's transient store pool. Pages written
+    this way are never mapped dirty, so an msync of them is cheaper (sync mode). The
+    stage is written before the call returns and before a segment roll; while it is
+    written (without the GIL) the ledger shows its state before the staged entries, so
+    no reader or flush sees an entry whose bytes are not in place. When the write fails
+    the log ends again before the staged entries.
     """
     cdef MappedTable data
     cdef MappedTable index
@@ -429,6 +483,14 @@ cdef class LogCore:
     cdef public int failpoint
     cdef public long long max_entry_size
     cdef public bint allow_noop
+    cdef public bint write_through
+    cdef unsigned char *stage
+    cdef Py_ssize_t stage_cap
+    cdef Py_ssize_t stage_len
+    cdef long long stage_pos           # log position of stage[0]
+    cdef long long stage_begin         # the ledger state before the first staged entry
+    cdef long long stage_end_index
+    cdef long long stage_end_term
 
     def __cinit__(self, *args, **kwargs):
         if pthread_mutex_init(&self.lock, NULL) != 0:
@@ -442,13 +504,18 @@ cdef class LogCore:
         self.term = 0
         self.write_crc = True
         self.verify_crc = True
-        self.state = STATE_OK
-        self.failpoint = FAIL_NONE
+        self.state = ST_OK
+        self.failpoint = FP_NONE
         self.max_entry_size = DL_MAX_ENTRY_SIZE
         self.allow_noop = True
+        self.write_through = False
+        self.stage = NULL
+        self.stage_cap = 0
+        self.stage_len = 0
 
     def __dealloc__(self):
         pthread_mutex_destroy(&self.lock)
+        PyMem_Free(self.stage)
 
     def _init_core(self, MappedTable data not None, MappedTable index not None, roller) -> None:
         self.data = data
@@ -489,22 +556,102 @@ cdef class LogCore:
 
     # -- write path
 
-    cdef int _check_writable(self) except -1:
-        if self.state == STATE_OK:
+    cdef inline int _check_writable(self) except -1:
+        if self.state == ST_OK:
             return 0
-        if self.state == STATE_DISK_FULL:
+        return self._refuse_write()
+
+    cdef int _refuse_write(self) except -1:
+        if self.state == ST_DISK_FULL:
             raise DLedgerError(ResponseCode.DISK_FULL, "disk full: appends refused")
-        if self.state == STATE_DISK_ERROR:
+        if self.state == ST_DISK_ERROR:
             raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
         raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
 
-    cdef int _check_size(self, long long size) except -1:
+    cdef inline int _check_size(self, long long size) except -1:
         if size > self.max_entry_size or size + DL_MIN_BLANK_LEN > self.data.file_size:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
-                               "entry of %d bytes exceeds the maximum entry size %d"
-                               % (size, min(self.max_entry_size,
-                                            self.data.file_size - DL_MIN_BLANK_LEN)))
+            return self._refuse_size(size)
         return 0
+
+    cdef int _refuse_size(self, long long size) except -1:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           "entry of %d bytes exceeds the maximum entry size %d"
+                           % (size, min(self.max_entry_size, self.data.file_size - DL_MIN_BLANK_LEN)))
+
+    cdef int _roll(self, int kind, long long offset) except -1:
+        # staged entries go to their file first: the roller runs Python code, during
+        # which another thread may take the GIL and read up to end_index
+        if self.stage_len:
+            self._flush_stage()
+        self.roller(kind, offset)
+        return 0
+
+    cdef inline unsigned char *_dest(self, long long pos, long long size) except NULL:
+        """Where the `size` bytes of the entry at log position `pos` are written: the
+        mapping, or with write_through the stage (written out by `_flush_stage`)."""
+        cdef unsigned char *p
+        if self.write_through:
+            return self._stage_slot(pos, size)
+        p = self.data.at(pos, size)
+        if p == NULL:
+            raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % pos)
+        return p
+
+    cdef unsigned char *_stage_slot(self, long long pos, long long size) except NULL:
+        cdef unsigned char *p
+        if self.stage_len and (self.stage_pos + self.stage_len != pos
+                               or self.stage_len + size > STAGE_MAX_BYTES):
+            self._flush_stage()
+        if self.stage_len + size > self.stage_cap:
+            p = <unsigned char *>PyMem_Realloc(self.stage, self.stage_len + size)
+            if p == NULL:
+                raise MemoryError()
+            self.stage = p
+            self.stage_cap = self.stage_len + size
+        if self.stage_len == 0:
+            self.stage_pos = pos
+            self.stage_begin = self.begin_index
+            self.stage_end_index = self.end_index
+            self.stage_end_term = self.end_term
+        p = self.stage + self.stage_len
+        self.stage_len += size
+        return p
+
+    cdef int _flush_stage(self) except -1:
+        """pwrite the staged entries to their segment file. When that fails the log ends
+        again before them and the store refuses writes: DISK_FULL on ENOSPC/EDQUOT,
+        DISK_ERROR otherwise."""
+        cdef long long rel = 0
+        cdef Py_ssize_t n = self.stage_len
+        cdef int err
+        if n == 0:
+            return 0
+        self.stage_len = 0
+        # the staged entries are not published while the GIL is released for the write:
+        # the ledger shows its state before them, and shows them again once written
+        cdef long long begin = self.begin_index, end = self.end_index
+        cdef long long end_term = self.end_term, write_pos = self.write_pos
+        self.begin_index = self.stage_begin
+        self.end_index = self.stage_end_index
+        self.end_term = self.stage_end_term
+        self.write_pos = self.stage_pos
+        cdef int fd = self.data.fd_at(self.stage_pos, &rel)
+        if fd < 0 or rel + n > self.data.file_size:
+            err = errno.EBADF
+        else:
+            with nogil:
+                err = dl_pwrite_all(fd, self.stage, <size_t>n, rel)
+        if err == 0:
+            self.begin_index = begin
+            self.end_index = end
+            self.end_term = end_term
+            self.write_pos = write_pos
+            return 0
+        full = err in (errno.ENOSPC, errno.EDQUOT)
+        self.state = ST_DISK_FULL if full else ST_DISK_ERROR
+        raise DLedgerError(ResponseCode.DISK_FULL if full else ResponseCode.DISK_ERROR,
+                           "writing %d bytes at data position %d failed: %s"
+                           % (n, self.stage_pos, os.strerror(err)))
 
     cdef unsigned char *_unit_slot(self, long long idx) except NULL:
         cdef long long off = idx * DL_INDEX_UNIT
@@ -512,7 +659,7 @@ cdef class LogCore:
         if p == NULL:
             if self.index.count and off != self.index.first_offset + self.index.count * self.index.file_size:
                 raise DLedgerError(ResponseCode.DISK_ERROR, "index slot %d is not mapped" % idx)
-            self.roller(1, off - off % self.index.file_size)
+            self._roll(1, off - off % self.index.file_size)
             p = self.index.at(off, DL_INDEX_UNIT)
             if p == NULL:
                 raise DLedgerError(ResponseCode.DISK_ERROR, "roller did not map index offset %d" % off)
@@ -525,7 +672,7 @@ cdef class LogCore:
         cdef long long rel, remaining
         cdef unsigned char *p
         if self.data.count == 0 or self.write_pos >= self.data.first_offset + self.data.count * fs:
-            self.roller(0, self.write_pos)
+            self._roll(0, self.write_pos)
         rel = (self.write_pos - self.data.first_offset) % fs
         remaining = fs - rel
         if size + DL_MIN_BLANK_LEN > remaining:
@@ -537,7 +684,7 @@ cdef class LogCore:
             memset(p + 8, 0, remaining - 8)
             # roll before moving the write position: when there is no next segment (disk
             # full) the log still ends at its last entry (the blank is rewritten later)
-            self.roller(0, self.write_pos + remaining)
+            self._roll(0, self.write_pos + remaining)
             self.write_pos += remaining
         return self.write_pos
 
@@ -550,11 +697,9 @@ cdef class LogCore:
         cdef long long pos
         cdef unsigned char *unit = self._unit_slot(idx)
         pos = self._pre_append(size)
-        cdef unsigned char *p = self.data.at(pos, size)
-        if p == NULL:
-            raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % pos)
+        cdef unsigned char *p = self._dest(pos, size)
         cdef int32_t crc = 0
-        if n >= GIL_RELEASE_BYTES:
+        if n >= GIL_RELEASE_BYTES and not self.write_through:
             with nogil:
                 memcpy(p + DL_HEADER_SIZE, body, n)
                 if self.write_crc:
@@ -564,9 +709,37 @@ cdef class LogCore:
             if self.write_crc:
                 crc = _crc_field(body, n)
         _write_header(p, magic, <int32_t>size, idx, self.term, pos, crc)
-        if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+        if self.failpoint == FP_AFTER_DATA_BEFORE_INDEX:
+            self._flush_stage()
             _exit(137)
         _write_unit(unit, magic, pos, <int32_t>size, idx, self.term)
+        self.end_index = idx
+        self.end_term = self.term
+        self.write_pos = pos + size
+        if self.begin_index < 0:
+            self.begin_index = idx
+        return idx
+
+    cdef inline long long _append_fast(self, const unsigned char *body, Py_ssize_t n) noexcept:
+        """`_append_one` of a normal entry in the common case, or -1 to take the general
+        path: mapped writes, a term that is not behind, the entry (with room for a blank
+        after it) inside the last data segment and its unit inside the last index
+        segment. Caller holds the lock."""
+        cdef long long size = DL_HEADER_SIZE + n
+        cdef long long idx = self.end_index + 1
+        cdef long long pos = self.write_pos
+        cdef long long rel = pos - self.data.last_start
+        cdef long long urel = idx * DL_INDEX_UNIT - self.index.last_start
+        if (self.write_through or self.failpoint != FP_NONE or self.term < self.end_term
+                or n >= GIL_RELEASE_BYTES or self.data.last_base == NULL or self.index.last_base == NULL
+                or rel < 0 or rel + size + DL_MIN_BLANK_LEN > self.data.file_size
+                or urel < 0 or urel + DL_INDEX_UNIT > self.index.file_size):
+            return -1
+        cdef unsigned char *p = self.data.last_base + rel
+        memcpy(p + DL_HEADER_SIZE, body, n)
+        _write_header(p, DL_MAGIC_NORMAL, <int32_t>size, idx, self.term, pos,
+                      _crc_field(body, n) if self.write_crc else 0)
+        _write_unit(self.index.last_base + urel, DL_MAGIC_NORMAL, pos, <int32_t>size, idx, self.term)
         self.end_index = idx
         self.end_term = self.term
         self.write_pos = pos + size
@@ -577,11 +750,20 @@ cdef class LogCore:
     def append(self, bytes body not None) -> int:
         """Append one entry with the current `term`; returns its index."""
         cdef Py_ssize_t n = PyBytes_GET_SIZE(body)
+        cdef const unsigned char *src = <const unsigned char *>PyBytes_AS_STRING(body)
         self._check_writable()
         self._check_size(DL_HEADER_SIZE + n)
+        cdef long long idx
         self._lock()
+        idx = self._append_fast(src, n)
+        if idx >= 0:
+            self._unlock()
+            return idx
         try:
-            return self._append_one(<const unsigned char *>PyBytes_AS_STRING(body), n, DL_MAGIC_NORMAL)
+            idx = self._append_one(src, n, DL_MAGIC_NORMAL)
+            if self.stage_len:
+                self._flush_stage()
+            return idx
         finally:
             self._unlock()
 
@@ -590,9 +772,13 @@ cdef class LogCore:
         self._check_writable()
         if not self.allow_noop:
             raise DLedgerError(ResponseCode.UNSUPPORTED, "NOOP entries are disabled (java_compat)")
+        cdef long long idx
         self._lock()
         try:
-            return self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)
+            idx = self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)
+            if self.stage_len:
+                self._flush_stage()
+            return idx
         finally:
             self._unlock()
 
@@ -611,10 +797,14 @@ cdef class LogCore:
         self._lock()
         try:
             first = self.end_index + 1
-            for i in range(k):
-                b = items[i]
-                self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
-                                 DL_MAGIC_NORMAL)
+            try:
+                for i in range(k):
+                    b = items[i]
+                    self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
+                                     DL_MAGIC_NORMAL)
+            finally:
+                if self.stage_len:
+                    self._flush_stage()
             return first
         finally:
             self._unlock()
@@ -674,30 +864,33 @@ cdef class LogCore:
                 off += size
             # write pass
             off = 0
-            while off < total:
-                size = dl_get32(r + off + DL_OFF_SIZE)
-                idx = self.end_index + 1
-                unit = self._unit_slot(idx)
-                pos = self._pre_append(size)
-                p = self.data.at(pos, size)
-                if p == NULL:
-                    raise DLedgerError(ResponseCode.DISK_ERROR, "data position %d is not mapped" % pos)
-                if size >= GIL_RELEASE_BYTES:
-                    with nogil:
+            try:
+                while off < total:
+                    size = dl_get32(r + off + DL_OFF_SIZE)
+                    idx = self.end_index + 1
+                    unit = self._unit_slot(idx)
+                    pos = self._pre_append(size)
+                    p = self._dest(pos, size)
+                    if size >= GIL_RELEASE_BYTES and not self.write_through:
+                        with nogil:
+                            memcpy(p, r + off, size)
+                    else:
                         memcpy(p, r + off, size)
-                else:
-                    memcpy(p, r + off, size)
-                if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
-                    _exit(137)
-                term = dl_get64(r + off + DL_OFF_TERM)
-                _write_unit(unit, dl_get32(r + off + DL_OFF_MAGIC), pos, <int32_t>size, idx, term)
-                self.end_index = idx
-                self.end_term = term
-                self.write_pos = pos + size
-                if self.begin_index < 0:
-                    self.begin_index = idx
-                off += size
-                cnt += 1
+                    if self.failpoint == FP_AFTER_DATA_BEFORE_INDEX:
+                        self._flush_stage()
+                        _exit(137)
+                    term = dl_get64(r + off + DL_OFF_TERM)
+                    _write_unit(unit, dl_get32(r + off + DL_OFF_MAGIC), pos, <int32_t>size, idx, term)
+                    self.end_index = idx
+                    self.end_term = term
+                    self.write_pos = pos + size
+                    if self.begin_index < 0:
+                        self.begin_index = idx
+                    off += size
+                    cnt += 1
+            finally:
+                if self.stage_len:
+                    self._flush_stage()
             return cnt
         finally:
             self._unlock()

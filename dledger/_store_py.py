@@ -6,6 +6,7 @@ two agree byte for byte; set DLEDGER_NO_EXTENSIONS=1 to run the package on this 
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -38,6 +39,7 @@ _HEADER = struct.Struct(">iiqqqiiii")
 _UNIT = struct.Struct(">iqiqq")
 _BLANK = struct.Struct(">ii")
 _MADV_POPULATE_WRITE = 23
+STAGE_MAX_BYTES = 1 << 20  # write_through: staged bytes written per pwrite at most
 
 
 def crc32(data: Any) -> int:
@@ -117,6 +119,7 @@ class MappedTable:
         self.writable = True
         self._objs: list[Any] = []
         self._views: list[memoryview] = []
+        self._fds: list[int] = []
 
     @property
     def count(self) -> int:
@@ -130,8 +133,9 @@ class MappedTable:
         """The mapped objects, first to last."""
         return list(self._objs)
 
-    def push(self, obj: Any, from_offset: int) -> None:
-        """Add a mapped segment after the last one (or as the first of an empty table)."""
+    def push(self, obj: Any, from_offset: int, fd: int = -1) -> None:
+        """Add a mapped segment after the last one (or as the first of an empty table);
+        `fd`, when given, is an open descriptor of its file the table takes over."""
         if self._views and from_offset != self.end_offset:
             raise ValueError(f"segment offset {from_offset} does not follow the table")
         if from_offset % self.file_size:
@@ -146,6 +150,7 @@ class MappedTable:
             self.first_offset = from_offset
         self._objs.append(obj)
         self._views.append(view)
+        self._fds.append(fd)
 
     def pop_first(self) -> None:
         """Drop the first segment (prefix deletion)."""
@@ -153,6 +158,7 @@ class MappedTable:
             raise IndexError("empty table")
         self._views.pop(0).release()
         self._objs.pop(0)
+        _close(self._fds.pop(0))
         self.first_offset = self.first_offset + self.file_size if self._views else -1
 
     def pop_last(self) -> None:
@@ -161,6 +167,7 @@ class MappedTable:
             raise IndexError("empty table")
         self._views.pop().release()
         self._objs.pop()
+        _close(self._fds.pop())
         if not self._views:
             self.first_offset = -1
 
@@ -172,6 +179,13 @@ class MappedTable:
         if k >= len(self._views) or inner + n > self.file_size:
             return None
         return self._views[k], inner
+
+    def fd_of(self, offset: int) -> int:
+        """The open descriptor of the segment holding `offset`, -1 when it has none."""
+        if not self._views or offset < self.first_offset:
+            return -1
+        k = (offset - self.first_offset) // self.file_size
+        return self._fds[k] if k < len(self._fds) else -1
 
     def read(self, offset: int, n: int) -> bytes:
         """Copy of [offset, offset+n), which must lie inside one segment."""
@@ -225,6 +239,11 @@ class MappedTable:
                     obj[off]  # read fault: the page is in the cache afterwards
 
 
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
 def _put_unit(view: memoryview, at: int, magic: int, pos: int, size: int, index: int, term: int) -> None:
     _UNIT.pack_into(view, at, magic, pos, size, index, term)
 
@@ -247,6 +266,11 @@ class LogCore:
         self.failpoint = FAIL_NONE
         self.max_entry_size = MAX_ENTRY_SIZE
         self.allow_noop = True
+        self.write_through = False
+        self._stage: list[bytes] = []
+        self._stage_len = 0
+        self._stage_pos = 0
+        self._stage_state = (-1, -1, -1)  # begin, end index, end term before the stage
 
     def _init_core(self, data: MappedTable, index: MappedTable, roller: Callable[[int, int], None]) -> None:
         self._data = data
@@ -287,13 +311,59 @@ class LogCore:
                 ResponseCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes exceeds the maximum entry size {limit}"
             )
 
+    def _roll(self, kind: int, offset: int) -> None:
+        if self._stage:
+            self._flush_stage()
+        self._roller(kind, offset)
+
+    def _write_entry(self, pos: int, data: Any) -> None:
+        """Write an entry's bytes at `pos`: into the mapping, or (write_through) the stage."""
+        if not self.write_through:
+            view, at = self._data_at(pos, len(data))
+            view[at : at + len(data)] = data
+            return
+        if self._stage and (self._stage_pos + self._stage_len != pos or self._stage_len + len(data) > STAGE_MAX_BYTES):
+            self._flush_stage()
+        if not self._stage:
+            self._stage_pos = pos
+            self._stage_state = (self.begin_index, self.end_index, self.end_term)
+        self._stage.append(bytes(data))
+        self._stage_len += len(data)
+
+    def _flush_stage(self) -> None:
+        """pwrite the staged entries; on failure the log ends again before them."""
+        if not self._stage:
+            return
+        blob, pos = b"".join(self._stage), self._stage_pos
+        self._stage, self._stage_len = [], 0
+        fd = self._data.fd_of(pos)
+        rel = (pos - self._data.first_offset) % self._data.file_size
+        err = errno.EBADF if fd < 0 or rel + len(blob) > self._data.file_size else 0
+        view = memoryview(blob)
+        while not err and view:
+            try:
+                view = view[os.pwrite(fd, view, rel + len(blob) - len(view)) :]
+            except InterruptedError:
+                continue
+            except OSError as exc:
+                err = exc.errno or errno.EIO
+        if not err:
+            return
+        self._set_state(*self._stage_state, pos)
+        full = err in (errno.ENOSPC, errno.EDQUOT)
+        self.state = STATE_DISK_FULL if full else STATE_DISK_ERROR
+        raise DLedgerError(
+            ResponseCode.DISK_FULL if full else ResponseCode.DISK_ERROR,
+            f"writing {len(blob)} bytes at data position {pos} failed: {os.strerror(err)}",
+        )
+
     def _unit_slot(self, idx: int) -> tuple[memoryview, int]:
         off = idx * INDEX_UNIT_SIZE
         loc = self._index.locate(off, INDEX_UNIT_SIZE)
         if loc is None:
             if self._index.count and off != self._index.end_offset:
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"index slot {idx} is not mapped")
-            self._roller(1, off - off % self._index.file_size)
+            self._roll(1, off - off % self._index.file_size)
             loc = self._index.locate(off, INDEX_UNIT_SIZE)
             if loc is None:
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"roller did not map index offset {off}")
@@ -308,14 +378,14 @@ class LogCore:
     def _pre_append(self, size: int) -> int:
         fs = self._data.file_size
         if self._data.count == 0 or self.write_pos >= self._data.end_offset:
-            self._roller(0, self.write_pos)
+            self._roll(0, self.write_pos)
         rel = (self.write_pos - self._data.first_offset) % fs
         remaining = fs - rel
         if size + MIN_BLANK_LEN > remaining:
             view, at = self._data_at(self.write_pos, remaining)
             view[at : at + remaining] = _BLANK.pack(MAGIC_BLANK, remaining) + bytes(remaining - 8)
             # roll first: without a next segment (disk full) the log still ends here
-            self._roller(0, self.write_pos + remaining)
+            self._roll(0, self.write_pos + remaining)
             self.write_pos += remaining
         return self.write_pos
 
@@ -328,9 +398,9 @@ class LogCore:
         idx = self.end_index + 1
         uview, uat = self._unit_slot(idx)
         pos = self._pre_append(size)
-        view, at = self._data_at(pos, size)
-        view[at : at + size] = encode_entry(magic, idx, self.term, pos, body, self.write_crc)
+        self._write_entry(pos, encode_entry(magic, idx, self.term, pos, body, self.write_crc))
         if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+            self._flush_stage()
             os._exit(137)
         _put_unit(uview, uat, magic, pos, size, idx, self.term)
         self.end_index, self.end_term, self.write_pos = idx, self.term, pos + size
@@ -345,7 +415,10 @@ class LogCore:
         self._check_writable()
         self._check_size(HEADER_SIZE + len(body))
         with self._lock_obj:
-            return self._append_one(body, MAGIC_NORMAL)
+            try:
+                return self._append_one(body, MAGIC_NORMAL)
+            finally:
+                self._flush_stage()
 
     def append_noop(self) -> int:
         """Append an empty NOOP entry (magic 2) with the current `term`; returns its index."""
@@ -353,7 +426,10 @@ class LogCore:
         if not self.allow_noop:
             raise DLedgerError(ResponseCode.UNSUPPORTED, "NOOP entries are disabled (java_compat)")
         with self._lock_obj:
-            return self._append_one(b"", MAGIC_NOOP)
+            try:
+                return self._append_one(b"", MAGIC_NOOP)
+            finally:
+                self._flush_stage()
 
     def append_many(self, bodies: Iterable[bytes]) -> int:
         """Append several bodies as consecutive entries; returns the first index."""
@@ -365,8 +441,11 @@ class LogCore:
             self._check_size(HEADER_SIZE + len(b))
         with self._lock_obj:
             first = self.end_index + 1
-            for b in items:
-                self._append_one(b, MAGIC_NORMAL)
+            try:
+                for b in items:
+                    self._append_one(b, MAGIC_NORMAL)
+            finally:
+                self._flush_stage()
             return first
 
     def append_encoded(self, run: Any) -> int:
@@ -403,21 +482,24 @@ class LogCore:
                     )
                 idx, term, wp, off = idx + 1, e_term, wp + size, off + size
             off = count = 0
-            while off < total:
-                magic, size, _, e_term, *_ = _HEADER.unpack_from(data, off)
-                idx = self.end_index + 1
-                uview, uat = self._unit_slot(idx)
-                pos = self._pre_append(size)
-                view, at = self._data_at(pos, size)
-                view[at : at + size] = data[off : off + size]
-                if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
-                    os._exit(137)
-                _put_unit(uview, uat, magic, pos, size, idx, e_term)
-                self.end_index, self.end_term, self.write_pos = idx, e_term, pos + size
-                if self.begin_index < 0:
-                    self.begin_index = idx
-                off += size
-                count += 1
+            try:
+                while off < total:
+                    magic, size, _, e_term, *_ = _HEADER.unpack_from(data, off)
+                    idx = self.end_index + 1
+                    uview, uat = self._unit_slot(idx)
+                    pos = self._pre_append(size)
+                    self._write_entry(pos, data[off : off + size])
+                    if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+                        self._flush_stage()
+                        os._exit(137)
+                    _put_unit(uview, uat, magic, pos, size, idx, e_term)
+                    self.end_index, self.end_term, self.write_pos = idx, e_term, pos + size
+                    if self.begin_index < 0:
+                        self.begin_index = idx
+                    off += size
+                    count += 1
+            finally:
+                self._flush_stage()
             return count
 
     # -- read path

@@ -14,7 +14,11 @@ while the other's msync runs), and each msync covers half of them. When msyncs a
 slow (their latency, not their size, dominates: a busy or remote disk), fewer and
 larger ones are faster, so before an msync starts its starter waits a little for the
 threads the previous msync released to append again: until all of them are back, at
-most GATHER_FRACTION of the recent msync time (and MAX_GATHER_S).
+most GATHER_FRACTION of the recent msync time (and MAX_GATHER_S). That pays only when
+the pages were written through the mapping (an msync then also write-protects every
+page it cleans); with appends written through the file (`write_through`, the default
+of sync mode) msyncs are cheap enough that the wait costs more than it saves, so the
+next msync starts at once.
 
 What is durable is what msyncs have covered, in log order: the data prefix
 [0, `_flushed_data`) and the entries up to `_durable_end_index`. The index is flushed
@@ -70,6 +74,7 @@ class Durability:
     leaves the data to the appenders."""
 
     # provided by the core and by MmapLogStore
+    write_through: bool
     end_index: int
     write_pos: int
     shrinks: int
@@ -146,7 +151,7 @@ class Durability:
     def _gather(self) -> None:
         # Under _durable_lock, before an msync starts: wait (bounded) for the threads the
         # last msync released to come back, so that this msync covers their appends too.
-        if self._arrived >= self._expected or self.GATHER_FRACTION <= 0:
+        if self._arrived >= self._expected or self.GATHER_FRACTION <= 0 or self.write_through:
             return
         self._gathering = True
         try:

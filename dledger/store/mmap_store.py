@@ -50,6 +50,12 @@ class StoreConfig:
         java_compat: write what Java DLedger <= 0.3.x can open (no CRCs, no NOOPs).
         warm_ahead_bytes: pre-fault this many bytes ahead of the writer and prepare the
             next segment in the background (0 disables warming).
+        data_writes: how appends put entries into the data files. "mmap" copies them
+            into the mapping (DLedger's way); "pwrite" copies them into a staging buffer
+            written to the file with pwrite (RocketMQ's transientStorePool), so the
+            pages are never mapped dirty and an msync of them costs less; "auto" (the
+            default) is "pwrite" in sync mode and "mmap" in async mode. Reads use the
+            mapping either way (the page cache is shared).
         read_only: open without writing anything (inspection, offline readers).
         max_entry_size: the largest entry accepted (header + body), DLedger's 4 MiB.
         file_reserved_hours, delete_when, disk_space_ratio_to_check_expired,
@@ -66,6 +72,7 @@ class StoreConfig:
     verify_crc: bool = True
     java_compat: bool = False
     warm_ahead_bytes: int = 64 * 1024 * 1024
+    data_writes: Literal["auto", "mmap", "pwrite"] = "auto"
     read_only: bool = False
     max_entry_size: int = MAX_ENTRY_SIZE
     file_reserved_hours: int = 72
@@ -82,6 +89,15 @@ class StoreConfig:
             raise ValueError("segment sizes are too small")
         if self.flush_mode not in ("async", "sync"):
             raise ValueError("flush_mode must be 'async' or 'sync'")
+        if self.data_writes not in ("auto", "mmap", "pwrite"):
+            raise ValueError("data_writes must be 'auto', 'mmap' or 'pwrite'")
+
+    @property
+    def write_through(self) -> bool:
+        """True when appends write the data files with pwrite (see `data_writes`)."""
+        if self.data_writes == "auto":
+            return self.flush_mode == "sync"
+        return self.data_writes == "pwrite"
 
 
 class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
@@ -103,6 +119,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         self.verify_crc = cfg.verify_crc
         self.max_entry_size = cfg.max_entry_size
         self.allow_noop = not cfg.java_compat
+        self.write_through = cfg.write_through and not cfg.read_only
         if "after_data_before_index" in failpoints.active():
             self.failpoint = impl.FAIL_AFTER_DATA_BEFORE_INDEX
         self._committed = -1
@@ -145,7 +162,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
         elif not self.node_dir.is_dir():
             raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a store directory")
-        self.data_list = SegmentList(self.node_dir / "data", cfg.data_file_size, ro)
+        self.data_list = SegmentList(self.node_dir / "data", cfg.data_file_size, ro, keep_fds=self.write_through)
         self.index_list = SegmentList(self.node_dir / "index", cfg.index_file_size, ro)
         self._init_core(self.data_list.table, self.index_list.table, self._roll)
         self.data_list.load()
@@ -279,6 +296,11 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         chunk = min(self.WARM_CHUNK_BYTES, max(window // 2, 4096))
         pos = int(self.write_pos)
         lo = max(self._warmed_to, pos + chunk)
+        if self.write_through:
+            # appends write through the file and allocate their own pages: only prepare
+            # the next segment (pages faulted in here would be mapped dirty)
+            self._warm_list(self.data_list, pos, window, prefault=False)
+            lo = pos + window
         while lo < pos + window and not self._closed:
             self._warm_list(self.data_list, lo, chunk)
             lo += chunk
@@ -296,17 +318,18 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
             self._warm_list(self.index_list, pos, window)
             self._index_warmed_to = pos + window
 
-    def _warm_list(self, segments: SegmentList, pos: int, window: int) -> None:
+    def _warm_list(self, segments: SegmentList, pos: int, window: int, prefault: bool = True) -> None:
         table = segments.table
         if table.count == 0:
             return
         target = pos + window
         end = table.end_offset
-        table.prefault(pos, min(target, end))
+        if prefault:
+            table.prefault(pos, min(target, end))
         if target > end:
             segments.prepare_next()
             spare = segments.spare()
-            if spare is not None:
+            if spare is not None and prefault:
                 scratch = impl.MappedTable(segments.file_size)
                 scratch.push(spare[1], spare[0])
                 scratch.prefault(spare[0], min(target, spare[0] + segments.file_size))
@@ -317,7 +340,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         caller's thread (benchmarks and tests measuring the steady state)."""
         with self._warm_lock:
             pos = int(self.write_pos)
-            self._warm_list(self.data_list, pos, self.config.warm_ahead_bytes)
+            self._warm_list(self.data_list, pos, self.config.warm_ahead_bytes, prefault=not self.write_through)
             if self.data_list.table.count:
                 self._warmed_to = max(self._warmed_to, pos + self.config.warm_ahead_bytes)
             self._warm_index(max(INDEX_UNIT_SIZE, self.config.warm_ahead_bytes // 4), force=True)

@@ -1135,13 +1135,14 @@ print("survived", flush=True)
 """
 
 
-def run_child(failpoint: str, **args: Any) -> list[str]:
+def run_child(failpoint: str, data_writes: str = "mmap", **args: Any) -> list[str]:
     """Run CHILD with the failpoint set; it must die there (exit 137). Returns its output lines."""
     cfg = {
         "data_file_size": DATA_SIZE,
         "index_file_size": INDEX_SIZE,
         "write_crc": True,
         "warm_ahead_bytes": 0,
+        "data_writes": data_writes,
     }
     payload = json.dumps({"config": cfg, **{k: str(v) if isinstance(v, Path) else v for k, v in args.items()}})
     env = {**os.environ, "DLEDGER_FAILPOINT": failpoint}
@@ -1168,10 +1169,11 @@ def check_recovered(b: Built, extra: dict[int, bytes], low: int, high: int) -> M
     return store
 
 
+@pytest.mark.parametrize("data_writes", ["mmap", "pwrite"])
 @pytest.mark.parametrize("op", ["append", "append_encoded"])
-def test_crash_after_data_before_index(built: Built, op: str) -> None:
+def test_crash_after_data_before_index(built: Built, op: str, data_writes: str) -> None:
     new = body_of(100, salt="crash")
-    run_child("after_data_before_index", node=built.node, term=2, op=op, bodies=[new.hex()])
+    run_child("after_data_before_index", data_writes, node=built.node, term=2, op=op, bodies=[new.hex()])
     store = check_recovered(built, {built.n: new}, built.n - 1, built.n)
     try:
         if store.end_index == built.n:  # the entry was whole in the data: index rebuilt for it
@@ -1183,9 +1185,12 @@ def test_crash_after_data_before_index(built: Built, op: str) -> None:
         store.close()
 
 
-def test_crash_mid_segment_roll(built: Built) -> None:
+@pytest.mark.parametrize("data_writes", ["mmap", "pwrite"])
+def test_crash_mid_segment_roll(built: Built, data_writes: str) -> None:
     bodies = [body_of(200 + k, salt="roll") for k in range(40)]
-    out = run_child("mid_segment_roll", node=built.node, term=2, op="append", bodies=[x.hex() for x in bodies])
+    out = run_child(
+        "mid_segment_roll", data_writes, node=built.node, term=2, op="append", bodies=[x.hex() for x in bodies]
+    )
     acked = [int(x) for x in out]
     last = acked[-1] if acked else built.n - 1
     extra = {built.n + k: body for k, body in enumerate(bodies)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,12 @@ bodies = st.binary(max_size=400)
 
 
 class StoreModel(RuleBasedStateMachine):
+    config = CONFIG
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="dledger-model-"))
-        self.store = MmapLogStore.open(self.dir, CONFIG)
+        self.store = MmapLogStore.open(self.dir, self.config)
         self.model = MemoryLogStore()
         self.store.term = self.model.term = 1
 
@@ -39,7 +42,7 @@ class StoreModel(RuleBasedStateMachine):
 
     def reopen(self) -> None:
         term = self.store.term
-        self.store = MmapLogStore.open(self.dir, CONFIG)
+        self.store = MmapLogStore.open(self.dir, self.config)
         self.store.term = max(term, self.store.end_term)
 
     @rule(body=bodies)
@@ -83,7 +86,7 @@ class StoreModel(RuleBasedStateMachine):
         self.model.truncate(at)
 
     def _opens_segment(self, index: int) -> bool:
-        return index > self.store.begin_index and self.store.get(index).pos % CONFIG.data_file_size == 0
+        return index > self.store.begin_index and self.store.get(index).pos % self.config.data_file_size == 0
 
     @precondition(lambda self: self.model.committed_index > self.model.begin_index >= 0)
     @rule(data=st.data())
@@ -121,16 +124,16 @@ class StoreModel(RuleBasedStateMachine):
         lo = max(self.model.committed_index + 1, self.model.begin_index)
         # damage more than a segment before the last one is refused, not cut (DLedger's
         # safety valve): stay within the last two segments
-        fs = CONFIG.data_file_size
+        fs = self.config.data_file_size
         last = self.store.get(self.model.end_index).pos
         lo = next(i for i in range(lo, self.model.end_index + 1) if self.store.get(i).pos >= last - last % fs - fs)
         victim = data.draw(st.integers(lo, self.model.end_index))
         entry = self.store.get(victim)
         self.store.close()
-        segment = entry.pos - entry.pos % CONFIG.data_file_size
+        segment = entry.pos - entry.pos % self.config.data_file_size
         path = self.dir / "data" / f"{segment:020d}"
         raw = bytearray(path.read_bytes())
-        at = entry.pos % CONFIG.data_file_size + (48 if entry.body else 0)  # body byte, or the magic
+        at = entry.pos % self.config.data_file_size + (48 if entry.body else 0)  # body byte, or the magic
         raw[at] ^= 0xFF
         path.write_bytes(bytes(raw))
         self.reopen()
@@ -161,5 +164,13 @@ class StoreModel(RuleBasedStateMachine):
             pass
 
 
+class WriteThroughStoreModel(StoreModel):
+    """The same with appends written through the files (pwrite, the sync-mode default)."""
+
+    config = replace(CONFIG, data_writes="pwrite")
+
+
 StoreModel.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+WriteThroughStoreModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None)
 TestStoreModel = StoreModel.TestCase
+TestWriteThroughStoreModel = WriteThroughStoreModel.TestCase
