@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# cython: initializedcheck=False, freethreading_compatible=False
+# cython: initializedcheck=False, freethreading_compatible=False, binding=False
 """Compiled hot path of the store: codecs, mapped segment tables and the log core.
 
 The pure-Python twin `dledger._store_py` has the same API and must give the same bytes
@@ -471,6 +471,7 @@ cdef class LogCore:
     cdef object roller
     cdef pthread_mutex_t lock
     cdef readonly int exclusive  # > 0 while a multi-step change holds the lock (_acquire)
+    cdef bint held                # the lock is held (written and read with the GIL only)
     cdef public long long term
     cdef readonly long long begin_index
     cdef readonly long long end_index
@@ -496,6 +497,7 @@ cdef class LogCore:
         if pthread_mutex_init(&self.lock, NULL) != 0:
             raise MemoryError()
         self.exclusive = 0
+        self.held = False
         self.begin_index = -1
         self.end_index = -1
         self.end_term = -1
@@ -529,8 +531,10 @@ cdef class LogCore:
         if pthread_mutex_trylock(&self.lock) != 0:
             with nogil:
                 pthread_mutex_lock(&self.lock)
+        self.held = True
 
     cdef inline void _unlock(self) noexcept:
+        self.held = False
         pthread_mutex_unlock(&self.lock)
 
     def _acquire(self) -> None:
@@ -754,11 +758,15 @@ cdef class LogCore:
         self._check_writable()
         self._check_size(DL_HEADER_SIZE + n)
         cdef long long idx
+        if not self.held:
+            # Nobody holds the lock, and nobody can take it before this returns: the GIL
+            # is held throughout and `held` is set under the GIL right after the mutex
+            # is taken (a thread that got the mutex without the GIL has not touched
+            # anything yet). So the fast path needs no atomic operation.
+            idx = self._append_fast(src, n)
+            if idx >= 0:
+                return idx
         self._lock()
-        idx = self._append_fast(src, n)
-        if idx >= 0:
-            self._unlock()
-            return idx
         try:
             idx = self._append_one(src, n, DL_MAGIC_NORMAL)
             if self.stage_len:
