@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -69,5 +70,5 @@ def test_small_appends_beside_appends_written_without_the_gil(tmp_path: Path, da
         assert [b for b in got if len(b) < BIG] == smalls  # each writer's entries, whole and in order
         assert [b for b in got if len(b) == BIG] == bigs
         entries = [store.get(i) for i in range(store.end_index + 1)]
-        for prev, entry in zip(entries, entries[1:], strict=False):
+        for prev, entry in pairwise(entries):
             assert entry.pos >= prev.pos + prev.size  # no two entries overlap
