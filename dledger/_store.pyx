@@ -717,12 +717,16 @@ cdef class LogCore:
             self._flush_stage()
             _exit(137)
         _write_unit(unit, magic, pos, <int32_t>size, idx, self.term)
+        self._publish(idx, self.term, pos + size)
+        return idx
+
+    cdef inline void _publish(self, long long idx, long long term, long long end_pos) noexcept:
+        """Move the log's end to entry `idx` (written in full, unit included)."""
         self.end_index = idx
-        self.end_term = self.term
-        self.write_pos = pos + size
+        self.end_term = term
+        self.write_pos = end_pos
         if self.begin_index < 0:
             self.begin_index = idx
-        return idx
 
     cdef inline long long _append_fast(self, const unsigned char *body, Py_ssize_t n) noexcept:
         """`_append_one` of a normal entry in the common case, or -1 to take the general
@@ -744,11 +748,7 @@ cdef class LogCore:
         _write_header(p, DL_MAGIC_NORMAL, <int32_t>size, idx, self.term, pos,
                       _crc_field(body, n) if self.write_crc else 0)
         _write_unit(self.index.last_base + urel, DL_MAGIC_NORMAL, pos, <int32_t>size, idx, self.term)
-        self.end_index = idx
-        self.end_term = self.term
-        self.write_pos = pos + size
-        if self.begin_index < 0:
-            self.begin_index = idx
+        self._publish(idx, self.term, pos + size)
         return idx
 
     def append(self, bytes body not None) -> int:
@@ -889,11 +889,7 @@ cdef class LogCore:
                         _exit(137)
                     term = dl_get64(r + off + DL_OFF_TERM)
                     _write_unit(unit, dl_get32(r + off + DL_OFF_MAGIC), pos, <int32_t>size, idx, term)
-                    self.end_index = idx
-                    self.end_term = term
-                    self.write_pos = pos + size
-                    if self.begin_index < 0:
-                        self.begin_index = idx
+                    self._publish(idx, term, pos + size)
                     off += size
                     cnt += 1
             finally:

@@ -10,29 +10,6 @@
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
-
-/* pwrite all of [buf, buf+n) at `offset` of `fd`, retrying short writes and EINTR;
- * returns 0 or errno. */
-static inline int dl_pwrite_all(int fd, const unsigned char *buf, size_t n, long long offset) {
-    while (n > 0) {
-        ssize_t w = pwrite(fd, buf, n, (off_t)offset);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return errno;
-        }
-        if (w == 0) return EIO;
-        buf += w;
-        n -= (size_t)w;
-        offset += w;
-    }
-    return 0;
-}
-
-/* close(fd) when fd >= 0; returns 0 or errno. */
-static inline int dl_close(int fd) {
-    if (fd < 0) return 0;
-    return close(fd) == 0 ? 0 : errno;
-}
 #endif
 
 static inline long dl_page_size(void) { return sysconf(_SC_PAGESIZE); }

@@ -12,14 +12,12 @@ from hypothesis import strategies as st
 from dledger import _store_py
 from dledger._native import impl
 from dledger.codes import DLedgerError
+from tests.property.strategies import DATA_SEG, INDEX_SEG, bodies, ops
 
 pytestmark = pytest.mark.property
 
 if not getattr(impl, "COMPILED", False):  # pragma: no cover - twin-only runs compare the twin to itself
     pytest.skip("compiled extension disabled", allow_module_level=True)
-
-DATA_SEG, INDEX_SEG = 1024, 256
-bodies = st.binary(min_size=0, max_size=300)
 
 
 class Harness:
@@ -68,18 +66,6 @@ def test_codecs_agree(body: bytes, magic: int, index: int, term: int, pos: int, 
     assert unit == _store_py.encode_index_unit(magic, pos, len(encoded), index, term)
     assert impl.decode_index_unit(unit) == _store_py.decode_index_unit(unit)
     assert impl.crc32(body) == _store_py.crc32(body)
-
-
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("append"), bodies),
-        st.tuples(st.just("many"), st.lists(bodies, max_size=6)),
-        st.tuples(st.just("noop"), st.none()),
-        st.tuples(st.just("term"), st.integers(0, 3)),
-        st.tuples(st.just("huge"), st.integers(DATA_SEG - 56, DATA_SEG)),
-    ),
-    max_size=40,
-)
 
 
 @settings(max_examples=150, deadline=None)

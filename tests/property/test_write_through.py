@@ -17,21 +17,9 @@ from hypothesis import strategies as st
 from dledger import _store_py
 from dledger._native import impl
 from dledger.codes import DLedgerError
+from tests.property.strategies import DATA_SEG, INDEX_SEG, ops
 
 pytestmark = pytest.mark.property
-
-DATA_SEG, INDEX_SEG = 1024, 256
-bodies = st.binary(min_size=0, max_size=300)
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("append"), bodies),
-        st.tuples(st.just("many"), st.lists(bodies, max_size=6)),
-        st.tuples(st.just("noop"), st.none()),
-        st.tuples(st.just("term"), st.integers(0, 3)),
-        st.tuples(st.just("huge"), st.integers(DATA_SEG - 56, DATA_SEG)),
-    ),
-    max_size=40,
-)
 
 
 class FileCore:
