@@ -2,7 +2,8 @@
 files, kept beside the files themselves, and the two ways a node can go down.
 
 - **Process crash**: the process dies, the page cache survives. Every byte written
-  through the mmap stays in the files; only the mappings go away (no flush).
+  (through the mmap, or with pwrite in sync mode) stays in the files; only the mappings
+  go away (no flush).
 - **Power loss**: the page cache is lost. Each data/index segment file reverts to its
   durable image (what was last msynced), except for a torn tail: a random part of the
   bytes that were written but never made durable still reaches the disk (a random
@@ -235,8 +236,10 @@ class TracingTable(impl.MappedTable):  # type: ignore[misc,name-defined]
 class TracingSegmentList(SegmentList):
     """SegmentList reporting segment creation/deletion and msyncs to its node's disk."""
 
-    def __init__(self, directory: str | os.PathLike[str], file_size: int, read_only: bool = False) -> None:
-        super().__init__(directory, file_size, read_only)
+    def __init__(
+        self, directory: str | os.PathLike[str], file_size: int, read_only: bool = False, keep_fds: bool = False
+    ) -> None:
+        super().__init__(directory, file_size, read_only, keep_fds)
         self.disk = _DISKS.get(Path(directory).resolve().parent)
         self.kind = Path(directory).name
         if self.disk is not None:
