@@ -354,25 +354,27 @@ cdef class MappedTable:
         if self.last_base != NULL and rel >= 0:
             # the last segment (every append and most reads land there): no division
             return self.last_base + rel if rel + n <= self.file_size else NULL
-        if self.count == 0 or offset < self.first_offset:
-            return NULL
-        rel = offset - self.first_offset
-        cdef long long k = rel // self.file_size
-        cdef long long inner = rel - k * self.file_size
-        if k >= self.count or inner + n > self.file_size:
+        cdef long long inner
+        cdef Py_ssize_t k = self.segment_of(offset, &inner)
+        if k < 0 or inner + n > self.file_size:
             return NULL
         return <unsigned char *>self.views[k].buf + inner
 
-    cdef inline int fd_at(self, long long offset, long long *rel) noexcept nogil:
-        """Descriptor of the segment holding `offset` (-1 if none or not kept), and the
-        offset inside it in `rel`."""
+    cdef inline Py_ssize_t segment_of(self, long long offset, long long *inner) noexcept nogil:
+        """Which segment holds `offset` (-1 if none), and the offset inside it in `inner`."""
         if self.count == 0 or offset < self.first_offset:
             return -1
         cdef long long k = (offset - self.first_offset) // self.file_size
         if k >= self.count:
             return -1
-        rel[0] = offset - self.first_offset - k * self.file_size
-        return self.fds[k]
+        inner[0] = offset - self.first_offset - k * self.file_size
+        return k
+
+    cdef inline int fd_at(self, long long offset, long long *rel) noexcept nogil:
+        """Descriptor of the segment holding `offset` (-1 if none or not kept), and the
+        offset inside it in `rel`."""
+        cdef Py_ssize_t k = self.segment_of(offset, rel)
+        return -1 if k < 0 else self.fds[k]
 
     def fd_of(self, long long offset) -> int:
         """The open descriptor of the segment holding `offset`, -1 when it has none."""
@@ -585,8 +587,7 @@ cdef class LogCore:
     cdef int _roll(self, int kind, long long offset) except -1:
         # staged entries go to their file first: the roller runs Python code, during
         # which another thread may take the GIL and read up to end_index
-        if self.stage_len:
-            self._flush_stage()
+        self._flush_stage()
         self.roller(kind, offset)
         return 0
 
@@ -622,9 +623,9 @@ cdef class LogCore:
         return p
 
     cdef int _flush_stage(self) except -1:
-        """pwrite the staged entries to their segment file. When that fails the log ends
-        again before them and the store refuses writes: DISK_FULL on ENOSPC/EDQUOT,
-        DISK_ERROR otherwise."""
+        """pwrite the staged entries (if any) to their segment file. When that fails the
+        log ends again before them and the store refuses writes: DISK_FULL on
+        ENOSPC/EDQUOT, DISK_ERROR otherwise."""
         cdef long long rel = 0
         cdef Py_ssize_t n = self.stage_len
         cdef int err
@@ -732,7 +733,7 @@ cdef class LogCore:
         """`_append_one` of a normal entry in the common case, or -1 to take the general
         path: mapped writes, a term that is not behind, the entry (with room for a blank
         after it) inside the last data segment and its unit inside the last index
-        segment. Caller holds the lock."""
+        segment. The caller holds the GIL, and the lock unless nobody holds it."""
         cdef long long size = DL_HEADER_SIZE + n
         cdef long long idx = self.end_index + 1
         cdef long long pos = self.write_pos
@@ -769,8 +770,7 @@ cdef class LogCore:
         self._lock()
         try:
             idx = self._append_one(src, n, DL_MAGIC_NORMAL)
-            if self.stage_len:
-                self._flush_stage()
+            self._flush_stage()
             return idx
         finally:
             self._unlock()
@@ -784,8 +784,7 @@ cdef class LogCore:
         self._lock()
         try:
             idx = self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)
-            if self.stage_len:
-                self._flush_stage()
+            self._flush_stage()
             return idx
         finally:
             self._unlock()
@@ -811,8 +810,7 @@ cdef class LogCore:
                     self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
                                      DL_MAGIC_NORMAL)
             finally:
-                if self.stage_len:
-                    self._flush_stage()
+                self._flush_stage()
             return first
         finally:
             self._unlock()
@@ -893,8 +891,7 @@ cdef class LogCore:
                     off += size
                     cnt += 1
             finally:
-                if self.stage_len:
-                    self._flush_stage()
+                self._flush_stage()
             return cnt
         finally:
             self._unlock()

@@ -173,19 +173,22 @@ class MappedTable:
 
     def locate(self, offset: int, n: int) -> tuple[memoryview, int] | None:
         """(segment view, offset inside it) when one segment holds [offset, offset+n)."""
-        if not self._views or offset < self.first_offset:
-            return None
-        k, inner = divmod(offset - self.first_offset, self.file_size)
-        if k >= len(self._views) or inner + n > self.file_size:
+        k, inner = self.segment_of(offset)
+        if k < 0 or inner + n > self.file_size:
             return None
         return self._views[k], inner
 
+    def segment_of(self, offset: int) -> tuple[int, int]:
+        """(which segment holds `offset`, offset inside it), or (-1, -1)."""
+        if not self._views or offset < self.first_offset:
+            return -1, -1
+        k, inner = divmod(offset - self.first_offset, self.file_size)
+        return (k, inner) if k < len(self._views) else (-1, -1)
+
     def fd_of(self, offset: int) -> int:
         """The open descriptor of the segment holding `offset`, -1 when it has none."""
-        if not self._views or offset < self.first_offset:
-            return -1
-        k = (offset - self.first_offset) // self.file_size
-        return self._fds[k] if k < len(self._fds) else -1
+        k, _ = self.segment_of(offset)
+        return -1 if k < 0 else self._fds[k]
 
     def read(self, offset: int, n: int) -> bytes:
         """Copy of [offset, offset+n), which must lie inside one segment."""
@@ -312,8 +315,7 @@ class LogCore:
             )
 
     def _roll(self, kind: int, offset: int) -> None:
-        if self._stage:
-            self._flush_stage()
+        self._flush_stage()
         self._roller(kind, offset)
 
     def _write_entry(self, pos: int, data: Any) -> None:
@@ -331,25 +333,28 @@ class LogCore:
         self._stage_len += len(data)
 
     def _flush_stage(self) -> None:
-        """pwrite the staged entries; on failure the log ends again before them."""
+        """pwrite the staged entries (if any); on failure the log ends again before them."""
         if not self._stage:
             return
         blob, pos = b"".join(self._stage), self._stage_pos
         self._stage, self._stage_len = [], 0
+        # os.pwrite releases the GIL: the ledger shows its state before the staged
+        # entries until they are written (as the compiled core does)
+        advanced = (self.begin_index, self.end_index, self.end_term, self.write_pos)
+        self.begin_index, self.end_index, self.end_term = self._stage_state
+        self.write_pos = pos
         fd = self._data.fd_of(pos)
         rel = (pos - self._data.first_offset) % self._data.file_size
         err = errno.EBADF if fd < 0 or rel + len(blob) > self._data.file_size else 0
         view = memoryview(blob)
         while not err and view:
-            try:
+            try:  # os.pwrite retries EINTR itself (PEP 475)
                 view = view[os.pwrite(fd, view, rel + len(blob) - len(view)) :]
-            except InterruptedError:
-                continue
             except OSError as exc:
                 err = exc.errno or errno.EIO
         if not err:
+            self.begin_index, self.end_index, self.end_term, self.write_pos = advanced
             return
-        self._set_state(*self._stage_state, pos)
         full = err in (errno.ENOSPC, errno.EDQUOT)
         self.state = STATE_DISK_FULL if full else STATE_DISK_ERROR
         raise DLedgerError(
@@ -403,10 +408,14 @@ class LogCore:
             self._flush_stage()
             os._exit(137)
         _put_unit(uview, uat, magic, pos, size, idx, self.term)
-        self.end_index, self.end_term, self.write_pos = idx, self.term, pos + size
+        self._publish(idx, self.term, pos + size)
+        return idx
+
+    def _publish(self, idx: int, term: int, end_pos: int) -> None:
+        """Move the log's end to entry `idx` (written in full, unit included)."""
+        self.end_index, self.end_term, self.write_pos = idx, term, end_pos
         if self.begin_index < 0:
             self.begin_index = idx
-        return idx
 
     def append(self, body: bytes) -> int:
         """Append one entry with the current `term`; returns its index."""
@@ -493,9 +502,7 @@ class LogCore:
                         self._flush_stage()
                         os._exit(137)
                     _put_unit(uview, uat, magic, pos, size, idx, e_term)
-                    self.end_index, self.end_term, self.write_pos = idx, e_term, pos + size
-                    if self.begin_index < 0:
-                        self.begin_index = idx
+                    self._publish(idx, e_term, pos + size)
                     off += size
                     count += 1
             finally:

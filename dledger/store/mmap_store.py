@@ -293,20 +293,20 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         if self.data_list.table.count == 0:
             return  # nothing mapped yet: the first append maps the first segment
         window = self.config.warm_ahead_bytes
-        chunk = min(self.WARM_CHUNK_BYTES, max(window // 2, 4096))
         pos = int(self.write_pos)
-        lo = max(self._warmed_to, pos + chunk)
         if self.write_through:
             # appends write through the file and allocate their own pages: only prepare
             # the next segment (pages faulted in here would be mapped dirty)
             self._warm_list(self.data_list, pos, window, prefault=False)
-            lo = pos + window
-        while lo < pos + window and not self._closed:
-            self._warm_list(self.data_list, lo, chunk)
-            lo += chunk
-            self._warmed_to = lo
-            pos = int(self.write_pos)
-            lo = max(lo, pos + chunk)
+        else:
+            chunk = min(self.WARM_CHUNK_BYTES, max(window // 2, 4096))
+            lo = max(self._warmed_to, pos + chunk)
+            while lo < pos + window and not self._closed:
+                self._warm_list(self.data_list, lo, chunk)
+                lo += chunk
+                self._warmed_to = lo
+                pos = int(self.write_pos)
+                lo = max(lo, pos + chunk)
         self._warm_index(max(INDEX_UNIT_SIZE, window // 4), force=False)
 
     def _warm_index(self, window: int, force: bool) -> None:

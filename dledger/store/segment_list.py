@@ -45,8 +45,9 @@ class SegmentList:
         directory: where the segment files live (created unless read-only).
         file_size: the fixed size of every segment.
         read_only: map files read-only and never create, extend or delete any.
-        keep_fds: keep each segment's file open beside its mapping, for appends written
-            through the file (`LogCore.write_through`); the table closes it.
+        keep_fds: give the table an open descriptor of each segment file beside its
+            mapping, for appends written through the file (`LogCore.write_through`);
+            the table closes it.
     """
 
     def __init__(
@@ -58,7 +59,7 @@ class SegmentList:
         self.keep_fds = keep_fds and not read_only
         self.table = impl.MappedTable(file_size)
         self.foreign_files: list[str] = []
-        self._spare: tuple[int, Any, int] | None = None  # offset, mapping, fd (or -1)
+        self._spare: tuple[int, Any] | None = None
         self._spare_lock = threading.Lock()
 
     # -- naming
@@ -113,11 +114,9 @@ class SegmentList:
                     raise CorruptStoreError(
                         str(path), size, f"segment is {size} bytes, the configured size is {self.file_size}"
                     )
-            mapped, fd = self._map(path)
-            self.table.push(mapped, offset, fd)
+            self._push(self._map(path), offset)
 
-    def _map(self, path: Path) -> tuple[mmap.mmap, int]:
-        """(mapping, open fd or -1 unless keep_fds) of a segment file."""
+    def _map(self, path: Path) -> mmap.mmap:
         flags = os.O_RDONLY if self.read_only else os.O_RDWR
         try:
             fd = os.open(path, flags)
@@ -125,14 +124,25 @@ class SegmentList:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot open segment {path}: {exc.strerror}") from exc
         try:
             access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
-            mapped = mmap.mmap(fd, self.file_size, access=access)
+            return mmap.mmap(fd, self.file_size, access=access)
+        finally:
+            os.close(fd)
+
+    def _push(self, mapped: mmap.mmap, offset: int) -> None:
+        """Add a mapped segment to the table, with an open descriptor when keep_fds."""
+        if not self.keep_fds:
+            self.table.push(mapped, offset)
+            return
+        path = self.path_of(offset)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot open segment {path}: {exc.strerror}") from exc
+        try:
+            self.table.push(mapped, offset, fd)
         except BaseException:
             os.close(fd)
             raise
-        if self.keep_fds:
-            return mapped, fd
-        os.close(fd)
-        return mapped, -1
 
     def _preallocate(self, path: Path) -> None:
         try:
@@ -154,7 +164,7 @@ class SegmentList:
 
     # -- growth
 
-    def _create(self, offset: int) -> tuple[mmap.mmap, int]:
+    def _create(self, offset: int) -> mmap.mmap:
         if self.read_only:
             raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
         try:
@@ -175,33 +185,26 @@ class SegmentList:
         with self._spare_lock:
             if self._spare is not None and self._spare[0] == offset:
                 return
-        mapped, fd = self._create(offset)
+        mapped = self._create(offset)
         with self._spare_lock:
             end = self.table.end_offset
             if offset == end:
-                old, self._spare = self._spare, (offset, mapped, fd)
-                fd = -1 if old is None else old[2]
+                self._spare = (offset, mapped)
             elif offset > end:
                 # the list shrank meanwhile (truncate): a file there would leave a gap
                 self._unlink_stray(offset)
-        _close(fd)
 
     def spare(self) -> tuple[int, Any] | None:
         """The prepared next segment, if any: (offset, mapping)."""
         with self._spare_lock:
-            return None if self._spare is None else self._spare[:2]
+            return self._spare
 
     def roll(self, offset: int) -> None:
         """Map a segment starting at `offset` as the new last one (the store's roller)."""
         with self._spare_lock:
             spare, self._spare = self._spare, None
-        if spare is not None and spare[0] == offset:
-            mapped, fd = spare[1], spare[2]
-        else:
-            if spare is not None:
-                _close(spare[2])
-            mapped, fd = self._create(offset)
-        self.table.push(mapped, offset, fd)
+        mapped = spare[1] if spare is not None and spare[0] == offset else self._create(offset)
+        self._push(mapped, offset)
 
     # -- shrinking
 
@@ -236,10 +239,8 @@ class SegmentList:
     def _forget_spare(self) -> None:
         with self._spare_lock:
             spare, self._spare = self._spare, None
-            if spare is not None:
-                _close(spare[2])
-                if spare[0] != self.table.end_offset:
-                    self._unlink_stray(spare[0])
+            if spare is not None and spare[0] != self.table.end_offset:
+                self._unlink_stray(spare[0])
 
     def _unlink_stray(self, offset: int) -> None:
         """Delete the file of a spare segment that is not in the table (its mapping goes
@@ -266,11 +267,4 @@ class SegmentList:
         while self.table.count:
             self.table.pop_last()
         with self._spare_lock:
-            if self._spare is not None:
-                _close(self._spare[2])
             self._spare = None
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        os.close(fd)
