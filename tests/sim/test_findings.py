@@ -5,6 +5,8 @@ as regression tests (see docs/SIMULATION.md, "Findings")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,22 @@ from tests.sim.harness import Scenario, Simulation
 pytestmark = pytest.mark.sim
 
 SMALL = StoreConfig(data_file_size=4096, index_file_size=1024, warm_ahead_bytes=0, checkpoint_interval_ms=10**9)
+
+
+@contextmanager
+def settled_sim(tmp_path: Path, flush: str, forbid_deletion: bool | None = None) -> Iterator[Simulation]:
+    """A 3-member simulation with seed 1 and no random faults, run until a leader is
+    elected and every member caught up; closed afterwards. `forbid_deletion` None keeps
+    the checker's default."""
+    sim = Simulation(Scenario(3, flush, crash_in_msync=False), seed=1, base_dir=tmp_path)
+    sim.faults_on = False
+    if forbid_deletion is not None:
+        sim.checker.forbid_deletion = forbid_deletion
+    try:
+        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+        yield sim
+    finally:
+        sim.close()
 
 
 def _fill(store: MmapLogStore) -> None:
@@ -84,10 +102,7 @@ def test_async_single_power_loss_keeps_acknowledged_entries(tmp_path: Path) -> N
     """R1, fixed by the vote hold (dledger.raft.vote_hold): a member that acknowledged
     entries and then lost them to a power loss voted at once, so it and a lagging member
     elected a leader without acknowledged, committed entries."""
-    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
-    sim.faults_on = False
-    try:
-        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+    with settled_sim(tmp_path, "async") as sim:
         leader = sim.leader()
         assert leader is not None
         acker, lagger = (n for n in sim.nodes.values() if n is not leader)
@@ -102,17 +117,11 @@ def test_async_single_power_loss_keeps_acknowledged_entries(tmp_path: Path) -> N
         acker.restart_at = sim.now
         sim.run_for(1000)  # the two elect a leader (the checker raises here: it lacks committed entries)
         sim.converge()
-    finally:
-        sim.close()
 
 
 # R5 regression (fixed: the dispatcher searches the match point before truncating)
 def test_a_follower_whose_acks_were_lost_catches_up(tmp_path: Path) -> None:
-    sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
-    sim.faults_on = False
-    sim.checker.forbid_deletion = True
-    try:
-        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+    with settled_sim(tmp_path, "sync", forbid_deletion=True) as sim:
         leader = sim.leader()
         assert leader is not None
         follower = next(n for n in sim.nodes.values() if n is not leader)
@@ -139,18 +148,13 @@ def test_a_follower_whose_acks_were_lost_catches_up(tmp_path: Path) -> None:
         third = sim.append(leader, [sim._body()])
         sim.run_until(lambda: third.status == "ok")
         sim.run_until(sim._all_caught_up, max_ms=3000)  # the follower stays behind forever
-    finally:
-        sim.close()
 
 
 def test_a_leader_never_creates_two_entries_at_one_index_and_term(tmp_path: Path) -> None:
     """R3, fixed in a1c53ed: a leader that lost its unflushed tail to a power loss was
     elected again in the same term and wrote a second entry at an (index, term) a
     follower held. A restarted member now always votes in a new term."""
-    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
-    sim.faults_on = False
-    try:
-        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+    with settled_sim(tmp_path, "async") as sim:
         leader = sim.leader()
         assert leader is not None and leader.core is not None
         first = sim.append(leader, [sim._body()])
@@ -179,17 +183,12 @@ def test_a_leader_never_creates_two_entries_at_one_index_and_term(tmp_path: Path
         sim.run_for(20)
         sim.net.heal()
         sim.converge()
-    finally:
-        sim.close()
 
 
 def test_a_follower_that_lost_acknowledged_entries_catches_up(tmp_path: Path) -> None:
     """R4, fixed in a1c53ed: a follower that lost entries it had acknowledged (power loss)
     was never repaired: each resend replaced the waiting push and restarted its timeout."""
-    sim = Simulation(Scenario(3, "async", crash_in_msync=False), seed=1, base_dir=tmp_path)
-    sim.faults_on = False
-    try:
-        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+    with settled_sim(tmp_path, "async") as sim:
         leader = sim.leader()
         assert leader is not None
         follower = next(n for n in sim.nodes.values() if n is not leader)
@@ -203,17 +202,11 @@ def test_a_follower_that_lost_acknowledged_entries_catches_up(tmp_path: Path) ->
         later = sim.append(leader, [sim._body()])  # pushed to it right away: a push is in flight
         sim.run_until(lambda: later.status == "ok")
         sim.run_until(sim._all_caught_up, max_ms=3000)  # the follower never gets the entries back
-    finally:
-        sim.close()
 
 
 # R5 regression (fixed: the dispatcher searches the match point before truncating)
 def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
-    sim = Simulation(Scenario(3, "sync", crash_in_msync=False), seed=1, base_dir=tmp_path)
-    sim.faults_on = False
-    sim.checker.forbid_deletion = True
-    try:
-        sim.run_until(lambda: sim.leader() is not None and sim._all_caught_up())
+    with settled_sim(tmp_path, "sync", forbid_deletion=True) as sim:
         old = sim.leader()
         assert old is not None
         new, lagger = (n for n in sim.nodes.values() if n is not old)
@@ -239,5 +232,3 @@ def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
         sim.run_until(lambda: new.core is not None and new.core.ms.is_leader)
         old.restart_at = sim.now  # the old leader comes back: COMPARE overshoots, TRUNCATE deletes
         sim.run_for(1000)
-    finally:
-        sim.close()
