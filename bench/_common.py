@@ -8,6 +8,7 @@ import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
 from itertools import islice
@@ -80,6 +81,14 @@ def drain(fn: Callable[..., object], *iterables: Iterable[Any]) -> None:
     """Call `fn` on every item (zipped over `iterables`) with the least interpreter overhead;
     every store is driven through this same loop."""
     deque(map(fn, *iterables), maxlen=0)
+
+
+def run_in_threads(worker: Callable[[int], object], threads: int) -> None:
+    """Run worker(0), ..., worker(threads - 1) at once, one thread each; re-raises the
+    first error once all have ended."""
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(worker, k) for k in range(threads)]:
+            future.result()
 
 
 def count_in_chunks(it: Iterable[object], size: int = SCAN_CHUNK) -> int:

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
@@ -26,7 +25,7 @@ from typing import Any
 import grpc
 import pytest
 
-from bench._common import record
+from bench._common import record, run_in_threads
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from dledger.transport.grpc_server import SERVER_OPTIONS
@@ -159,18 +158,11 @@ def test_echo_unary_threads(benchmark: Any, echo_channel: Any) -> None:
     call = echo_channel.unary_unary(ECHO_UNARY)
     body = b"x" * 100
 
-    def worker() -> None:
+    def worker(_: int) -> None:
         for _ in range(UNARY_CALLS // THREADS):
             call(body, timeout=10)
 
-    def run() -> None:
-        threads = [threading.Thread(target=worker) for _ in range(THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    benchmark.pedantic(run, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.pedantic(run_in_threads, args=(worker, THREADS), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     record(benchmark, benchmark.group, "grpc-echo", UNARY_CALLS // THREADS * THREADS)
 
 

@@ -30,12 +30,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench._common import RESULTS, Rate, make_bodies, record
+from bench._common import RESULTS, Rate, make_bodies, record, run_in_threads
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
 from dledger.cli.server_cmds import server_command_line
@@ -117,24 +118,11 @@ def batch_round(client: DLedgerClient, bodies: list[bytes], total: int) -> Calla
     requests = [bodies[i : i + BATCH] for i in range(0, len(bodies), BATCH)]
     per_thread = total // BATCH // THREADS
 
-    def worker(k: int, errors: list[BaseException]) -> None:
-        try:
-            for j in range(per_thread):
-                client.append_many(requests[(k * per_thread + j) % len(requests)])
-        except BaseException as exc:
-            errors.append(exc)
+    def worker(k: int) -> None:
+        for j in range(per_thread):
+            client.append_many(requests[(k * per_thread + j) % len(requests)])
 
-    def run() -> None:
-        errors: list[BaseException] = []
-        threads = [threading.Thread(target=worker, args=(k, errors)) for k in range(THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
-
-    return run
+    return partial(run_in_threads, worker, THREADS)
 
 
 def stream_round(client: DLedgerClient, bodies: list[bytes], total: int) -> Callable[[], None]:
@@ -230,17 +218,11 @@ def test_echo_unary_64_threads(benchmark: Any, echo_port: int) -> None:
     call = channel.unary_unary(ECHO_UNARY)
     per_thread = 40
 
-    def worker() -> None:
+    def worker(_: int) -> None:
         for _ in range(per_thread):
             call(b"x" * 100, timeout=30)
 
-    def run() -> None:
-        threads = [threading.Thread(target=worker) for _ in range(UNARY_THREADS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
+    run = partial(run_in_threads, worker, UNARY_THREADS)
     bench_entries(benchmark, "service-unary-64threads", "grpc-echo", run, UNARY_THREADS * per_thread)
     channel.close()
 

@@ -36,7 +36,6 @@ import os
 import shutil
 import statistics
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any
 
 import pytest
 
-from bench._common import record
+from bench._common import record, run_in_threads
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
@@ -190,24 +189,14 @@ def _fill(client: DLedgerClient, count: int) -> tuple[int, int]:
         requests.append(chunk[:rest])
     firsts: list[int] = []
     lasts: list[int] = []
-    errors: list[BaseException] = []
 
     def worker(k: int) -> None:
-        try:
-            for bodies in requests[k::2]:
-                last = client.append_many(bodies)
-                firsts.append(last - len(bodies) + 1)
-                lasts.append(last)
-        except BaseException as exc:
-            errors.append(exc)
+        for bodies in requests[k::2]:
+            last = client.append_many(bodies)
+            firsts.append(last - len(bodies) + 1)
+            lasts.append(last)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_in_threads(worker, 2)
     return min(firsts), max(lasts)
 
 
