@@ -2,13 +2,16 @@
 the sync-mode default): the call fails with DISK_FULL (ENOSPC) or DISK_ERROR, the log
 ends where it ended before, nothing after it is acknowledged, and a reopen finds exactly
 the entries written before the failure. The write really fails: the segment's
-descriptor is replaced by /dev/full or by a read-only descriptor."""
+descriptor is replaced by /dev/full or by a read-only descriptor. A segment that cannot
+be opened when it enters the table (no descriptor left) fails the roll the same way."""
 
 from __future__ import annotations
 
 import mmap
 import os
+import resource
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,3 +143,40 @@ def test_both_cores_roll_back_a_failed_stage_alike(tmp_path: Path, mod: object) 
     assert [core.get_body(i) for i in range(2)] == [b"a" * 100, b"b" * 200]
     data.pop_last()
     index.pop_last()
+
+
+def test_a_segment_file_that_cannot_be_opened_at_a_roll_appends_nothing(tmp_path: Path) -> None:
+    """Write-through segments get their descriptor when they enter the table. When no
+    descriptor is left (EMFILE, a real RLIMIT_NOFILE), the roll fails with DISK_ERROR,
+    the log still ends at its last entry, and the next append rolls once one is free."""
+    node = tmp_path / "dledger-n0"
+    store = MmapLogStore(node, replace(CONFIG, warm_ahead_bytes=1 << 16))  # no background threads
+    store.term = 1
+    body = b"r" * 900
+    while int(store.write_pos) + 48 + len(body) + 8 <= CONFIG.data_file_size:
+        store.append(body)  # until the next one does not fit this segment
+    end, write_pos = store.end_index, int(store.write_pos)
+    store.wait_warm()  # the next segment is created and mapped ahead: the roll only opens it
+    assert store.data_list.spare() is not None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowest_free = os.dup(0)
+    os.close(lowest_free)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+    try:
+        with pytest.raises(DLedgerError) as failed:
+            store.append(body)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert failed.value.code == ResponseCode.DISK_ERROR
+    assert "cannot open segment" in str(failed.value)
+    assert (store.end_index, int(store.write_pos)) == (end, write_pos)
+    assert [store.get_body(i) for i in range(end + 1)] == [body] * (end + 1)
+    assert store.append(body) == end + 1  # a descriptor is free again: the roll works
+    assert store.get(end + 1).pos == CONFIG.data_file_size
+    store.close()
+    again = MmapLogStore.open(node, CONFIG)
+    try:
+        assert again.recovery.problem == ""
+        assert [again.get_body(i) for i in range(end + 2)] == [body] * (end + 2)
+    finally:
+        again.close()
