@@ -604,15 +604,19 @@ cdef class LogCore:
 
     cdef unsigned char *_stage_slot(self, long long pos, long long size) except NULL:
         cdef unsigned char *p
+        cdef Py_ssize_t cap
         if self.stage_len and (self.stage_pos + self.stage_len != pos
                                or self.stage_len + size > STAGE_MAX_BYTES):
             self._flush_stage()
         if self.stage_len + size > self.stage_cap:
-            p = <unsigned char *>PyMem_Realloc(self.stage, self.stage_len + size)
+            # grow geometrically (a batch's first pass reallocates O(log n) times, not
+            # once per entry), never past what one stage can hold
+            cap = max(self.stage_len + size, min(2 * self.stage_cap, STAGE_MAX_BYTES))
+            p = <unsigned char *>PyMem_Realloc(self.stage, cap)
             if p == NULL:
                 raise MemoryError()
             self.stage = p
-            self.stage_cap = self.stage_len + size
+            self.stage_cap = cap
         if self.stage_len == 0:
             self.stage_pos = pos
             self.stage_begin = self.begin_index
