@@ -1,0 +1,81 @@
+"""Where a round of single 128 B appends spends its time, round by round.
+
+    .venv/bin/python -m bench.round_probe [--rounds 24] [--switch-interval 0.1]
+
+Runs the warm single-append workload of `bench/test_storage_append.py` (200,000 bodies
+per round into a warm store) and prints, for every round: wall time and thread CPU time
+per append, voluntary / involuntary context switches and minor faults of the appending
+thread, and the steal time the kernel saw on each CPU meanwhile. When wall time equals
+thread CPU time, with no switch, fault or steal, a slow round was slow inside the
+thread's own instructions: the host took cycles from the core without the guest seeing it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+from bench._common import DATA_FILE_SIZE, INDEX_FILE_SIZE, SIZES, TERM, WARM_AHEAD_BYTES, make_bodies
+
+STEAL_FIELD = 8  # /proc/stat: cpuN user nice system idle iowait irq softirq steal ...
+
+
+def steal_ticks() -> list[int]:
+    """Steal time (clock ticks) of every CPU so far."""
+    with open("/proc/stat") as f:
+        return [int(line.split()[STEAL_FIELD]) for line in f if line.startswith("cpu") and line[3].isdigit()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print one line per round (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=24)
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        default=sys.getswitchinterval(),
+        help="sys.setswitchinterval for the run (seconds)",
+    )
+    args = parser.parse_args(argv)
+    sys.setswitchinterval(args.switch_interval)
+
+    from dledger.store.mmap_store import MmapLogStore, StoreConfig
+
+    workload = SIZES[0]
+    bodies = make_bodies(workload.size, workload.count)
+    cfg = StoreConfig(
+        data_file_size=DATA_FILE_SIZE,
+        index_file_size=INDEX_FILE_SIZE,
+        write_crc=True,
+        warm_ahead_bytes=WARM_AHEAD_BYTES,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MmapLogStore.open(str(Path(tmp) / "dledger-n0"), cfg)
+        store.term = TERM
+        print("round  wall ns  cpu ns  vcsw  ivcsw  minflt  steal ticks per CPU")
+        try:
+            for r in range(args.rounds):
+                store.wait_warm()
+                time.sleep(0.1)
+                steal0, use0 = steal_ticks(), resource.getrusage(resource.RUSAGE_THREAD)
+                cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+                deque(map(store.append, bodies), maxlen=0)
+                wall, cpu = time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
+                use1, steal1 = resource.getrusage(resource.RUSAGE_THREAD), steal_ticks()
+                n = len(bodies)
+                print(
+                    f"{r:5d} {wall / n:8.1f} {cpu / n:7.1f} {use1.ru_nvcsw - use0.ru_nvcsw:5d}"
+                    f" {use1.ru_nivcsw - use0.ru_nivcsw:6d} {use1.ru_minflt - use0.ru_minflt:7d}  "
+                    + " ".join(str(b - a) for a, b in zip(steal0, steal1, strict=True))
+                )
+        finally:
+            store.close()
+
+
+if __name__ == "__main__":
+    main()
