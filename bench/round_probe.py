@@ -17,10 +17,10 @@ import resource
 import sys
 import tempfile
 import time
-from collections import deque
 from pathlib import Path
 
-from bench._common import DATA_FILE_SIZE, INDEX_FILE_SIZE, SIZES, TERM, WARM_AHEAD_BYTES, make_bodies
+from bench._backends import Dledger
+from bench._common import SIZES
 
 STEAL_FIELD = 8  # /proc/stat: cpuN user nice system idle iowait irq softirq steal ...
 
@@ -44,37 +44,28 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     sys.setswitchinterval(args.switch_interval)
 
-    from dledger.store.mmap_store import MmapLogStore, StoreConfig
-
     workload = SIZES[0]
-    bodies = make_bodies(workload.size, workload.count)
-    cfg = StoreConfig(
-        data_file_size=DATA_FILE_SIZE,
-        index_file_size=INDEX_FILE_SIZE,
-        write_crc=True,
-        warm_ahead_bytes=WARM_AHEAD_BYTES,
-    )
+    backend = Dledger(warm=True)  # the store, warm-up and round of bench/test_storage_append.py
     with tempfile.TemporaryDirectory() as tmp:
-        store = MmapLogStore.open(str(Path(tmp) / "dledger-n0"), cfg)
-        store.term = TERM
+        backend.open(Path(tmp))
+        append_round = backend.single_writer(workload)
         print("round  wall ns  cpu ns  vcsw  ivcsw  minflt  steal ticks per CPU")
         try:
             for r in range(args.rounds):
-                store.wait_warm()
-                time.sleep(0.1)
+                backend.prepare()
                 steal0, use0 = steal_ticks(), resource.getrusage(resource.RUSAGE_THREAD)
                 cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
-                deque(map(store.append, bodies), maxlen=0)
+                append_round()
                 wall, cpu = time.perf_counter_ns() - wall0, time.thread_time_ns() - cpu0
                 use1, steal1 = resource.getrusage(resource.RUSAGE_THREAD), steal_ticks()
-                n = len(bodies)
+                n = workload.count
                 print(
                     f"{r:5d} {wall / n:8.1f} {cpu / n:7.1f} {use1.ru_nvcsw - use0.ru_nvcsw:5d}"
                     f" {use1.ru_nivcsw - use0.ru_nivcsw:6d} {use1.ru_minflt - use0.ru_minflt:7d}  "
                     + " ".join(str(b - a) for a, b in zip(steal0, steal1, strict=True))
                 )
         finally:
-            store.close()
+            backend.close()
 
 
 if __name__ == "__main__":
