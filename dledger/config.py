@@ -88,6 +88,10 @@ class DLedgerConfig:
     max_push_in_flight_per_peer: int = 1000  # APPEND pushes awaiting an answer, per peer (pipelining)
     max_push_in_flight_bytes: int = 64 * MIB  # ... and their encoded bytes, per peer
     commit_push_interval_ms: int = 1000
+    # dledger-py: followers beyond the ones a quorum needs get a small backlog at most
+    # this late while those ahead of them keep up (0: push to every follower at once);
+    # see dledger.raft.dispatcher
+    standby_push_ms: int = 30
     follower_push_timeout_ms: int = 1000
     rpc_timeout_ms: int = 3000
     enable_fast_advance_commit_index: bool = True  # a new leader holding uncommitted entries appends a NOOP
@@ -134,6 +138,8 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
+        if self.standby_push_ms < 0:
+            raise ConfigError("standby_push_ms must not be negative")
         if not 0 <= self.min_vote_interval_ms < self.max_vote_interval_ms:
             raise ConfigError("need 0 <= min_vote_interval_ms < max_vote_interval_ms")
         if not 0 <= self.min_take_leadership_vote_interval_ms < self.max_take_leadership_vote_interval_ms:

@@ -68,10 +68,21 @@ class RaftCore:
         # with async flush, entries acknowledged before an unclean shutdown may be gone
         self.elector = LeaderElector(config, self.ms, rng, unclean_restart and config.flush_mode == "async")
         self.quorum = QuorumAckChecker(config, self.ms)
-        self.dispatchers = {p: EntryDispatcher(config, self.ms, p, self.quorum) for p in self.ms.other_peer_ids}
+        self.dispatchers = {
+            p: EntryDispatcher(config, self.ms, p, self.quorum, self._keeping_up_ahead) for p in self.ms.other_peer_ids
+        }
         self.handler = EntryHandler(config, self.ms)
         self.transfer = LeadershipTransfer(config, self.ms, self.elector, self.quorum)
         self.elector.listeners.append(self._on_role_change)
+
+    def _keeping_up_ahead(self, peer_id: str, now_ms: int) -> int:
+        """How many followers before `peer_id` in peer order keep up (standby pushes)."""
+        count = 0
+        for peer, dispatcher in self.dispatchers.items():
+            if peer == peer_id:
+                break
+            count += dispatcher.keeping_up(now_ms)
+        return count
 
     def _on_role_change(self, term: int, role: Role) -> None:
         self.quorum.on_role_change(term, role)

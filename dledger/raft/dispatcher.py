@@ -11,10 +11,20 @@ while an earlier APPEND is still in flight; it goes out, together with whatever 
 meanwhile, when that push is answered (or times out). Many concurrent single-entry
 client requests then cost one push per round trip, not one each. A large backlog still
 goes out at once, in pipelined pushes.
+
+Standby followers: a commit needs the acknowledgements of `len(peers) // 2` followers.
+When that many followers ahead of this one in peer order keep up (see `keeping_up`),
+this follower is a standby: its small backlog waits until it is `standby_push_ms` old
+and then goes as one push. Under many small client requests the standby costs the
+leader and itself a push per `standby_push_ms` instead of one per round trip, and the
+commit latency stays that of the followers ahead. Should one of them stop keeping up
+(slow, unreachable, catching up), the standby is pushed at once again, so a commit
+waits at most `standby_push_ms` longer once. A leadership transferee is never a standby.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -56,10 +66,17 @@ class EntryDispatcher:
         member_state: the leader's state (term, commit index, store).
         peer_id: the follower.
         quorum: where acknowledged match indexes are recorded.
+        keeping_up_ahead: `(peer_id, now_ms)` -> how many followers ahead of `peer_id`
+            keep up (the group's other dispatchers); None: never a standby.
     """
 
     def __init__(
-        self, config: DLedgerConfig, member_state: MemberState, peer_id: str, quorum: QuorumAckChecker
+        self,
+        config: DLedgerConfig,
+        member_state: MemberState,
+        peer_id: str,
+        quorum: QuorumAckChecker,
+        keeping_up_ahead: Callable[[str, int], int] | None = None,
     ) -> None:
         self.config = config
         self.ms = member_state
@@ -79,6 +96,8 @@ class EntryDispatcher:
         self.last_pushed_commit_index = -1
         self.throttled = False
         self._retry_at_ms = -1
+        self._keeping_up_ahead = keeping_up_ahead
+        self._held_since_ms = -1  # when a standby began to hold its small backlog
 
     # -- state changes
 
@@ -171,6 +190,32 @@ class EntryDispatcher:
             return False
         return bool(self.quota.validate_now(now_ms))
 
+    def keeping_up(self, now_ms: int) -> bool:
+        """Whether this follower takes pushes as they come: in APPEND, not throttled, no
+        push to it unanswered for `standby_push_ms` or longer and none sent again."""
+        if self.state is not DispatchState.APPEND or self.throttled or self.term != self.ms.current_term:
+            return False
+        if not self.pending:
+            return True
+        oldest = self.pending[next(iter(self.pending))]
+        return not oldest.resent and now_ms - oldest.send_ms < self.config.standby_push_ms
+
+    def _standing_by(self, now_ms: int) -> bool:
+        """Whether this follower's small backlog waits now (see the module docstring)."""
+        wait = self.config.standby_push_ms
+        needed = len(self.ms.peer_ids) // 2
+        if (
+            wait <= 0
+            or self._keeping_up_ahead is None
+            or self.ms.transferee == self.peer_id
+            or self._keeping_up_ahead(self.peer_id, now_ms) < needed
+        ):
+            self._held_since_ms = -1
+            return False
+        if self._held_since_ms < 0:
+            self._held_since_ms = now_ms
+        return now_ms - self._held_since_ms < wait
+
     def _append(self, now_ms: int) -> list[PushEntryRequest]:
         out: list[PushEntryRequest] = []
         if self.pending:
@@ -188,8 +233,9 @@ class EntryDispatcher:
         end = self.store.end_index
         self.throttled = False
         cfg = self.config
-        # with pushes in flight before this pass, a small backlog waits for their answer
-        hold_small = bool(self.pending)
+        # with pushes in flight before this pass, a small backlog waits for their answer;
+        # a standby's waits until it is standby_push_ms old
+        hold_small = bool(self.pending) or (self.write_index <= end and self._standing_by(now_ms))
         small = min(COALESCE_BYTES, cfg.max_push_batch_bytes)
         while (
             self.write_index <= end
@@ -209,6 +255,7 @@ class EntryDispatcher:
             self.quota.sample(len(run), now_ms)
             self.pending[req.first_index] = _InFlight(req, now_ms)
             self.pending_bytes += len(run)
+            self._held_since_ms = -1
             self.write_index += count
             out.append(req)
         if not self.pending and self.write_index > end:

@@ -123,9 +123,9 @@ def test_conflicting_logs_truncated() -> None:
         t=  680ms n2 CANDIDATE term=2
         t=  775ms n2 FOLLOWER term=2 leader=n1
         t=  820ms n2 truncated 1..2
-        t=  840ms lost-1: TERM_CHANGED
-        t=  840ms lost-2: TERM_CHANGED
-        t=  840ms commit n0=3 n1=3 n2=3
+        t=  870ms lost-1: TERM_CHANGED
+        t=  870ms lost-2: TERM_CHANGED
+        t=  870ms commit n0=3 n1=3 n2=3
                  n0 log 0:1 1:2 2:2 3:2
                  n1 log 0:1 1:2 2:2 3:2
                  n2 log 0:1 1:2 2:2 3:2

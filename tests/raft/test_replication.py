@@ -55,7 +55,7 @@ def elected(seed: int = 0, **cfg: object) -> tuple[Cluster, str, list[str]]:
 
 
 def test_push_carries_one_entry_when_idle_and_many_under_load() -> None:
-    c, _leader, (f1, f2) = elected(seed=1)
+    c, leader, (f1, f2) = elected(seed=1)
     log = PushLog(c)
     # idle: one client append every 50 ms -> every push is that one entry
     for i in range(10):
@@ -67,8 +67,10 @@ def test_push_carries_one_entry_when_idle_and_many_under_load() -> None:
     # load: 1,000 single-entry client requests arrive between two dispatcher passes
     futures = [c.append(f"load-{i}".encode()) for i in range(1000)]
     c.run_until(lambda: all(f.done() for f in futures))
-    assert sum(log.counts(f1)) == 1000 and sum(log.counts(f2)) == 1000
     assert log.counts(f1) == [1000]  # one push carries the whole backlog
+    assert log.counts(f2) == []  # the standby's (small) backlog waits
+    c.run_for(c.core(leader).config.standby_push_ms + 2 * c.step_ms)
+    assert log.counts(f2) == [1000]  # ... and then goes as one push too
     assert [f.result() for f in futures] == list(range(futures[0].result(), futures[0].result() + 1000))
 
 
@@ -185,6 +187,99 @@ def test_held_backlog_follows_a_lost_push_once_it_is_answered() -> None:
     d.on_response(again, acked(again), 120)
     (held,) = d.tick(120)
     assert (held.first_index, held.count) == (1, 1)
+
+
+# -- standby followers: beyond the acks a quorum needs, small backlogs wait
+
+
+def times_of_arrival(c: Cluster, node: str, count: int) -> list[int]:
+    """Step until `node` holds `count` entries; the clock each time its log grew."""
+    seen, times = len(c.bodies(node)), []
+    while seen < count:
+        c.step()
+        now_held = len(c.bodies(node))
+        times += [c.now] * (now_held - seen)
+        seen = now_held
+    return times
+
+
+def commit_time(c: Cluster, body: bytes) -> int:
+    """Append `body` and step until it commits: the milliseconds it took."""
+    fut = c.append(body)
+    start = c.now
+    c.run_until(fut.done)
+    return c.now - start
+
+
+def test_standby_gets_small_backlogs_late_in_few_pushes_and_commits_do_not_wait() -> None:
+    c, leader, (f1, f2) = elected(seed=11)
+    wait = c.core(leader).config.standby_push_ms
+    rtt = commit_time(c, b"warm")  # one push round trip to the first follower
+    c.run_for(2 * wait)
+    log = PushLog(c)
+    start = c.now
+    for k in range(6):  # one client request after the other: f1 gets each at once
+        assert commit_time(c, b"r%d" % k) == rtt
+    assert log.counts(f1) == [1] * 6
+    arrived = times_of_arrival(c, f2, len(c.bodies(f1)))
+    assert sum(log.counts(f2)) == 6 and len(log.counts(f2)) <= 3  # several per push
+    assert arrived[0] - start >= wait  # the first one waited for the standby push
+    assert c.bodies(f2) == c.bodies(f1) == c.bodies(leader)
+
+
+def test_standby_is_pushed_at_once_when_the_follower_ahead_stops_answering() -> None:
+    c, leader, (f1, f2) = elected(seed=12)
+    config = c.core(leader).config
+    rtt = commit_time(c, b"healthy")
+    c.run_for(2 * config.standby_push_ms)
+    log = PushLog(c, drop_responses_from=f1)  # f1 stops acknowledging
+    # the standby's wait is the one extra delay: the commit comes with f2's ack
+    assert config.standby_push_ms <= commit_time(c, b"first") <= config.standby_push_ms + rtt + c.step_ms
+    # f1's push is overdue now, so f2 is no standby any more, also after f1's push is
+    # sent again (max_push_timeout_ms): later requests commit after one round trip
+    end = c.now + 3 * config.max_push_timeout_ms
+    while c.now < end:
+        assert commit_time(c, b"later") == rtt
+    assert set(log.counts(f2)) == {1}  # each request pushed as it came, none held
+    assert any(m.first_index == log.appends[0][1].first_index for d, m in log.appends[1:] if d == f1)  # resent
+
+
+def test_no_standby_when_disabled_in_a_group_of_two_or_for_a_transferee() -> None:
+    c, _leader, (f1, f2) = elected(seed=13, standby_push_ms=0)
+    log = PushLog(c)
+    fut = c.append(b"x")
+    c.run_until(fut.done)
+    assert log.counts(f1) == log.counts(f2) == [1]
+    two = Cluster(2, seed=14)
+    leader2 = two.elect()
+    log2 = PushLog(two)
+    fut = two.append(b"y")
+    two.run_until(fut.done)
+    (only,) = [n for n in two.ids if n != leader2]
+    assert log2.counts(only) == [1]  # its ack is the one a commit needs
+    c3, leader3, (g1, g2) = elected(seed=15)
+    log3 = PushLog(c3)
+    fut = c3.append(b"z")
+    c3.run_until(fut.done)
+    assert log3.counts(g2) == []  # held: g2 is the standby
+    transfer = c3.core(leader3).leadership_transfer(g2, c3.now)
+    c3.step()
+    assert log3.counts(g2) == [1]  # the transferee catches up at once
+    c3.run_until(transfer.done, max_ms=2000)
+    assert transfer.result().code == ResponseCode.SUCCESS and c3.leader() == g2
+
+
+def test_a_group_of_five_has_two_followers_pushed_at_once_and_two_standbys() -> None:
+    c = Cluster(5, seed=16)
+    leader = c.elect()
+    c.run_for(300)
+    followers = [n for n in c.ids if n != leader]
+    log = PushLog(c)
+    fut = c.append(b"x")
+    c.run_until(fut.done)
+    assert [log.counts(f) for f in followers] == [[1], [1], [], []]
+    c.run_for(c.core(leader).config.standby_push_ms + 2 * c.step_ms)
+    assert [log.counts(f) for f in followers] == [[1], [1], [1], [1]]
 
 
 # -- quota: catch-up traffic only
@@ -455,9 +550,10 @@ def test_split_passes_drive_a_cluster_like_tick() -> None:
     f = c.append(b"x", b"y")
     c.run_until(f.done)
     assert f.result() == c.members[leader].store.end_index
-    assert hints.count(True) == 2  # two followers acknowledged (the first ack committed it)
+    assert hints.count(True) == 1  # the first follower's ack committed it
     assert not any(moved)  # on_response already ran the quorum check
     c.run_until(lambda: all(c.bodies(n) == [b"x", b"y"] for n in c.ids))
+    c.run_until(lambda: hints.count(True) == 2, max_ms=100)  # the standby's later ack is reported too
     moved.clear()
     c.run_for(100)
     assert not any(moved)  # nothing new to commit
