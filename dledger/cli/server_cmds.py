@@ -273,6 +273,12 @@ def server(
     help="Data segment size.",
 )
 @click.option("--metrics-base-port", type=click.IntRange(1, 65535), help="Metrics of n<k> on this port + k.")
+@click.option(
+    "-c",
+    "--config-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML settings for every member (as `dledger server -c`); the options above win.",
+)
 def cluster(
     nodes: int,
     group: str,
@@ -283,6 +289,7 @@ def cluster(
     heartbeat_ms: int | None,
     segment_size: int,
     metrics_base_port: int | None,
+    config_file: Path | None,
 ) -> None:
     """Run a local N-member cluster (ids n0.., ports BASE-PORT..) until Ctrl-C.
 
@@ -305,6 +312,7 @@ def cluster(
             "--segment-size",
             str(segment_size),
             *(["--heartbeat-ms", str(heartbeat_ms)] if heartbeat_ms else []),
+            *(["--config-file", str(config_file.resolve())] if config_file else []),
         ],
         metrics_base_port=metrics_base_port,
         command_line=server_command_line,

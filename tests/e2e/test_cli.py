@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dledger.cli.server_cmds import EXIT_ADDRESS_IN_USE
+from dledger.client import DLedgerClient
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import RPC_S, eventually, free_ports
@@ -116,7 +117,11 @@ def test_cluster_command_elects_serves_stops_and_resumes(tmp_path: Path, command
     first.wait_for_line("[cluster] stopped: n0=0, n1=0, n2=0")
     assert (tmp_path / ".dledger-data" / "dledger-n0" / "checkpoint").exists()
 
-    second = Running(args, tmp_path)  # the same command again resumes the same data
+    # the same command again resumes the same data; settings for every member come
+    # from a YAML file: n2 is the preferred leader and takes over
+    settings = tmp_path / "members.yaml"
+    settings.write_text("preferredLeaderIds: n2\ncheckPreferredLeaderIntervalMs: 200\n")
+    second = Running([*args, "--config-file", str(settings)], tmp_path)
     commands.append(second)
     leader = second.wait_for_line("leader: ").split()[1]
     channel = open_channel(f"127.0.0.1:{base + int(leader[1:])}")
@@ -128,6 +133,11 @@ def test_cluster_command_elects_serves_stops_and_resumes(tmp_path: Path, command
             "the entry of the first run",
         )
         assert got.entries[0].body == b"persisted"
+        peers = ";".join(f"n{k}-127.0.0.1:{base + k}" for k in range(3))
+        with DLedgerClient(peers, "default", timeout_s=RPC_S) as client:
+            eventually(lambda: client.metadata().leader_id == "n2", 30, "n2 leading")
+            client.leadership_transfer("n0")  # away from the preferred leader ...
+            eventually(lambda: client.metadata().leader_id == "n2", 30, "n2 leading again")  # ... it comes back
     finally:
         channel.close()
     second.process.send_signal(signal.SIGTERM)

@@ -257,7 +257,7 @@ def test_no_standby_when_disabled_in_a_group_of_two_or_for_a_transferee() -> Non
     two.run_until(fut.done)
     (only,) = [n for n in two.ids if n != leader2]
     assert log2.counts(only) == [1]  # its ack is the one a commit needs
-    c3, leader3, (g1, g2) = elected(seed=15)
+    c3, leader3, (_g1, g2) = elected(seed=15)
     log3 = PushLog(c3)
     fut = c3.append(b"z")
     c3.run_until(fut.done)

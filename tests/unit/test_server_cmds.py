@@ -91,4 +91,5 @@ def test_help_of_both_commands() -> None:
                    "--metrics-port", "--flush-mode", "--heartbeat-ms", "--segment-size"):  # fmt: skip
         assert option in server_help.output
     cluster_help = runner.invoke(main, ["cluster", "--help"])
-    assert cluster_help.exit_code == 0 and "--nodes" in cluster_help.output and "resumes" in cluster_help.output
+    assert cluster_help.exit_code == 0 and "resumes" in cluster_help.output
+    assert "--nodes" in cluster_help.output and "--config-file" in cluster_help.output
