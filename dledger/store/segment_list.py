@@ -116,12 +116,16 @@ class SegmentList:
                     )
             self._push(self._map(path), offset)
 
-    def _map(self, path: Path) -> mmap.mmap:
-        flags = os.O_RDONLY if self.read_only else os.O_RDWR
+    @staticmethod
+    def _open(path: Path, flags: int) -> int:
+        """os.open of a segment file; failing, DISK_ERROR naming the file."""
         try:
-            fd = os.open(path, flags)
+            return os.open(path, flags)
         except OSError as exc:
             raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot open segment {path}: {exc.strerror}") from exc
+
+    def _map(self, path: Path) -> mmap.mmap:
+        fd = self._open(path, os.O_RDONLY if self.read_only else os.O_RDWR)
         try:
             access = mmap.ACCESS_READ if self.read_only else mmap.ACCESS_WRITE
             return mmap.mmap(fd, self.file_size, access=access)
@@ -133,11 +137,7 @@ class SegmentList:
         if not self.keep_fds:
             self.table.push(mapped, offset)
             return
-        path = self.path_of(offset)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot open segment {path}: {exc.strerror}") from exc
+        fd = self._open(self.path_of(offset), os.O_RDWR)
         try:
             self.table.push(mapped, offset, fd)
         except BaseException:
