@@ -591,6 +591,14 @@ cdef class LogCore:
         self.roller(kind, offset)
         return 0
 
+    cdef inline int _failpoint_after_data(self) except -1:
+        """The `after_data_before_index` crash point: with it set, the entry's bytes
+        reach their file and the process dies before its index unit is written."""
+        if self.failpoint == FP_AFTER_DATA_BEFORE_INDEX:
+            self._flush_stage()
+            _exit(137)
+        return 0
+
     cdef inline unsigned char *_dest(self, long long pos, long long size) except NULL:
         """Where the `size` bytes of the entry at log position `pos` are written: the
         mapping, or with write_through the stage (written out by `_flush_stage`)."""
@@ -718,9 +726,7 @@ cdef class LogCore:
             if self.write_crc:
                 crc = _crc_field(body, n)
         _write_header(p, magic, <int32_t>size, idx, self.term, pos, crc)
-        if self.failpoint == FP_AFTER_DATA_BEFORE_INDEX:
-            self._flush_stage()
-            _exit(137)
+        self._failpoint_after_data()
         _write_unit(unit, magic, pos, <int32_t>size, idx, self.term)
         self._publish(idx, self.term, pos + size)
         return idx
@@ -886,9 +892,7 @@ cdef class LogCore:
                             memcpy(p, r + off, size)
                     else:
                         memcpy(p, r + off, size)
-                    if self.failpoint == FP_AFTER_DATA_BEFORE_INDEX:
-                        self._flush_stage()
-                        _exit(137)
+                    self._failpoint_after_data()
                     term = dl_get64(r + off + DL_OFF_TERM)
                     _write_unit(unit, dl_get32(r + off + DL_OFF_MAGIC), pos, <int32_t>size, idx, term)
                     self._publish(idx, term, pos + size)

@@ -332,6 +332,13 @@ class LogCore:
         self._stage.append(bytes(data))
         self._stage_len += len(data)
 
+    def _failpoint_after_data(self) -> None:
+        """The `after_data_before_index` crash point: with it set, the entry's bytes
+        reach their file and the process dies before its index unit is written."""
+        if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
+            self._flush_stage()
+            os._exit(137)
+
     def _flush_stage(self) -> None:
         """pwrite the staged entries (if any); on failure the log ends again before them."""
         if not self._stage:
@@ -404,9 +411,7 @@ class LogCore:
         uview, uat = self._unit_slot(idx)
         pos = self._pre_append(size)
         self._write_entry(pos, encode_entry(magic, idx, self.term, pos, body, self.write_crc))
-        if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
-            self._flush_stage()
-            os._exit(137)
+        self._failpoint_after_data()
         _put_unit(uview, uat, magic, pos, size, idx, self.term)
         self._publish(idx, self.term, pos + size)
         return idx
@@ -498,9 +503,7 @@ class LogCore:
                     uview, uat = self._unit_slot(idx)
                     pos = self._pre_append(size)
                     self._write_entry(pos, data[off : off + size])
-                    if self.failpoint == FAIL_AFTER_DATA_BEFORE_INDEX:
-                        self._flush_stage()
-                        os._exit(137)
+                    self._failpoint_after_data()
                     _put_unit(uview, uat, magic, pos, size, idx, e_term)
                     self._publish(idx, e_term, pos + size)
                     off += size
