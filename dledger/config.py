@@ -92,6 +92,10 @@ class DLedgerConfig:
     # this late while those ahead of them keep up (0: push to every follower at once);
     # see dledger.raft.dispatcher
     standby_push_ms: int = 30
+    # dledger-py: while client appends are on their way to the leader, a small backlog
+    # waits for them at most this long before it is pushed (0: push at once); see
+    # dledger.raft.dispatcher
+    push_gather_ms: int = 5
     follower_push_timeout_ms: int = 1000
     rpc_timeout_ms: int = 3000
     enable_fast_advance_commit_index: bool = True  # a new leader holding uncommitted entries appends a NOOP
@@ -138,8 +142,9 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
-        if self.standby_push_ms < 0:
-            raise ConfigError("standby_push_ms must not be negative")
+        for name in ("standby_push_ms", "push_gather_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative")
         if not 0 <= self.min_vote_interval_ms < self.max_vote_interval_ms:
             raise ConfigError("need 0 <= min_vote_interval_ms < max_vote_interval_ms")
         if not 0 <= self.min_take_leadership_vote_interval_ms < self.max_take_leadership_vote_interval_ms:

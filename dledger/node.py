@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -183,12 +183,29 @@ class DLedgerNode:
             out = self.core.tick_elector(now)
         self._send(out)
 
-    def _dispatcher_pass(self, peer: str) -> None:
+    def _dispatcher_pass(self, peer: str) -> float | None:
+        """The dispatcher thread's pass; returns the time left of a hold on a small
+        backlog (its thread runs again then) or None."""
         with self._lock:
             if not self.core.ms.is_leader:
-                return
-            out = self.core.tick_dispatcher(peer, self._now())
+                return None
+            now = self._now()
+            out = self.core.tick_dispatcher(peer, now)
+            hold_until = self.core.dispatchers[peer].hold_until_ms
         self._send(out)
+        return hold_until - now if hold_until >= 0 else None
+
+    def _tick_dispatcher(self, peer: str, now: int) -> list[Outbound]:
+        """Under the lock, from any thread: one dispatcher's pass. When the pass begins
+        to hold a small backlog, its thread is woken to time the end of the hold."""
+        dispatcher = self.core.dispatchers.get(peer)
+        if dispatcher is None:
+            return []
+        held_before = dispatcher.hold_until_ms
+        out = self.core.tick_dispatcher(peer, now)
+        if held_before < 0 <= dispatcher.hold_until_ms:
+            self._wake(f"dledger-dispatch-{peer}")
+        return out
 
     def _handler_pass(self) -> None:
         with self._step() as now:
@@ -243,7 +260,7 @@ class DLedgerNode:
         with self._step() as now:
             self.core.on_response(target_id, request, response, now)
             if isinstance(request, PushEntryRequest) and self.core.ms.is_leader:
-                out = self.core.tick_dispatcher(target_id, now)  # keep the pipeline full
+                out = self._tick_dispatcher(target_id, now)  # keep the pipeline full
         if not isinstance(request, PushEntryRequest):
             self._wake(f"dledger-elector-{self.config.self_id}")
         self._send(out)
@@ -326,10 +343,9 @@ class DLedgerNode:
 
     def _tick_dispatchers(self, now: int) -> list[Outbound]:
         """Under the lock: every dispatcher's pass (what to push now)."""
-        core = self.core
         out: list[Outbound] = []
-        for peer in core.ms.other_peer_ids:
-            out += core.tick_dispatcher(peer, now)
+        for peer in self.core.ms.other_peer_ids:
+            out += self._tick_dispatcher(peer, now)
         return out
 
     def _drain_appends(self, now: int) -> bool:
@@ -469,6 +485,12 @@ class DLedgerNode:
     def applied_index(self) -> int:
         """The last index applied to the state machine (-1 without one)."""
         return self.caller.applied_index if self.caller is not None else -1
+
+    def set_incoming_appends(self, probe: Callable[[], int]) -> None:
+        """Tell the node how to count the client appends on their way to it (the gRPC
+        server does: calls accepted whose handler has not run yet). Small backlogs wait
+        for them (`DLedgerConfig.push_gather_ms`)."""
+        self.core.incoming_appends = probe
 
     def status(self) -> NodeStatus:
         """A consistent snapshot of this member's state."""

@@ -15,8 +15,10 @@ class ServiceThread:
 
     Args:
         name: thread name (shown in logs and py-spy).
-        body: one iteration of work; an exception is logged and, when `on_error` is
-            given, passed to it (the thread keeps running unless on_error stops it).
+        body: one iteration of work; it may return how many milliseconds until it
+            wants to run again, when that is sooner than `interval_ms`. An exception is
+            logged and, when `on_error` is given, passed to it (the thread keeps running
+            unless on_error stops it).
         interval_ms: the pause between iterations.
         on_error: called with the exception raised by `body`.
     """
@@ -24,7 +26,7 @@ class ServiceThread:
     def __init__(
         self,
         name: str,
-        body: Callable[[], None],
+        body: Callable[[], float | None],
         interval_ms: float,
         on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
@@ -58,11 +60,14 @@ class ServiceThread:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
+            wait_s = self._interval_s
             try:
-                self._body()
+                sooner_ms = self._body()
+                if sooner_ms is not None:
+                    wait_s = min(wait_s, max(0.0, sooner_ms / 1000.0))
             except BaseException as exc:  # a service thread must not die silently
                 log.exception("%s failed", self.name)
                 if self._on_error is not None:
                     self._on_error(exc)
-            self._wake.wait(self._interval_s)
+            self._wake.wait(wait_s)
             self._wake.clear()

@@ -13,7 +13,7 @@ method under one lock (DLedger's `synchronized (memberState)`).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import cast
 
@@ -39,6 +39,10 @@ from dledger.raft.transfer import LeadershipTransfer
 from dledger.store.base import LogStore
 
 MAX_HANDLER_STEPS_PER_TICK = 10_000
+
+
+def _nothing_incoming() -> int:
+    return 0
 
 
 class RaftCore:
@@ -68,12 +72,19 @@ class RaftCore:
         # with async flush, entries acknowledged before an unclean shutdown may be gone
         self.elector = LeaderElector(config, self.ms, rng, unclean_restart and config.flush_mode == "async")
         self.quorum = QuorumAckChecker(config, self.ms)
+        self.incoming_appends: Callable[[], int] = _nothing_incoming
+        """How many client appends are on their way to this member (set by the service
+        layer; dispatchers gather small backlogs while some are: see dledger.raft.dispatcher)."""
         self.dispatchers = {
-            p: EntryDispatcher(config, self.ms, p, self.quorum, self._keeping_up_ahead) for p in self.ms.other_peer_ids
+            p: EntryDispatcher(config, self.ms, p, self.quorum, self._keeping_up_ahead, self._incoming_appends)
+            for p in self.ms.other_peer_ids
         }
         self.handler = EntryHandler(config, self.ms)
         self.transfer = LeadershipTransfer(config, self.ms, self.elector, self.quorum)
         self.elector.listeners.append(self._on_role_change)
+
+    def _incoming_appends(self) -> int:
+        return self.incoming_appends()
 
     def _keeping_up_ahead(self, peer_id: str, now_ms: int) -> int:
         """How many followers before `peer_id` in peer order keep up (standby pushes)."""

@@ -20,6 +20,15 @@ leader and itself a push per `standby_push_ms` instead of one per round trip, an
 commit latency stays that of the followers ahead. Should one of them stop keeping up
 (slow, unreachable, catching up), the standby is pushed at once again, so a commit
 waits at most `standby_push_ms` longer once. A leadership transferee is never a standby.
+
+Gathering: the service layer tells the leader how many client appends are on their way
+(`incoming_appends`: calls gRPC has accepted whose handler has not run yet). While some
+are, a small backlog with no push in flight waits for them, at most `push_gather_ms`,
+and goes with them as one push. The count is exact, not a guess from past traffic: a
+lone client, or clients that all wait for the same commit, find nothing on its way and
+are pushed at once (no Nagle delay), while many clients sending continuously share
+pushes several round trips' worth apart. `hold_until_ms` tells the caller when a held
+backlog goes at the latest, so that a timer can run the pass then.
 """
 
 from __future__ import annotations
@@ -68,6 +77,8 @@ class EntryDispatcher:
         quorum: where acknowledged match indexes are recorded.
         keeping_up_ahead: `(peer_id, now_ms)` -> how many followers ahead of `peer_id`
             keep up (the group's other dispatchers); None: never a standby.
+        incoming_appends: `()` -> how many client appends are on their way to this
+            leader; None: never gather.
     """
 
     def __init__(
@@ -77,6 +88,7 @@ class EntryDispatcher:
         peer_id: str,
         quorum: QuorumAckChecker,
         keeping_up_ahead: Callable[[str, int], int] | None = None,
+        incoming_appends: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
         self.ms = member_state
@@ -97,7 +109,9 @@ class EntryDispatcher:
         self.throttled = False
         self._retry_at_ms = -1
         self._keeping_up_ahead = keeping_up_ahead
+        self._incoming_appends = incoming_appends
         self._held_since_ms = -1  # when a standby began to hold its small backlog
+        self._gathering_since_ms = -1  # when the backlog began to wait for incoming appends
 
     # -- state changes
 
@@ -109,6 +123,7 @@ class EntryDispatcher:
         self.write_index = self.store.end_index + 1
         self._clear_pending()
         self._control = None
+        self._held_since_ms = self._gathering_since_ms = -1
         self._reset_search()
 
     def _reset_search(self) -> None:
@@ -216,6 +231,27 @@ class EntryDispatcher:
             self._held_since_ms = now_ms
         return now_ms - self._held_since_ms < wait
 
+    def _gathering(self, now_ms: int) -> bool:
+        """Whether the small backlog waits for client appends on their way (see the
+        module docstring)."""
+        wait = self.config.push_gather_ms
+        if wait <= 0 or self._incoming_appends is None or self._incoming_appends() <= 0:
+            self._gathering_since_ms = -1
+            return False
+        if self._gathering_since_ms < 0:
+            self._gathering_since_ms = now_ms
+        return now_ms - self._gathering_since_ms < wait
+
+    @property
+    def hold_until_ms(self) -> int:
+        """When the small backlog held now goes out at the latest (-1: none held)."""
+        ends = []
+        if self._held_since_ms >= 0:
+            ends.append(self._held_since_ms + self.config.standby_push_ms)
+        if self._gathering_since_ms >= 0:
+            ends.append(self._gathering_since_ms + self.config.push_gather_ms)
+        return min(ends, default=-1)
+
     def _append(self, now_ms: int) -> list[PushEntryRequest]:
         out: list[PushEntryRequest] = []
         if self.pending:
@@ -234,8 +270,11 @@ class EntryDispatcher:
         self.throttled = False
         cfg = self.config
         # with pushes in flight before this pass, a small backlog waits for their answer;
-        # a standby's waits until it is standby_push_ms old
-        hold_small = bool(self.pending) or (self.write_index <= end and self._standing_by(now_ms))
+        # a standby's waits until it is standby_push_ms old; one that client appends on
+        # their way will join waits for them, at most push_gather_ms
+        hold_small = bool(self.pending) or (
+            self.write_index <= end and (self._standing_by(now_ms) or self._gathering(now_ms))
+        )
         small = min(COALESCE_BYTES, cfg.max_push_batch_bytes)
         while (
             self.write_index <= end
@@ -255,7 +294,7 @@ class EntryDispatcher:
             self.quota.sample(len(run), now_ms)
             self.pending[req.first_index] = _InFlight(req, now_ms)
             self.pending_bytes += len(run)
-            self._held_since_ms = -1
+            self._held_since_ms = self._gathering_since_ms = -1
             self.write_index += count
             out.append(req)
         if not self.pending and self.write_index > end:

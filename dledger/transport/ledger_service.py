@@ -20,11 +20,12 @@ import grpc  # type: ignore[import-untyped]
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
-from dledger.transport.service_core import ServiceCore, ShuttingDown, abort, parse, serialize
+from dledger.transport.service_core import ArrivalGauge, ServiceCore, ShuttingDown, abort, parse, serialize
 
 log = logging.getLogger(__name__)
 
 LEDGER_SERVICE = "dledger.v1.Ledger"
+APPEND_METHOD = f"/{LEDGER_SERVICE}/Append"
 
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry."""
@@ -158,6 +159,7 @@ class LedgerService:
 
     def append(self, raw: bytes, context: Any) -> Any:
         """Ledger.Append."""
+        self.core.incoming_appends.started()
         request = parse(pb.AppendRequest, raw, context)
         if self.core.is_closing:
             self._closing_abort(context)
@@ -348,7 +350,7 @@ class LedgerService:
         def unary(fn: Callable[[bytes, Any], Any]) -> Any:
             return grpc.unary_unary_rpc_method_handler(fn, request_deserializer=None, response_serializer=serialize)
 
-        return grpc.method_handlers_generic_handler(
+        handler = grpc.method_handlers_generic_handler(
             LEDGER_SERVICE,
             {
                 "Append": unary(self.append),
@@ -363,3 +365,18 @@ class LedgerService:
                 "LeadershipTransfer": unary(self.leadership_transfer),
             },
         )
+        return _CountingAppends(handler, self.core.incoming_appends)
+
+
+class _CountingAppends(grpc.GenericRpcHandler):  # type: ignore[misc]
+    """The service's handler, counting Append calls as they arrive: gRPC looks up the
+    handler on its polling thread, before a worker reads the request."""
+
+    def __init__(self, handler: Any, gauge: ArrivalGauge) -> None:
+        self._handler = handler
+        self._gauge = gauge
+
+    def service(self, handler_call_details: Any) -> Any:
+        if handler_call_details.method == APPEND_METHOD:
+            self._gauge.arrived()
+        return self._handler.service(handler_call_details)

@@ -4,6 +4,8 @@ client-call slots, the shutdown signal and the request parsing helpers."""
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ class NodeLike(Protocol):
     def wait_committed(self, above_index: int, timeout_s: float) -> int: ...
     def status(self) -> StatusLike: ...
     def leadership_transfer(self, transferee_id: str) -> Future[int]: ...
+    def set_incoming_appends(self, probe: Callable[[], int]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,46 @@ class ServiceLimits:
     follow_poll_s: float = 0.5
 
 
+class ArrivalGauge:
+    """How many client appends are on their way: calls gRPC has accepted
+    (`arrived`, from its polling thread) whose handler has not started yet (`started`).
+
+    A call cancelled before its handler runs never starts; its arrival is forgotten
+    after `stale_s`. Lock-free: deque appends and pops are atomic.
+
+    Args:
+        stale_s: how long an arrival counts at most.
+        clock: seconds, monotonic.
+    """
+
+    def __init__(self, stale_s: float = 0.05, clock: Callable[[], float] = time.monotonic) -> None:
+        self._arrivals: deque[float] = deque()
+        self._stale_s = stale_s
+        self._clock = clock
+
+    def arrived(self) -> None:
+        """A client append call was accepted."""
+        self._arrivals.append(self._clock())
+
+    def started(self) -> None:
+        """The handler of a client append call started (arrivals count, not identity)."""
+        try:  # noqa: SIM105 -- once per client call: cheaper than contextlib.suppress
+            self._arrivals.popleft()
+        except IndexError:  # forgotten as stale meanwhile
+            pass
+
+    def __call__(self) -> int:
+        """Calls on their way now."""
+        arrivals = self._arrivals
+        stale = self._clock() - self._stale_s
+        try:
+            while arrivals[0] < stale:
+                arrivals.popleft()
+        except IndexError:
+            pass
+        return len(arrivals)
+
+
 class ShuttingDown(Exception):
     """The server is shutting down (answered with gRPC UNAVAILABLE)."""
 
@@ -102,6 +145,8 @@ class ServiceCore:
         self._stream_slots = threading.BoundedSemaphore(limits.max_streams)
         self._wakers: set[Callable[[], None]] = set()
         self._wakers_lock = threading.Lock()
+        self.incoming_appends = ArrivalGauge()
+        node.set_incoming_appends(self.incoming_appends)
 
     # -- lifecycle
 

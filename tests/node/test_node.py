@@ -4,6 +4,7 @@ state machine, coalesced appends, restarts, sync durability and metrics."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -88,6 +89,19 @@ def test_concurrent_single_appends_are_coalesced_into_one_store_append(cluster_f
     assert sorted(results.values()) == list(range(min(results.values()), min(results.values()) + 10))
     for k, index in results.items():
         assert leader.get(index)[0].body == f"c{k}".encode()
+
+
+def test_a_backlog_waiting_for_appends_on_their_way_goes_when_push_gather_ms_ends(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(push_gather_ms=150, standby_push_ms=0)
+    leader = cluster.leader()
+    leader.append([b"warm"]).result(10)
+    leader.set_incoming_appends(lambda: 1)  # a call that never reaches the node
+    start = time.monotonic()
+    index = leader.append([b"held"]).result(10)
+    assert time.monotonic() - start >= 0.148  # held (the clock counts whole milliseconds)...
+    assert leader.get(index)[0].body == b"held"  # ... and committed once the hold ended
+    leader.set_incoming_appends(lambda: 0)
+    leader.append([b"free"]).result(10)
 
 
 def test_leader_shutdown_elects_a_new_leader_that_keeps_every_committed_entry(cluster_factory: Factory) -> None:

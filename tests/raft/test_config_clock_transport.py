@@ -43,6 +43,8 @@ def test_config_validation() -> None:
         DLedgerConfig(preferred_leader_ids="n9")
     with pytest.raises(ConfigError, match="standby_push_ms"):
         DLedgerConfig(standby_push_ms=-1)
+    with pytest.raises(ConfigError, match="push_gather_ms"):
+        DLedgerConfig(push_gather_ms=-1)
     assert DLedgerConfig(
         self_id="n1", peers="n0-h:1;n1-h:2", preferred_leader_ids="n0;n1"
     ).preferred_leader_id_list == [

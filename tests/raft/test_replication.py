@@ -282,6 +282,64 @@ def test_a_group_of_five_has_two_followers_pushed_at_once_and_two_standbys() -> 
     assert [log.counts(f) for f in followers] == [[1], [1], [1], [1]]
 
 
+# -- gathering: a small backlog waits for client appends on their way
+
+
+def gathering(seed: int, **cfg: object) -> tuple[Cluster, list[str], list[int], PushLog]:
+    """An elected group of three without standbys whose leader is told `on_the_way[0]`
+    client appends are on their way."""
+    c, leader, followers = elected(seed=seed, standby_push_ms=0, **cfg)
+    on_the_way = [0]
+    c.core(leader).incoming_appends = lambda: on_the_way[0]
+    return c, followers, on_the_way, PushLog(c)
+
+
+def test_appends_on_their_way_are_gathered_into_one_push() -> None:
+    c, (f1, f2), on_the_way, log = gathering(seed=17, push_gather_ms=50)
+    futures = []
+    for k, left in enumerate((2, 1, 0)):  # three client calls: the first two find more coming
+        on_the_way[0] = left
+        futures.append(c.append(b"g%d" % k))
+        c.step()
+        assert log.counts(f1) == log.counts(f2) == ([3] if left == 0 else [])
+    c.run_until(lambda: all(f.done() for f in futures))
+    assert c.bodies(c.leader() or "")[-3:] == [b"g0", b"g1", b"g2"]
+
+
+def test_a_lone_client_is_pushed_at_once_and_a_stuck_count_holds_at_most_push_gather_ms() -> None:
+    c, (f1, f2), on_the_way, log = gathering(seed=18, push_gather_ms=50)
+    leader = c.leader() or ""
+    for k in range(3):  # nothing on its way: every append goes with the next pass
+        fut = c.append(b"lone%d" % k)
+        c.step()
+        assert log.counts(f1) == log.counts(f2) == [1] * (k + 1)
+        c.run_until(fut.done)
+    log.appends.clear()
+    on_the_way[0] = 1  # a call that never reaches its handler
+    fut = c.append(b"held")
+    c.step()
+    start = c.now
+    dispatcher = c.core(leader).dispatchers[f1]
+    assert dispatcher.hold_until_ms == start + 50
+    c.run_until(lambda: bool(log.counts(f1)))
+    assert c.now == start + 50 and log.counts(f1) == log.counts(f2) == [1]
+    assert dispatcher.hold_until_ms == -1
+    c.run_until(fut.done)
+
+
+def test_no_gathering_when_disabled_or_for_a_large_backlog() -> None:
+    c, (f1, _f2), on_the_way, log = gathering(seed=19, push_gather_ms=0)
+    on_the_way[0] = 5
+    c.append(b"x")
+    c.step()
+    assert log.counts(f1) == [1]
+    c2, (g1, _g2), on_the_way2, log2 = gathering(seed=20, push_gather_ms=50)
+    on_the_way2[0] = 5
+    c2.append(*[bytes(1000)] * (COALESCE_BYTES // 1000))
+    c2.step()
+    assert log2.counts(g1) == [COALESCE_BYTES // 1000]
+
+
 # -- quota: catch-up traffic only
 
 

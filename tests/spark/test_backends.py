@@ -291,6 +291,9 @@ class _ReadNode:
     def committed_index(self) -> int:
         return int(self.store.end_index)
 
+    def set_incoming_appends(self, probe: Any) -> None:
+        pass  # serves reads only
+
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
         count = min(max_count, self.committed_index - from_index + 1)
         return self.store.read_columns(from_index, max(count, 0), max_bytes)  # type: ignore[no-any-return]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
@@ -34,9 +34,10 @@ from dledger.raft.messages import (
 )
 from dledger.store.base import ColumnBatch
 from dledger.store.memory import MemoryLogStore
-from dledger.transport.convert import columns_from_pb, pb, pb_grpc
+from dledger.transport.convert import columns_from_pb, pb, pb_grpc, to_pb
 from dledger.transport.grpc_client import GrpcTransport, open_channel, peer_deadline_ms
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
+from dledger.transport.service_core import ArrivalGauge
 
 pytestmark = pytest.mark.unit
 
@@ -105,6 +106,9 @@ class FakeNode:
         with self._cond:
             self._cond.wait_for(lambda: self.committed_index > above_index, timeout_s)
             return self.committed_index
+
+    def set_incoming_appends(self, probe: Callable[[], int]) -> None:
+        self.incoming_appends = probe
 
     def status(self) -> NodeStatus:
         return NodeStatus(
@@ -400,6 +404,45 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
         node.store.update_committed_index(0)
         node.held[0].set_result(0)
         assert pending.result(timeout=WAIT_S).code == 200
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+def test_arrival_gauge_counts_calls_on_their_way_and_forgets_stale_ones() -> None:
+    now = [100.0]
+    gauge = ArrivalGauge(stale_s=0.05, clock=lambda: now[0])
+    gauge.arrived()
+    gauge.arrived()
+    assert gauge() == 2
+    gauge.started()
+    assert gauge() == 1
+    now[0] += 0.06  # the other call never reached its handler (cancelled in the queue)
+    assert gauge() == 0
+    gauge.started()  # a handler whose arrival was forgotten meanwhile
+    gauge.arrived()
+    assert gauge() == 1
+
+
+def test_append_calls_count_as_on_their_way_until_their_handler_runs(node: FakeNode) -> None:
+    # both workers busy with peer pushes nobody answers: an Append waits in gRPC's queue
+    srv = GrpcServer(node, "127.0.0.1:0", ServiceLimits(max_workers=2, max_client_calls=1, peer_wait_s=1.0))
+    srv.start()
+    channel = ledger_channel(srv)
+    try:
+        probe = node.incoming_appends
+        assert probe is srv.core.incoming_appends and probe() == 0
+        push = to_pb(PushEntryRequest(group="g", remote_id="n0", local_id="n1", term=2, type=PushType.TRUNCATE))
+        blocked = [pb_grpc.PeerStub(channel).Push.future(push, timeout=WAIT_S) for _ in range(2)]
+        wait_until(lambda: len(node.peer_requests) == 2)
+        ledger = pb_grpc.LedgerStub(channel)
+        queued_get = ledger.Get.future(pb.GetRequest(index=0), timeout=WAIT_S)
+        queued_append = ledger.Append.future(pb.AppendRequest(bodies=[b"queued"]), timeout=WAIT_S)
+        wait_until(lambda: probe() == 1)  # the Append (not the Get) counts from its arrival
+        assert all(f.result(timeout=WAIT_S).code == ResponseCode.TIMEOUT for f in blocked)
+        assert queued_append.result(timeout=WAIT_S).code == ResponseCode.SUCCESS
+        queued_get.result(timeout=WAIT_S)
+        assert probe() == 0  # ... until its handler ran
     finally:
         channel.close()
         srv.stop(0)
