@@ -193,7 +193,7 @@ class DLedgerNode:
             out = self.core.tick_dispatcher(peer, now)
             hold_until = self.core.dispatchers[peer].hold_until_ms
         self._send(out)
-        return hold_until - now if hold_until >= 0 else None
+        return hold_until - now if hold_until > now else None
 
     def _tick_dispatcher(self, peer: str, now: int) -> list[Outbound]:
         """Under the lock, from any thread: one dispatcher's pass. When the pass begins

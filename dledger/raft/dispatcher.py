@@ -139,6 +139,7 @@ class EntryDispatcher:
         self.state = state
         self._clear_pending()
         self._control = None
+        self._held_since_ms = self._gathering_since_ms = -1
         if state is DispatchState.APPEND:
             self.write_index = self.match_index + 1
         elif state is DispatchState.COMPARE:
@@ -244,7 +245,10 @@ class EntryDispatcher:
 
     @property
     def hold_until_ms(self) -> int:
-        """When the small backlog held now goes out at the latest (-1: none held)."""
+        """When the small backlog held by the last pass goes out at the latest (-1: none
+        held)."""
+        if self.state is not DispatchState.APPEND or self.pending:
+            return -1
         ends = []
         if self._held_since_ms >= 0:
             ends.append(self._held_since_ms + self.config.standby_push_ms)
