@@ -185,10 +185,15 @@ class MappedTable:
         k, inner = divmod(offset - self.first_offset, self.file_size)
         return (k, inner) if k < len(self._views) else (-1, -1)
 
+    def fd_at(self, offset: int) -> tuple[int, int]:
+        """(descriptor of the segment holding `offset`, -1 if none or not kept; the
+        offset inside it)."""
+        k, inner = self.segment_of(offset)
+        return (-1 if k < 0 else self._fds[k]), inner
+
     def fd_of(self, offset: int) -> int:
         """The open descriptor of the segment holding `offset`, -1 when it has none."""
-        k, _ = self.segment_of(offset)
-        return -1 if k < 0 else self._fds[k]
+        return self.fd_at(offset)[0]
 
     def read(self, offset: int, n: int) -> bytes:
         """Copy of [offset, offset+n), which must lie inside one segment."""
@@ -350,8 +355,7 @@ class LogCore:
         advanced = (self.begin_index, self.end_index, self.end_term, self.write_pos)
         self.begin_index, self.end_index, self.end_term = self._stage_state
         self.write_pos = pos
-        fd = self._data.fd_of(pos)
-        rel = (pos - self._data.first_offset) % self._data.file_size
+        fd, rel = self._data.fd_at(pos)
         err = errno.EBADF if fd < 0 or rel + len(blob) > self._data.file_size else 0
         view = memoryview(blob)
         while not err and view:
