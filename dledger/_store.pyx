@@ -49,6 +49,7 @@ cdef extern from "dl_crc.h" nogil:
 cdef extern from "dl_segment.h" nogil:
     int dl_msync(unsigned char *base, size_t frm, size_t to)
     int dl_prefault(unsigned char *base, size_t frm, size_t to)
+    int dl_unmap_pages(unsigned char *base, size_t frm, size_t to)
     int dl_pwrite_all(int fd, const unsigned char *buf, size_t n, long long offset)
     int dl_close(int fd)
 
@@ -405,9 +406,9 @@ cdef class MappedTable:
             memset(p, 0, n)
 
     def _span(self, long long frm, long long to, int op) -> None:
-        # Runs op (0 = msync, 1 = prefault) over every segment part of [frm, to) with
-        # the GIL released; each segment's buffer is re-exported for the duration so a
-        # concurrent pop cannot unmap it.
+        # Runs op (0 = msync, 1 = prefault, 2 = unmap pages) over every segment part of
+        # [frm, to) with the GIL released; each segment's buffer is re-exported for the
+        # duration so a concurrent pop cannot unmap it.
         cdef Py_buffer view
         cdef long long start, end, seg_from, lo, hi
         cdef int rc = 0
@@ -428,11 +429,13 @@ cdef class MappedTable:
             with nogil:
                 if op == 0:
                     rc = dl_msync(<unsigned char *>view.buf, <size_t>lo, <size_t>hi)
-                else:
+                elif op == 1:
                     rc = dl_prefault(<unsigned char *>view.buf, <size_t>lo, <size_t>hi)
+                else:
+                    rc = dl_unmap_pages(<unsigned char *>view.buf, <size_t>lo, <size_t>hi)
             PyBuffer_Release(&view)
             if rc != 0:
-                raise OSError(rc, "msync failed")
+                raise OSError(rc, ("msync", "prefault", "unmap")[op] + " failed")
             start = seg_from + hi
 
     def msync(self, long long frm, long long to) -> None:
@@ -442,6 +445,12 @@ cdef class MappedTable:
     def prefault(self, long long frm, long long to) -> None:
         """Fault [frm, to) in writable without changing its bytes."""
         self._span(frm, to, 1)
+
+    def unmap_pages(self, long long frm, long long to) -> None:
+        """Drop this mapping's page-table entries for the whole pages inside [frm, to)
+        (MADV_DONTNEED) without holding the GIL: the page cache keeps them, dirty ones
+        stay dirty, and the next access maps them again."""
+        self._span(frm, to, 2)
 
 
 # --------------------------------------------------------------------------- log core

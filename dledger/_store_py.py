@@ -246,6 +246,16 @@ class MappedTable:
                 for off in range(start, hi, mmap.PAGESIZE):
                     obj[off]  # read fault: the page is in the cache afterwards
 
+    def unmap_pages(self, frm: int, to: int) -> None:
+        """Drop this mapping's page-table entries for the whole pages inside [frm, to)
+        (MADV_DONTNEED): the page cache keeps them, dirty ones stay dirty, and the next
+        access maps them again."""
+        page = mmap.PAGESIZE
+        for obj, lo, hi in self._spans(frm, to):
+            start, end = -(-lo // page) * page, hi - hi % page
+            if end > start:
+                obj.madvise(mmap.MADV_DONTNEED, start, end - start)
+
 
 def _close(fd: int) -> None:
     if fd >= 0:

@@ -112,6 +112,10 @@ class DLedgerConfig:
     disk_space_ratio_to_check_expired: float = 0.70
     disk_space_ratio_to_force_clean: float = 0.85
     enable_disk_force_clean: bool = True
+    # dledger-py: flushed pages more than this far behind the end of each file go back to
+    # the kernel, so that new pages reuse memory (0: keep them all cached); see
+    # StoreConfig.release_behind_bytes
+    release_behind_bytes: int = 256 * MIB
 
     _peer_map: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -142,7 +146,7 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
-        for name in ("standby_push_ms", "push_gather_ms"):
+        for name in ("standby_push_ms", "push_gather_ms", "release_behind_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if not 0 <= self.min_vote_interval_ms < self.max_vote_interval_ms:

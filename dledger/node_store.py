@@ -28,6 +28,7 @@ def store_config_for(config: DLedgerConfig) -> StoreConfig:
         disk_space_ratio_to_check_expired=config.disk_space_ratio_to_check_expired,
         disk_space_ratio_to_force_clean=config.disk_space_ratio_to_force_clean,
         enable_disk_force_clean=config.enable_disk_force_clean,
+        release_behind_bytes=config.release_behind_bytes,
     )
 
 

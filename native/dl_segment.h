@@ -37,6 +37,17 @@ static inline int dl_prefault(unsigned char *base, size_t from, size_t to) {
     return 0;
 }
 
+/* Drop this mapping's page-table entries for the whole pages inside [base+from,
+ * base+to) (MADV_DONTNEED). The page cache keeps the pages (a dirty one stays dirty)
+ * and the next access maps them again. Returns 0 or errno. */
+static inline int dl_unmap_pages(unsigned char *base, size_t from, size_t to) {
+    size_t page = (size_t)dl_page_size();
+    size_t start = (from + page - 1) / page * page;
+    size_t end = to - to % page;
+    if (end <= start) return 0;
+    return madvise(base + start, end - start, MADV_DONTNEED) == 0 ? 0 : errno;
+}
+
 /* pwrite all of [buf, buf+n) at `offset` of `fd`, retrying short writes and EINTR;
  * returns 0 or errno. */
 static inline int dl_pwrite_all(int fd, const unsigned char *buf, size_t n, long long offset) {

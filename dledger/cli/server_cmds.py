@@ -179,6 +179,13 @@ def server_command_line(args: list[str]) -> list[str]:
 @click.option(
     "--segment-size", callback=size_option, metavar="SIZE", help="Data segment size, e.g. 64MiB.  [default: 1GiB]"
 )
+@click.option(
+    "--release-behind",
+    callback=size_option,
+    metavar="SIZE",
+    help="Keep this much flushed data per file in the page cache, hand older pages back to the kernel "
+    "(0 keeps all).  [default: 256MiB]",
+)
 @click.option("--listen", help="Listen address instead of this member's peer address (e.g. 0.0.0.0:20911).")
 @click.option(
     "--log-level",
@@ -200,6 +207,7 @@ def server(
     flush_mode: str | None,
     heartbeat_ms: int | None,
     segment_size: int | None,
+    release_behind: int | None,
     listen: str | None,
     log_level: str,
 ) -> None:
@@ -243,6 +251,7 @@ def server(
             "flush_mode": flush_mode,
             "heart_beat_time_interval_ms": heartbeat_ms,
             "mapped_file_size_for_entry_data": segment_size,
+            "release_behind_bytes": release_behind,
         },
     )
     srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port)

@@ -28,6 +28,10 @@ from the data. When the log's end moves back (a truncation, counted by the core'
 
 After a failed msync nothing is acknowledged any more (fsyncgate): the store fails and
 every waiter gets DISK_ERROR.
+
+With `release_behind_bytes` set, the flush thread also hands flushed pages that far
+behind the end of each file back to the kernel, so that the pages faulted in ahead of
+the writer reuse memory the guest already has instead of memory the host took back.
 """
 
 from __future__ import annotations
@@ -98,6 +102,9 @@ class Durability:
         self._arrived = 0  # callers that came since it ended
         self._msync_s = 0.0  # recent data msync time (moving average)
         self._index_lock = threading.Lock()
+        self._released_data = 0  # pages before these offsets went back to the kernel
+        self._released_index = 0
+        self._release_refused = False
 
     def write_checkpoint(self) -> None:  # pragma: no cover - MmapLogStore's
         raise NotImplementedError
@@ -227,7 +234,8 @@ class Durability:
     def _flush_once(self) -> None:
         """One pass of the flush thread: flush what was appended (async mode; in sync
         mode the appends flush the data themselves and the index goes with the
-        checkpoint), then write the checkpoint when it is due."""
+        checkpoint), hand pages far behind back to the kernel (`release_behind_bytes`),
+        then write the checkpoint when it is due."""
         if self.state == impl.STATE_DISK_ERROR:
             return
         now = time.monotonic() * 1000
@@ -238,9 +246,42 @@ class Durability:
                 self.flush()
         elif checkpoint_due and index_to != self._flushed_index:
             self._flush_index()
+        self._release_behind()
         if checkpoint_due:
             self._last_checkpoint_ms = now
             self.write_checkpoint()
+
+    RELEASE_STEP_BYTES = 4 << 20
+    """Pages go back to the kernel in steps of at least this many bytes (a quarter of
+    `release_behind_bytes` when that is smaller), not on every flush."""
+    RELEASE_OVERLAP_BYTES = 2 << 20
+    """Each step starts this far before the previous one ended: the page cache drops
+    only whole folios (up to 2 MiB), so a folio across the previous end goes now."""
+
+    def _release_behind(self) -> None:
+        """Hand the flushed pages more than `release_behind_bytes` behind the end of the
+        data and of the index back to the kernel (StoreConfig.release_behind_bytes).
+        Only advice: when the kernel refuses it, a warning and the pages stay."""
+        keep = self.config.release_behind_bytes
+        if keep <= 0 or self._release_refused:
+            return
+        step = max(min(self.RELEASE_STEP_BYTES, keep // 4), 4096)
+        data_end = min(self._flushed_data, int(self.write_pos))
+        index_end = min(self._flushed_index, (int(self.end_index) + 1) * INDEX_UNIT_SIZE)
+        try:
+            self._released_data = self._release_pages(self.data_list, self._released_data, data_end - keep, step)
+            self._released_index = self._release_pages(self.index_list, self._released_index, index_end - keep, step)
+        except OSError as exc:
+            log.warning("cannot hand flushed pages back to the kernel, keeping them cached: %s", exc)
+            self._release_refused = True
+
+    def _release_pages(self, segments: SegmentList, released: int, to: int, step: int) -> int:
+        # Returns the new released position (it follows the log back when it shrank).
+        frm = min(released, max(to, 0))
+        if to - frm < step:
+            return frm
+        segments.release(max(frm - self.RELEASE_OVERLAP_BYTES, 0), to)
+        return to
 
     def _fail(self, exc: BaseException) -> None:
         # fsyncgate: after a failed flush nothing may be acknowledged any more.

@@ -56,6 +56,12 @@ class StoreConfig:
             pages are never mapped dirty and an msync of them costs less; "auto" (the
             default) is "pwrite" in sync mode and "mmap" in async mode. Reads use the
             mapping either way (the page cache is shared).
+        release_behind_bytes: keep at most this many flushed bytes of each file (data
+            and index) behind its end in the page cache, and hand older pages back to
+            the kernel from the flush thread (0, the default: keep them all, the kernel
+            decides). The writer's next pages then reuse memory that is already backed
+            instead of first-touch memory, which on VMs whose free memory goes back to
+            the host costs 7-12 us per page; reads further back come from disk.
         read_only: open without writing anything (inspection, offline readers).
         max_entry_size: the largest entry accepted (header + body), DLedger's 4 MiB.
         file_reserved_hours, delete_when, disk_space_ratio_to_check_expired,
@@ -73,6 +79,7 @@ class StoreConfig:
     java_compat: bool = False
     warm_ahead_bytes: int = 64 * 1024 * 1024
     data_writes: Literal["auto", "mmap", "pwrite"] = "auto"
+    release_behind_bytes: int = 0
     read_only: bool = False
     max_entry_size: int = MAX_ENTRY_SIZE
     file_reserved_hours: int = 72
@@ -91,6 +98,8 @@ class StoreConfig:
             raise ValueError("flush_mode must be 'async' or 'sync'")
         if self.data_writes not in ("auto", "mmap", "pwrite"):
             raise ValueError("data_writes must be 'auto', 'mmap' or 'pwrite'")
+        if self.release_behind_bytes < 0:
+            raise ValueError("release_behind_bytes must not be negative")
 
     @property
     def write_through(self) -> bool:
@@ -417,6 +426,9 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         self._durable_end_index = min(self._durable_end_index, self.end_index)
         self._committed = min(self._committed, self.end_index)
         self._warmed_to = self._index_warmed_to = 0
+        # bytes rewritten from here on go back to the kernel again once far enough behind
+        self._released_data = min(self._released_data, int(self.write_pos))
+        self._released_index = min(self._released_index, (self.end_index + 1) * INDEX_UNIT_SIZE)
 
     def get_locked(self, index: int) -> Entry:
         """`get` for callers that already hold the core lock."""

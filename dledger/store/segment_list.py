@@ -206,6 +206,35 @@ class SegmentList:
         mapped = spare[1] if spare is not None and spare[0] == offset else self._create(offset)
         self._push(mapped, offset)
 
+    # -- the page cache
+
+    def release(self, frm: int, to: int) -> None:
+        """Hand the pages of [frm, to) back to the kernel: this store's mapping lets go
+        of them and the clean ones leave the page cache (POSIX_FADV_DONTNEED). The bytes
+        stay in the files and are read again on the next access. The kernel drops whole
+        folios only: one that [frm, to) covers in part stays.
+
+        Raises:
+            OSError: the kernel refused (the pages stay where they are).
+        """
+        table = self.table
+        if not table.count:
+            return
+        start, end = max(frm, table.first_offset), min(to, table.end_offset)
+        if end <= start:
+            return
+        table.unmap_pages(start, end)
+        for offset in range(start - (start - table.first_offset) % self.file_size, end, self.file_size):
+            try:
+                fd = os.open(self.path_of(offset), os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted meanwhile (retention): nothing left to release
+            try:
+                lo = max(start - offset, 0)
+                os.posix_fadvise(fd, lo, min(end - offset, self.file_size) - lo, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
     # -- shrinking
 
     def drop_last(self) -> None:

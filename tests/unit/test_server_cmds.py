@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 from pathlib import Path
 
 import click
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 
 from dledger.cli.main import main
 from dledger.cli.server_cmds import build_config, index_segment_size, load_config_file, parse_size
+from dledger.config import DLedgerConfig
 
 pytestmark = pytest.mark.unit
 
@@ -55,12 +57,15 @@ def test_dledger_yaml_keys_and_proxy_form(tmp_path: Path, capsys: pytest.Capture
 
 def test_flat_yaml_and_bad_files(tmp_path: Path) -> None:
     flat = tmp_path / "flat.yaml"
-    flat.write_text("group: g2\nself_id: n3\npeers: n3-h:9\nmappedFileSizeForEntryData: 16MiB\n")
+    flat.write_text(
+        "group: g2\nself_id: n3\npeers: n3-h:9\nmappedFileSizeForEntryData: 16MiB\nreleaseBehindBytes: 64MiB\n"
+    )
     assert load_config_file(flat) == {
         "group": "g2",
         "self_id": "n3",
         "peers": "n3-h:9",
         "mapped_file_size_for_entry_data": 16 << 20,
+        "release_behind_bytes": 64 << 20,
     }
     for text in ("- a list\n", "key: [unclosed\n", "maxHeartBeatLeak: many\n"):
         bad = tmp_path / "bad.yaml"
@@ -88,8 +93,31 @@ def test_help_of_both_commands() -> None:
     assert server_help.exit_code == 0
     for option in ("--group", "--id", "--peers", "--store-base-dir", "--read-only-data-store-dirs",
                    "--peer-push-throttle-point", "--peer-push-quotas", "--preferred-leader-id", "--config-file",
-                   "--metrics-port", "--flush-mode", "--heartbeat-ms", "--segment-size"):  # fmt: skip
+                   "--metrics-port", "--flush-mode", "--heartbeat-ms", "--segment-size",
+                   "--release-behind"):  # fmt: skip
         assert option in server_help.output
     cluster_help = runner.invoke(main, ["cluster", "--help"])
     assert cluster_help.exit_code == 0 and "resumes" in cluster_help.output
     assert "--nodes" in cluster_help.output and "--config-file" in cluster_help.output
+
+
+def test_store_options_reach_the_server_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import dledger.server
+
+    started: list[DLedgerConfig] = []
+
+    class Recorder:
+        def __init__(self, config: DLedgerConfig, **_: object) -> None:
+            started.append(config)
+
+        def run_until_signal(self) -> None:
+            pass
+
+    monkeypatch.setattr(dledger.server, "DLedgerServer", Recorder)
+    monkeypatch.setattr(faulthandler, "register", lambda *_, **__: None)  # CliRunner's stderr has no fileno
+    args = ["server", "-s", str(tmp_path), "--segment-size", "16MiB", "--release-behind", "64MiB"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert started[0].mapped_file_size_for_entry_data == 16 << 20
+    assert started[0].release_behind_bytes == 64 << 20
+    assert CliRunner().invoke(main, [*args[:-1], "lots"]).exit_code == 2
