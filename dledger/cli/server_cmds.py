@@ -226,10 +226,12 @@ def server(
     import faulthandler
     import signal
 
+    from dledger import allocator
     from dledger.server import DLedgerServer
     from dledger.transport.grpc_server import BindError
 
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
+    allocator.keep_freed_memory()  # reuse freed message buffers (see dledger.allocator)
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),

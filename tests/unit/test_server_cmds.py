@@ -101,10 +101,12 @@ def test_help_of_both_commands() -> None:
     assert "--nodes" in cluster_help.output and "--config-file" in cluster_help.output
 
 
-def test_store_options_reach_the_server_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_server_options_and_malloc_tuning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import dledger.allocator
     import dledger.server
 
     started: list[DLedgerConfig] = []
+    tuned: list[bool] = []
 
     class Recorder:
         def __init__(self, config: DLedgerConfig, **_: object) -> None:
@@ -115,9 +117,11 @@ def test_store_options_reach_the_server_config(monkeypatch: pytest.MonkeyPatch, 
 
     monkeypatch.setattr(dledger.server, "DLedgerServer", Recorder)
     monkeypatch.setattr(faulthandler, "register", lambda *_, **__: None)  # CliRunner's stderr has no fileno
+    monkeypatch.setattr(dledger.allocator, "keep_freed_memory", lambda: tuned.append(True))
     args = ["server", "-s", str(tmp_path), "--segment-size", "16MiB", "--release-behind", "64MiB"]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert started[0].mapped_file_size_for_entry_data == 16 << 20
     assert started[0].release_behind_bytes == 64 << 20
+    assert tuned == [True]  # the server process keeps freed buffers (dledger.allocator)
     assert CliRunner().invoke(main, [*args[:-1], "lots"]).exit_code == 2
