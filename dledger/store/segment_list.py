@@ -224,14 +224,17 @@ class SegmentList:
         if end <= start:
             return
         table.unmap_pages(start, end)
-        for offset in range(start - (start - table.first_offset) % self.file_size, end, self.file_size):
+        pos = start
+        while pos < end:
+            path, lo = self.locate(pos)
+            n = min(self.file_size - lo, end - pos)
+            pos += n
             try:
-                fd = os.open(self.path_of(offset), os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
                 continue  # deleted meanwhile (retention): nothing left to release
             try:
-                lo = max(start - offset, 0)
-                os.posix_fadvise(fd, lo, min(end - offset, self.file_size) - lo, os.POSIX_FADV_DONTNEED)
+                os.posix_fadvise(fd, lo, n, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
 
