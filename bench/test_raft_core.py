@@ -76,8 +76,8 @@ class LeanCluster:
                 self.deliver(n, core.tick(self.now))
             lead = self.cores[leader]
             if (
-                lead.ms.is_leader
-                and all(c.ms.leader_id == leader for c in self.cores.values())
+                lead.member_state.is_leader
+                and all(c.member_state.leader_id == leader for c in self.cores.values())
                 and all(d.state is DispatchState.APPEND for d in lead.dispatchers.values())
             ):
                 return
@@ -96,10 +96,10 @@ class LeanCluster:
     def drain(self, last: int) -> None:
         """Pump until `last` is committed on the leader."""
         for _ in range(1000):
-            if self.leader.ms.committed_index >= last:
+            if self.leader.member_state.committed_index >= last:
                 return
             self.pump()
-        raise AssertionError(f"index {last} not committed: {self.leader.ms!r}")
+        raise AssertionError(f"index {last} not committed: {self.leader.member_state!r}")
 
     def prepare(self) -> None:
         for store in self.stores.values():
@@ -126,14 +126,14 @@ def test_raft_core(benchmark: Any, workdir: Path, label: str, mode: str) -> None
     now = cluster.now  # time stands still: no heartbeat or timeout falls due during a round
 
     def batched() -> None:
-        last = leader.ms.committed_index + entries
+        last = leader.member_state.committed_index + entries
         for _ in range(pumps):
             append(bodies, now)
             cluster.pump()
         cluster.drain(last)
 
     def single() -> None:
-        last = leader.ms.committed_index + entries
+        last = leader.member_state.committed_index + entries
         for _ in range(pumps):
             for body in bodies:
                 append((body,), now)
@@ -149,7 +149,9 @@ def test_raft_core(benchmark: Any, workdir: Path, label: str, mode: str) -> None
             iterations=1,
         )
         for peer in ("n1", "n2"):
-            assert cluster.cores[peer].ms.committed_index >= leader.ms.committed_index - 2 * PER_PUMP
+            assert (
+                cluster.cores[peer].member_state.committed_index >= leader.member_state.committed_index - 2 * PER_PUMP
+            )
             assert cluster.stores[peer].end_index == cluster.stores["n0"].end_index
     finally:
         cluster.close()

@@ -9,9 +9,10 @@ The embedded store::
 """
 
 from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.embedded import LocalLog, open_log
 from dledger.entry import Entry
-from dledger.store.base import ColumnBatch, LogStore
+from dledger.raft.log import LogStore
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, StoreConfig
 

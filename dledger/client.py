@@ -48,9 +48,9 @@ from dledger.client_types import (
 )
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.config import parse_peers
 from dledger.entry import Entry
-from dledger.store.base import ColumnBatch
 from dledger.transport.convert import entry_from_pb, pb
 from dledger.transport.grpc_client import open_channel
 

@@ -15,8 +15,8 @@ import grpc  # type: ignore[import-untyped]
 
 from dledger.client_policy import Backoff, Decision, read_decision, rpc_code, status_details, status_name
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.entry import Entry
-from dledger.store.base import ColumnBatch
 from dledger.transport.convert import PACKED, MalformedMessage, columns_from_pb, pb
 
 if TYPE_CHECKING:

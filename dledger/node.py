@@ -22,6 +22,7 @@ from functools import partial
 
 from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
@@ -29,12 +30,12 @@ from dledger.node_status import NodeStatus
 from dledger.node_store import open_node_store
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import Outbound
-from dledger.raft.member_state import Role, TermStore
+from dledger.raft.log import LogStore, TermStore
+from dledger.raft.member_state import Role
 from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
 from dledger.service_thread import ServiceThread
 from dledger.statemachine import StateMachine, StateMachineCaller
 from dledger.store.abort_marker import AbortMarker
-from dledger.store.base import ColumnBatch, LogStore
 from dledger.store.mmap_store import MmapLogStore
 from dledger.store.term_store import FileTermStore
 from dledger.transport.base import Transport
@@ -93,11 +94,11 @@ class DLedgerNode:
         self._appends: deque[_ClientAppend] = deque()
         self._ack_pool = ThreadPoolExecutor(1, thread_name_prefix="dledger-ack") if self.sync_mode else None
         self.caller = (
-            StateMachineCaller(self.store, lambda: self.core.ms.committed_index, state_machine)
+            StateMachineCaller(self.store, lambda: self.core.member_state.committed_index, state_machine)
             if state_machine is not None
             else None
         )
-        self._role = self.core.ms.role
+        self._role = self.core.member_state.role
         self._started = False
         self._stopped = False
         self._threads: dict[str, ServiceThread] = {}
@@ -123,7 +124,7 @@ class DLedgerNode:
         threads = [ServiceThread(f"dledger-elector-{self.config.self_id}", self._elector_pass, elector_ms)]
         threads += [
             ServiceThread(f"dledger-dispatch-{peer}", partial(self._dispatcher_pass, peer), IDLE_PASS_MS)
-            for peer in self.core.ms.other_peer_ids
+            for peer in self.core.member_state.other_peer_ids
         ]
         threads.append(ServiceThread("dledger-entry-handler", self._handler_pass, IDLE_PASS_MS))
         threads.append(ServiceThread("dledger-quorum-ack", self._quorum_pass, IDLE_PASS_MS))
@@ -167,14 +168,14 @@ class DLedgerNode:
         """Hold the core lock for one step (yielding `now_ms`), then tell waiters and
         threads what the step moved: a new role, a higher commit index."""
         with self._lock:
-            ms = self.core.ms
-            committed_before = ms.committed_index
+            member = self.core.member_state
+            committed_before = member.committed_index
             yield self._now()
-            if ms.role is not self._role:
-                self._role = ms.role
-                if ms.is_leader:
+            if member.role is not self._role:
+                self._role = member.role
+                if member.is_leader:
                     self._wake_dispatchers()
-            if ms.committed_index != committed_before:
+            if member.committed_index != committed_before:
                 self._commit_cond.notify_all()
                 self._wake("dledger-sm-caller")
 
@@ -187,7 +188,7 @@ class DLedgerNode:
         """The dispatcher thread's pass; returns the time left of a hold on a small
         backlog (its thread runs again then) or None."""
         with self._lock:
-            if not self.core.ms.is_leader:
+            if not self.core.member_state.is_leader:
                 return None
             now = self._now()
             out = self.core.tick_dispatcher(peer, now)
@@ -223,7 +224,7 @@ class DLedgerNode:
             thread.wakeup()
 
     def _wake_dispatchers(self) -> None:
-        for peer in self.core.ms.other_peer_ids:
+        for peer in self.core.member_state.other_peer_ids:
             self._wake(f"dledger-dispatch-{peer}")
 
     # -- peer traffic
@@ -259,7 +260,7 @@ class DLedgerNode:
         out: list[Outbound] = []
         with self._step() as now:
             self.core.on_response(target_id, request, response, now)
-            if isinstance(request, PushEntryRequest) and self.core.ms.is_leader:
+            if isinstance(request, PushEntryRequest) and self.core.member_state.is_leader:
                 out = self._tick_dispatcher(target_id, now)  # keep the pipeline full
         if not isinstance(request, PushEntryRequest):
             self._wake(f"dledger-elector-{self.config.self_id}")
@@ -344,7 +345,7 @@ class DLedgerNode:
     def _tick_dispatchers(self, now: int) -> list[Outbound]:
         """Under the lock: every dispatcher's pass (what to push now)."""
         out: list[Outbound] = []
-        for peer in self.core.ms.other_peer_ids:
+        for peer in self.core.member_state.other_peer_ids:
             out += self._tick_dispatcher(peer, now)
         return out
 
@@ -358,7 +359,7 @@ class DLedgerNode:
             return False  # another caller appended ours already
         try:
             futures = self.core.append_requests([request.bodies for request in batch], now)
-            if len(self.core.ms.peer_ids) == 1:
+            if len(self.core.member_state.peer_ids) == 1:
                 self.core.tick_quorum(now)  # a group of one commits at once
         except DLedgerError as exc:
             for request in batch:
@@ -380,7 +381,7 @@ class DLedgerNode:
             DLedgerError: INDEX_OUT_OF_RANGE when `index` is not committed here,
                 INDEX_LESS_THAN_LOCAL_BEGIN when it was deleted from this log.
         """
-        committed = self.core.ms.committed_index
+        committed = self.core.member_state.committed_index
         if index < 0 or index > committed:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} is not committed (commit {committed})")
         if index < self.store.begin_index:
@@ -397,7 +398,7 @@ class DLedgerNode:
         commit index as it stands when the iteration reaches it."""
         index = max(from_index, self.store.begin_index, 0)
         while to_index is None or index < to_index:
-            if index > self.core.ms.committed_index:
+            if index > self.core.member_state.committed_index:
                 return
             count = batch if to_index is None else min(batch, to_index - index)
             entries = self.get(index, count)
@@ -411,7 +412,7 @@ class DLedgerNode:
         Raises:
             DLedgerError: INDEX_LESS_THAN_LOCAL_BEGIN when `from_index` was deleted here.
         """
-        committed = self.core.ms.committed_index
+        committed = self.core.member_state.committed_index
         if from_index > committed or max_count <= 0:
             return ColumnBatch.empty()
         if from_index < max(self.store.begin_index, 0):
@@ -428,8 +429,10 @@ class DLedgerNode:
         """Block until the committed index exceeds `above_index` (or the timeout, or
         shutdown); returns the committed index."""
         with self._commit_cond:
-            self._commit_cond.wait_for(lambda: self.core.ms.committed_index > above_index or self._stopped, timeout_s)
-            return self.core.ms.committed_index
+            self._commit_cond.wait_for(
+                lambda: self.core.member_state.committed_index > above_index or self._stopped, timeout_s
+            )
+            return self.core.member_state.committed_index
 
     def leadership_transfer(self, transferee_id: str) -> Future[int]:
         """Hand leadership to `transferee_id`; the future completes with the new term.
@@ -464,22 +467,22 @@ class DLedgerNode:
     @property
     def is_leader(self) -> bool:
         """True while this member leads."""
-        return self.core.ms.is_leader
+        return self.core.member_state.is_leader
 
     @property
     def term(self) -> int:
         """The current term."""
-        return self.core.ms.current_term
+        return self.core.member_state.current_term
 
     @property
     def leader_id(self) -> str | None:
         """The leader this member knows of."""
-        return self.core.ms.leader_id
+        return self.core.member_state.leader_id
 
     @property
     def committed_index(self) -> int:
         """The committed index known here."""
-        return self.core.ms.committed_index
+        return self.core.member_state.committed_index
 
     @property
     def applied_index(self) -> int:
@@ -495,19 +498,19 @@ class DLedgerNode:
     def status(self) -> NodeStatus:
         """A consistent snapshot of this member's state."""
         with self._lock:
-            ms = self.core.ms
-            marks = self.core.quorum.water_marks.get(ms.current_term, {}) if ms.is_leader else {}
+            member = self.core.member_state
+            marks = self.core.quorum.water_marks.get(member.current_term, {}) if member.is_leader else {}
             return NodeStatus(
-                group=ms.group,
-                self_id=ms.self_id,
-                role=ms.role.name,
-                term=ms.current_term,
-                leader_id=ms.leader_id,
+                group=member.group,
+                self_id=member.self_id,
+                role=member.role.name,
+                term=member.current_term,
+                leader_id=member.leader_id,
                 peers=self.config.peer_map,
                 begin_index=self.store.begin_index,
                 end_index=self.store.end_index,
                 end_term=self.store.end_term,
-                committed_index=ms.committed_index,
+                committed_index=member.committed_index,
                 applied_index=self.applied_index,
-                peer_match={peer: marks.get(peer, -1) for peer in ms.peer_ids} if ms.is_leader else {},
+                peer_match={peer: marks.get(peer, -1) for peer in member.peer_ids} if member.is_leader else {},
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dledger.config import DLedgerConfig
-from dledger.store.base import LogStore
+from dledger.raft.log import LogStore
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, StoreConfig
 

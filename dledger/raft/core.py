@@ -22,7 +22,8 @@ from dledger.config import DLedgerConfig
 from dledger.raft.dispatcher import EntryDispatcher
 from dledger.raft.elector import LeaderElector, Outbound
 from dledger.raft.entry_handler import EntryHandler
-from dledger.raft.member_state import MemberState, Role, TermStore
+from dledger.raft.log import LogStore, TermStore
+from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
@@ -36,7 +37,6 @@ from dledger.raft.messages import (
 )
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.raft.transfer import LeadershipTransfer
-from dledger.store.base import LogStore
 
 MAX_HANDLER_STEPS_PER_TICK = 10_000
 
@@ -68,19 +68,21 @@ class RaftCore:
     ) -> None:
         self.config = config
         self.store = store
-        self.ms = MemberState(config, store, term_store)
+        self.member_state = MemberState(config, store, term_store)
         # with async flush, entries acknowledged before an unclean shutdown may be gone
-        self.elector = LeaderElector(config, self.ms, rng, unclean_restart and config.flush_mode == "async")
-        self.quorum = QuorumAckChecker(config, self.ms)
+        self.elector = LeaderElector(config, self.member_state, rng, unclean_restart and config.flush_mode == "async")
+        self.quorum = QuorumAckChecker(config, self.member_state)
         self.incoming_appends: Callable[[], int] = _nothing_incoming
         """How many client appends are on their way to this member (set by the service
         layer; dispatchers gather small backlogs while some are: see dledger.raft.dispatcher)."""
         self.dispatchers = {
-            p: EntryDispatcher(config, self.ms, p, self.quorum, self._keeping_up_ahead, self._incoming_appends)
-            for p in self.ms.other_peer_ids
+            p: EntryDispatcher(
+                config, self.member_state, p, self.quorum, self._keeping_up_ahead, self._incoming_appends
+            )
+            for p in self.member_state.other_peer_ids
         }
-        self.handler = EntryHandler(config, self.ms)
-        self.transfer = LeadershipTransfer(config, self.ms, self.elector, self.quorum)
+        self.handler = EntryHandler(config, self.member_state)
+        self.transfer = LeadershipTransfer(config, self.member_state, self.elector, self.quorum)
         self.elector.listeners.append(self._on_role_change)
 
     def _incoming_appends(self) -> int:
@@ -106,7 +108,7 @@ class RaftCore:
             if (
                 cfg.enable_fast_advance_commit_index
                 and not cfg.java_compat
-                and self.ms.committed_index < self.store.end_index
+                and self.member_state.committed_index < self.store.end_index
             ):
                 # older entries only commit with one of the new term (Raft §5.4.2): a NOOP
                 # of the new term lets them commit without waiting for a client write
@@ -126,15 +128,15 @@ class RaftCore:
         All or nothing: raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING,
         REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL (for the requests together) and
         then appends none of them."""
-        ms = self.ms
-        if not ms.is_leader:
-            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {ms.leader_id}")
-        if ms.transferee is not None:
-            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {ms.transferee}")
+        member = self.member_state
+        if not member.is_leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
+        if member.transferee is not None:
+            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {member.transferee}")
         if not requests or not all(requests):
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
         sizes = [sum(map(len, bodies)) for bodies in requests]
-        term = ms.current_term
+        term = member.current_term
         self.quorum.check_not_full(term, sum(sizes))
         self.store.term = term
         if len(requests) == 1:
@@ -159,7 +161,7 @@ class RaftCore:
         NETWORK_ERROR or TIMEOUT; it never raises. While it runs, appends fail with
         LEADER_TRANSFERRING.
         """
-        return self.transfer.start(transferee_id, self.ms.current_term, now_ms)
+        return self.transfer.start(transferee_id, self.member_state.current_term, now_ms)
 
     # -- peer side
 
@@ -170,7 +172,10 @@ class RaftCore:
             if bad is None:
                 return cast("Future[RequestOrResponse]", self.handler.handle_push(req, now_ms))
             reply: RequestOrResponse = PushEntryResponse(
-                local_id=self.ms.self_id, remote_id=req.local_id, code=bad, term=self.ms.current_term
+                local_id=self.member_state.self_id,
+                remote_id=req.local_id,
+                code=bad,
+                term=self.member_state.current_term,
             )
         elif isinstance(req, HeartBeatRequest):
             reply = self.elector.handle_heartbeat(req, now_ms)
@@ -180,7 +185,10 @@ class RaftCore:
             return cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
         else:
             reply = RequestOrResponse(
-                group=self.ms.group, local_id=self.ms.self_id, remote_id=req.local_id, code=ResponseCode.UNSUPPORTED
+                group=self.member_state.group,
+                local_id=self.member_state.self_id,
+                remote_id=req.local_id,
+                code=ResponseCode.UNSUPPORTED,
             )
         result: Future[RequestOrResponse] = Future()
         result.set_result(reply)
@@ -198,7 +206,7 @@ class RaftCore:
     def tick_dispatcher(self, peer_id: str, now_ms: int) -> list[Outbound]:
         """One pass of the EntryDispatcher of `peer_id` (nothing unless leader)."""
         dispatcher = self.dispatchers.get(peer_id)
-        if dispatcher is None or not self.ms.is_leader:
+        if dispatcher is None or not self.member_state.is_leader:
             return []
         return [Outbound(peer_id, r) for r in dispatcher.tick(now_ms)]
 
@@ -217,7 +225,7 @@ class RaftCore:
         steps = 0
         while steps < MAX_HANDLER_STEPS_PER_TICK and self.handler.run_once(now_ms):
             steps += 1
-        if self.ms.is_leader:
+        if self.member_state.is_leader:
             for peer in self.dispatchers:
                 out.extend(self.tick_dispatcher(peer, now_ms))
             self.quorum.check(now_ms)
@@ -234,7 +242,7 @@ class RaftCore:
             resp = None
         if isinstance(req, PushEntryRequest):
             push = resp if isinstance(resp, PushEntryResponse) else None
-            if push is not None and push.term > self.ms.current_term and self.ms.is_leader:
+            if push is not None and push.term > self.member_state.current_term and self.member_state.is_leader:
                 self.elector.change_role_to_candidate(push.term)
                 return False
             dispatcher = self.dispatchers.get(target_id)
@@ -242,7 +250,7 @@ class RaftCore:
                 return False
             before = dispatcher.match_index
             dispatcher.on_response(req, push, now_ms)
-            if dispatcher.match_index == before or not self.ms.is_leader:
+            if dispatcher.match_index == before or not self.member_state.is_leader:
                 return False
             self.quorum.check(now_ms)
             return True
@@ -263,16 +271,16 @@ class RaftCore:
         (`store.set_retention_floor`). On the leader: the smallest follower match index
         + 1 (a follower not matched yet in this term counts as needing everything), never
         above committed + 1; elsewhere: committed + 1."""
-        ms = self.ms
-        floor = ms.committed_index + 1
-        if ms.is_leader:
+        member = self.member_state
+        floor = member.committed_index + 1
+        if member.is_leader:
             for dispatcher in self.dispatchers.values():
-                match = dispatcher.match_index if dispatcher.term == ms.current_term else -1
+                match = dispatcher.match_index if dispatcher.term == member.current_term else -1
                 floor = min(floor, match + 1)
         return max(floor, 0)
 
     def get_committed(self, index: int) -> bytes:
         """The body at `index` if it is committed on this member (never uncommitted data)."""
-        if index > self.ms.committed_index:
+        if index > self.member_state.committed_index:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} is not committed")
         return self.store.get_body(index)

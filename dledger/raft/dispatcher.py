@@ -36,11 +36,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
-from dledger._native import impl
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.quota import new_quota
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
 from dledger.raft.quorum_ack import QuorumAckChecker
@@ -91,11 +90,11 @@ class EntryDispatcher:
         incoming_appends: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
-        self.ms = member_state
+        self.member_state = member_state
         self.store = member_state.store
         self.peer_id = peer_id
         self.quorum = quorum
-        self.quota: Any = impl.Quota(config.peer_push_quota)
+        self.quota = new_quota(config.peer_push_quota)
         self.term = -1
         self.state = DispatchState.COMPARE
         self.match_index = -1
@@ -147,13 +146,13 @@ class EntryDispatcher:
 
     def _base(self, push_type: PushType) -> PushEntryRequest:
         return PushEntryRequest(
-            group=self.ms.group,
-            local_id=self.ms.self_id,
+            group=self.member_state.group,
+            local_id=self.member_state.self_id,
             remote_id=self.peer_id,
-            leader_id=self.ms.self_id,
+            leader_id=self.member_state.self_id,
             term=self.term,
             type=push_type,
-            commit_index=self.ms.committed_index,
+            commit_index=self.member_state.committed_index,
         )
 
     def _term_at(self, index: int) -> int:
@@ -163,11 +162,11 @@ class EntryDispatcher:
 
     def tick(self, now_ms: int) -> list[PushEntryRequest]:
         """One pass: the push requests to send now."""
-        ms = self.ms
-        if not ms.is_leader:
+        member = self.member_state
+        if not member.is_leader:
             return []
-        if self.term != ms.current_term:
-            self.reset(ms.current_term)
+        if self.term != member.current_term:
+            self.reset(member.current_term)
         ctl = self._control
         if ctl is not None and now_ms - ctl.send_ms < self.config.max_push_timeout_ms:
             return []
@@ -204,12 +203,12 @@ class EntryDispatcher:
         lag_bytes = last.pos + last.size - self.store.get(self.write_index).pos
         if lag_bytes < self.config.peer_push_throttle_point:
             return False
-        return bool(self.quota.validate_now(now_ms))
+        return self.quota.validate_now(now_ms)
 
     def keeping_up(self, now_ms: int) -> bool:
         """Whether this follower takes pushes as they come: in APPEND, not throttled, no
         push to it unanswered for `standby_push_ms` or longer and none sent again."""
-        if self.state is not DispatchState.APPEND or self.throttled or self.term != self.ms.current_term:
+        if self.state is not DispatchState.APPEND or self.throttled or self.term != self.member_state.current_term:
             return False
         if not self.pending:
             return True
@@ -219,11 +218,11 @@ class EntryDispatcher:
     def _standing_by(self, now_ms: int) -> bool:
         """Whether this follower's small backlog waits now (see the module docstring)."""
         wait = self.config.standby_push_ms
-        needed = len(self.ms.peer_ids) // 2
+        needed = len(self.member_state.peer_ids) // 2
         if (
             wait <= 0
             or self._keeping_up_ahead is None
-            or self.ms.transferee == self.peer_id
+            or self.member_state.transferee == self.peer_id
             or self._keeping_up_ahead(self.peer_id, now_ms) < needed
         ):
             self._held_since_ms = -1
@@ -266,7 +265,7 @@ class EntryDispatcher:
             if now_ms - oldest.send_ms >= self.config.max_push_timeout_ms:
                 # lost push or ack: send that push again, alone (as DLedger resends the one
                 # at water mark + 1); the follower may hold the later ones already
-                again = replace(oldest.request, commit_index=self.ms.committed_index)
+                again = replace(oldest.request, commit_index=self.member_state.committed_index)
                 self.pending[first] = _InFlight(again, now_ms, resent=True)
                 self.quota.sample(len(again.entries), now_ms)
                 out.append(again)
@@ -302,7 +301,7 @@ class EntryDispatcher:
             self.write_index += count
             out.append(req)
         if not self.pending and self.write_index > end:
-            commit = self.ms.committed_index
+            commit = self.member_state.committed_index
             due = now_ms - self.last_push_commit_ms >= self.config.commit_push_interval_ms
             if due or commit > self.last_pushed_commit_index:
                 req = self._base(PushType.COMMIT)
@@ -315,7 +314,7 @@ class EntryDispatcher:
 
     def on_response(self, req: PushEntryRequest, resp: PushEntryResponse | None, now_ms: int) -> None:
         """Handle the answer to `req` (None: network error, retried after the timeout)."""
-        if req.term != self.term or not self.ms.is_leader or self.ms.current_term != self.term:
+        if req.term != self.term or not self.member_state.is_leader or self.member_state.current_term != self.term:
             return
         if resp is not None and resp.term > self.term:
             return  # the elector steps down on the higher term

@@ -83,7 +83,7 @@ class LeaderElector:
         unclean_restart: bool = False,
     ) -> None:
         self.config = config
-        self.ms = member_state
+        self.member_state = member_state
         self.rng = rng
         self.last_leader_heart_beat_time = -1
         self.last_send_heart_beat_time = -1
@@ -121,24 +121,24 @@ class LeaderElector:
             listener(term, role)
 
     def change_role_to_leader(self, term: int) -> None:
-        if self.ms.current_term != term:
+        if self.member_state.current_term != term:
             return
-        self.ms.change_to_leader(term)
+        self.member_state.change_to_leader(term)
         self.peers_live_table.clear()  # liveness from an earlier leadership is stale
         self.last_send_heart_beat_time = -1
         self.last_succ_heart_beat_time = self._now_ms
         self._role_changed(term, Role.LEADER)
 
     def change_role_to_follower(self, term: int, leader_id: str) -> None:
-        self.ms.change_to_follower(term, leader_id)
+        self.member_state.change_to_follower(term, leader_id)
         self.last_leader_heart_beat_time = self._now_ms
         self._role_changed(term, Role.FOLLOWER)
 
     def change_role_to_candidate(self, term: int) -> None:
         """Step down (or stay) candidate; a higher `term` is reached at the next round."""
-        if term < self.ms.current_term:
+        if term < self.member_state.current_term:
             return
-        self.ms.change_to_candidate(term)
+        self.member_state.change_to_candidate(term)
         self._role_changed(term, Role.CANDIDATE)
 
     def take_leadership(self, now_ms: int) -> int:
@@ -147,10 +147,10 @@ class LeaderElector:
         heartbeat of the old leader arriving in between cannot make this member follow it
         again. Returns the term it stands in (`term_to_take_leadership`)."""
         self._now_ms = now_ms
-        ms = self.ms
-        self.change_role_to_candidate(ms.current_term + 1)
-        term = ms.next_term()
-        ms.term_to_take_leadership = term
+        member = self.member_state
+        self.change_role_to_candidate(member.current_term + 1)
+        term = member.next_term()
+        member.term_to_take_leadership = term
         self.need_increase_term_immediately = False
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self.next_time_to_request_vote = now_ms
@@ -159,7 +159,7 @@ class LeaderElector:
     def next_vote_time(self, now_ms: int) -> int:
         """now + a random interval (the short take-leadership one while this member is the
         transferee of a leadership transfer in its current term)."""
-        if self.ms.is_taking_leadership():
+        if self.member_state.is_taking_leadership():
             lo, hi = self.config.min_take_leadership_vote_interval_ms, self.config.max_take_leadership_vote_interval_ms
         else:
             lo, hi = self.config.min_vote_interval_ms, self.config.max_vote_interval_ms
@@ -169,40 +169,40 @@ class LeaderElector:
 
     def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
         """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member."""
-        if req.remote_id != self.ms.self_id:
+        if req.remote_id != self.member_state.self_id:
             return ResponseCode.UNKNOWN_MEMBER
-        if req.group != self.ms.group:
+        if req.group != self.member_state.group:
             return ResponseCode.UNKNOWN_GROUP
         return None
 
     def handle_vote(self, req: VoteRequest, now_ms: int, self_call: bool = False) -> VoteResponse:
         """Answer a vote request, in DLedger's order (DLEDGER.md §3.5)."""
         self._now_ms = now_ms
-        ms = self.ms
+        member = self.member_state
 
         def reply(result: VoteResult, term: int | None = None, code: int = ResponseCode.SUCCESS) -> VoteResponse:
-            header = ms.answer_header(req)
+            header = member.answer_header(req)
             if term is not None:
                 header["term"] = term
             return VoteResponse(**header, code=code, vote_result=result)
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
-        if not ms.is_peer_member(req.leader_id):
+        if not member.is_peer_member(req.leader_id):
             return reply(VoteResult.REJECT_UNKNOWN_LEADER)
-        if not self_call and req.leader_id == ms.self_id:
+        if not self_call and req.leader_id == member.self_id:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
         candidate = req.leader_id
         assert candidate is not None
-        if req.ledger_end_term < ms.ledger_end_term:
+        if req.ledger_end_term < member.ledger_end_term:
             return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
-        if req.ledger_end_term == ms.ledger_end_term and req.ledger_end_index < ms.ledger_end_index:
+        if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
             return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
-        if req.term < ms.current_term:
+        if req.term < member.current_term:
             return reply(VoteResult.REJECT_EXPIRED_VOTE_TERM)
-        if req.term == ms.current_term:
-            if ms.vote_for is not None and ms.vote_for != candidate:
-                if ms.leader_id is not None:
+        if req.term == member.current_term:
+            if member.vote_for is not None and member.vote_for != candidate:
+                if member.leader_id is not None:
                     return reply(VoteResult.REJECT_ALREADY_HAS_LEADER)
                 return reply(VoteResult.REJECT_ALREADY_VOTED)
         else:
@@ -210,44 +210,44 @@ class LeaderElector:
             self.change_role_to_candidate(req.term)
             self.need_increase_term_immediately = True
             return reply(VoteResult.REJECT_TERM_NOT_READY)
-        if req.term < ms.ledger_end_term:
-            return reply(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, term=ms.ledger_end_term)
+        if req.term < member.ledger_end_term:
+            return reply(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, term=member.ledger_end_term)
         if (
             not self_call
-            and ms.is_taking_leadership()
-            and req.ledger_end_term == ms.ledger_end_term
-            and ms.ledger_end_index >= req.ledger_end_index
+            and member.is_taking_leadership()
+            and req.ledger_end_term == member.ledger_end_term
+            and member.ledger_end_index >= req.ledger_end_index
         ):
             return reply(VoteResult.REJECT_TAKING_LEADERSHIP)
         if self.holding_vote(now_ms):
             return reply(VoteResult.REJECT_HOLDING_AFTER_RESTART)
-        ms.set_vote_for(candidate)  # persisted before it is granted
+        member.set_vote_for(candidate)  # persisted before it is granted
         return reply(VoteResult.ACCEPT)
 
     def handle_heartbeat(self, req: HeartBeatRequest, now_ms: int) -> HeartBeatResponse:
         """Answer a leader's heartbeat (DLEDGER.md §3.5)."""
         self._now_ms = now_ms
-        ms = self.ms
+        member = self.member_state
 
         def reply(code: ResponseCode) -> HeartBeatResponse:
-            return HeartBeatResponse(**ms.answer_header(req), code=code)
+            return HeartBeatResponse(**member.answer_header(req), code=code)
 
         if (bad := self.check_addressing(req)) is not None:
             return reply(bad)
-        if not ms.is_peer_member(req.leader_id):
+        if not member.is_peer_member(req.leader_id):
             return reply(ResponseCode.UNKNOWN_MEMBER)
-        if req.leader_id == ms.self_id:
+        if req.leader_id == member.self_id:
             return reply(ResponseCode.UNEXPECTED_MEMBER)
         leader = req.leader_id
         assert leader is not None
-        if req.term < ms.current_term:
+        if req.term < member.current_term:
             return reply(ResponseCode.EXPIRED_TERM)
-        if req.term == ms.current_term:
-            if ms.leader_id is None:
+        if req.term == member.current_term:
+            if member.leader_id is None:
                 self.change_role_to_follower(req.term, leader)
                 self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
                 return reply(ResponseCode.SUCCESS)
-            if ms.leader_id == leader:
+            if member.leader_id == leader:
                 self.last_leader_heart_beat_time = now_ms
                 self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
                 return reply(ResponseCode.SUCCESS)
@@ -263,25 +263,25 @@ class LeaderElector:
         """One pass of DLedger's StateMaintainer; returns the requests to send."""
         self._now_ms = now_ms
         self.holding_vote(now_ms)  # ends the hold as soon as it can
-        if self.ms.is_leader:
+        if self.member_state.is_leader:
             return self._maintain_as_leader(now_ms)
-        if self.ms.is_follower:
+        if self.member_state.is_follower:
             self._maintain_as_follower(now_ms)
             return []
-        if self.ms.is_candidate:
+        if self.member_state.is_candidate:
             return self._maintain_as_candidate(now_ms)
         return []
 
     def _maintain_as_follower(self, now_ms: int) -> None:
         leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
         if now_ms - self.last_leader_heart_beat_time > leak_ms:
-            self.change_role_to_candidate(self.ms.current_term)
+            self.change_role_to_candidate(self.member_state.current_term)
 
     def _maintain_as_leader(self, now_ms: int) -> list[Outbound]:
         rnd = self._hb_round
         if rnd is not None and (len(rnd.answered) == len(rnd.requests) or now_ms >= rnd.deadline_ms):
             self._finish_heartbeat_round(rnd, now_ms)
-            if not self.ms.is_leader:
+            if not self.member_state.is_leader:
                 return []
         if self._hb_round is not None:
             return []
@@ -290,17 +290,17 @@ class LeaderElector:
         ):
             return []
         self.last_send_heart_beat_time = now_ms
-        term = self.ms.current_term
+        term = self.member_state.current_term
         requests = {
             peer: HeartBeatRequest(
-                group=self.ms.group,
-                local_id=self.ms.self_id,
+                group=self.member_state.group,
+                local_id=self.member_state.self_id,
                 remote_id=peer,
-                leader_id=self.ms.self_id,
+                leader_id=self.member_state.self_id,
                 term=term,
-                ledger_end_index=self.ms.ledger_end_index,
+                ledger_end_index=self.member_state.ledger_end_index,
             )
-            for peer in self.ms.other_peer_ids
+            for peer in self.member_state.other_peer_ids
         }
         deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
         self._hb_round = _HeartBeatRound(term, deadline, requests)
@@ -314,7 +314,7 @@ class LeaderElector:
         """Record one heartbeat answer (None: network error)."""
         self._now_ms = now_ms
         self.peers_live_table[peer] = response is not None and response.code != ResponseCode.NETWORK_ERROR
-        if response is not None and response.term > self.ms.current_term and self.ms.is_leader:
+        if response is not None and response.term > self.member_state.current_term and self.member_state.is_leader:
             # a higher term exists: step down at once (#247)
             self.change_role_to_candidate(response.term)
             return
@@ -330,17 +330,17 @@ class LeaderElector:
             rnd.not_ready_num += 1
         elif response.code == ResponseCode.INCONSISTENT_LEADER:
             rnd.inconsistent_leader = True
-        if self.ms.is_quorum(rnd.succ_num) and now_ms < rnd.deadline_ms:
+        if self.member_state.is_quorum(rnd.succ_num) and now_ms < rnd.deadline_ms:
             self._finish_heartbeat_round(rnd, now_ms)
 
     def _finish_heartbeat_round(self, rnd: _HeartBeatRound, now_ms: int) -> None:
         self._hb_round = None
-        if not self.ms.is_leader or rnd.term != self.ms.current_term:
+        if not self.member_state.is_leader or rnd.term != self.member_state.current_term:
             return
         leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
-        if self.ms.is_quorum(rnd.succ_num):
+        if self.member_state.is_quorum(rnd.succ_num):
             self.last_succ_heart_beat_time = now_ms
-        elif self.ms.is_quorum(rnd.succ_num + rnd.not_ready_num):
+        elif self.member_state.is_quorum(rnd.succ_num + rnd.not_ready_num):
             self.last_send_heart_beat_time = -1  # resend at once
         elif rnd.inconsistent_leader or now_ms - self.last_succ_heart_beat_time > leak_ms:
             self.change_role_to_candidate(rnd.term)
@@ -352,14 +352,14 @@ class LeaderElector:
         hold = self.vote_hold
         if not hold.active:
             return False
-        ms = self.ms
-        if hold.release(now_ms, ms.committed_index, ms.leader_id, ms.current_term):
+        member = self.member_state
+        if hold.release(now_ms, member.committed_index, member.leader_id, member.current_term):
             return True
         if hold.expired:
             log.warning(
                 "%s: votes again after %d ms without catching up with a leader since its unclean restart; "
                 "entries it acknowledged before (async flush) may be lost",
-                ms.self_id,
+                member.self_id,
                 hold.max_ms,
             )
         return False
@@ -372,12 +372,12 @@ class LeaderElector:
             return []
         if now_ms < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return []
-        ms = self.ms
+        member = self.member_state
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
-            term = ms.next_term()
+            term = member.next_term()
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
-            term = ms.current_term
+            term = member.current_term
         if self.need_increase_term_immediately:
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             self.need_increase_term_immediately = False
@@ -391,33 +391,33 @@ class LeaderElector:
         )
         requests = {
             peer: VoteRequest(
-                group=ms.group,
-                local_id=ms.self_id,
+                group=member.group,
+                local_id=member.self_id,
                 remote_id=peer,
-                leader_id=ms.self_id,
+                leader_id=member.self_id,
                 term=term,
-                ledger_end_index=ms.ledger_end_index,
-                ledger_end_term=ms.ledger_end_term,
+                ledger_end_index=member.ledger_end_index,
+                ledger_end_term=member.ledger_end_term,
             )
-            for peer in ms.peer_ids
+            for peer in member.peer_ids
         }
         rnd = _VoteRound(term, deadline, requests, known_max_term=term)
         self._vote_round = rnd
         self.on_vote_response(
-            ms.self_id, requests[ms.self_id], self.handle_vote(requests[ms.self_id], now_ms, True), now_ms
+            member.self_id, requests[member.self_id], self.handle_vote(requests[member.self_id], now_ms, True), now_ms
         )
         if self._vote_round is rnd and self._vote_round_done(rnd):
             self._parse_vote_round(rnd, now_ms)
-        return [Outbound(peer, req) for peer, req in requests.items() if peer != ms.self_id]
+        return [Outbound(peer, req) for peer, req in requests.items() if peer != member.self_id]
 
     def _vote_round_done(self, rnd: _VoteRound) -> bool:
         # DLedger stops waiting on a quorum of ACCEPTs or when all answered. We also stop
         # on a quorum of ACCEPT + TERM_NOT_READY: the revote then goes out at once, before
         # the members that just moved to this term stand themselves (with a silent,
         # partitioned member DLedger's rounds otherwise split the vote term after term).
-        if rnd.not_ready_term_num and self.ms.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
+        if rnd.not_ready_term_num and self.member_state.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
             return True
-        return self.ms.is_quorum(rnd.accepted_num) or len(rnd.answered) == len(rnd.requests)
+        return self.member_state.is_quorum(rnd.accepted_num) or len(rnd.answered) == len(rnd.requests)
 
     def on_vote_response(self, peer: str, request: VoteRequest, response: VoteResponse | None, now_ms: int) -> None:
         """Record one vote answer (None: network error)."""
@@ -444,8 +444,8 @@ class LeaderElector:
 
     def _parse_vote_round(self, rnd: _VoteRound, now_ms: int) -> ParseResult:
         self._vote_round = None
-        ms = self.ms
-        if not ms.is_candidate or rnd.term != ms.current_term:
+        member = self.member_state
+        if not member.is_candidate or rnd.term != member.current_term:
             return self.last_parse_result
         interval_ms = self.config.heart_beat_time_interval_ms
         if rnd.known_max_term > rnd.term:
@@ -455,18 +455,18 @@ class LeaderElector:
         elif rnd.already_has_leader:
             result = ParseResult.WAIT_TO_REVOTE
             self.next_time_to_request_vote = self.next_vote_time(now_ms) + interval_ms * self.config.max_heart_beat_leak
-        elif not ms.is_quorum(rnd.valid_num):
+        elif not member.is_quorum(rnd.valid_num):
             result = ParseResult.WAIT_TO_REVOTE
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
-        elif not ms.is_quorum(rnd.valid_num - rnd.bigger_ledger_num):
+        elif not member.is_quorum(rnd.valid_num - rnd.bigger_ledger_num):
             result = ParseResult.WAIT_TO_REVOTE
             self.next_time_to_request_vote = self.next_vote_time(now_ms) + self.config.max_vote_interval_ms
-        elif ms.is_quorum(rnd.accepted_num) and rnd.term == self.no_lead_term:
+        elif member.is_quorum(rnd.accepted_num) and rnd.term == self.no_lead_term:
             result = ParseResult.WAIT_TO_VOTE_NEXT  # see no_lead_term: stand again, next term
             self.next_time_to_request_vote = now_ms
-        elif ms.is_quorum(rnd.accepted_num):
+        elif member.is_quorum(rnd.accepted_num):
             result = ParseResult.PASSED
-        elif ms.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
+        elif member.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
             result = ParseResult.REVOTE_IMMEDIATELY
             self.next_time_to_request_vote = now_ms
         else:

@@ -50,7 +50,7 @@ class EntryHandler:
 
     def __init__(self, config: DLedgerConfig, member_state: MemberState) -> None:
         self.config = config
-        self.ms = member_state
+        self.member_state = member_state
         self.store = member_state.store
         self.write_requests: dict[int, _Waiting] = {}  # APPENDs by first index
         self.control_queue: deque[_Waiting] = deque()  # COMPARE / TRUNCATE / COMMIT
@@ -63,7 +63,7 @@ class EntryHandler:
 
     def _reply(self, req: PushEntryRequest, code: ResponseCode, **extra: int) -> PushEntryResponse:
         return PushEntryResponse(
-            **self.ms.answer_header(req),
+            **self.member_state.answer_header(req),
             code=code,
             index=req.first_index if req.type is PushType.APPEND else req.prev_index,
             begin_index=self.store.begin_index,
@@ -75,7 +75,7 @@ class EntryHandler:
     def handle_push(self, req: PushEntryRequest, now_ms: int) -> Future[PushEntryResponse]:
         """File a push; the future completes when it has been processed."""
         future: Future[PushEntryResponse] = Future()
-        if req.term < self.ms.current_term:
+        if req.term < self.member_state.current_term:
             future.set_result(self._reply(req, ResponseCode.EXPIRED_TERM))
             return future
         waiting = _Waiting(req, future, now_ms)
@@ -127,11 +127,11 @@ class EntryHandler:
         return len(self.write_requests) + len(self.control_queue)
 
     def _check_leader(self, req: PushEntryRequest) -> ResponseCode | None:
-        if not self.ms.is_follower:
+        if not self.member_state.is_follower:
             return ResponseCode.NOT_FOLLOWER
-        if req.term != self.ms.current_term:
+        if req.term != self.member_state.current_term:
             return ResponseCode.INCONSISTENT_TERM
-        if req.leader_id != self.ms.leader_id:
+        if req.leader_id != self.member_state.leader_id:
             return ResponseCode.INCONSISTENT_LEADER
         return None
 
@@ -143,13 +143,13 @@ class EntryHandler:
         if index > self.store.end_index:
             return False
         if index < self.store.begin_index:
-            return index <= self.ms.committed_index
+            return index <= self.member_state.committed_index
         return self.store.term_at(index) == term
 
     def _commit(self, req: PushEntryRequest, proven_index: int) -> None:
         """Commit up to what the leader committed, but only as far as this request proved
         the logs equal (and never above the ledger end: #316)."""
-        self.ms.update_committed_index(min(req.commit_index, proven_index))
+        self.member_state.update_committed_index(min(req.commit_index, proven_index))
 
     def _process(self, req: PushEntryRequest) -> PushEntryResponse:
         bad = self._check_leader(req)
@@ -197,7 +197,7 @@ class EntryHandler:
     def _first_index_of_term(self, index: int) -> int:
         """The first index holding the term of `index` (terms never decrease in a log)."""
         term = self.store.term_at(index)
-        lo, hi = min(index, max(self.store.begin_index, self.ms.committed_index + 1, 0)), index
+        lo, hi = min(index, max(self.store.begin_index, self.member_state.committed_index + 1, 0)), index
         while lo < hi:
             mid = (lo + hi) // 2
             if self.store.term_at(mid) < term:
@@ -223,7 +223,7 @@ class EntryHandler:
         # leader's own entries too (Leader Completeness), so a TRUNCATE below the commit
         # index only means the leader's match point is stale (its acks were lost): keep
         # them, cut what follows, and the leader's next APPEND overlaps what is kept.
-        cut = max(req.first_index, self.ms.committed_index + 1)
+        cut = max(req.first_index, self.member_state.committed_index + 1)
         term, first = self._appended_in_term
         if term == req.term and cut >= first:
             # entries this leader pushed in its term match its log: a TRUNCATE over them

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Protocol, runtime_checkable
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.log import LogStore, TermStore
 from dledger.raft.messages import AnswerHeader, RequestOrResponse
-from dledger.store.base import LogStore
 
 
 class Role(Enum):
@@ -18,19 +17,6 @@ class Role(Enum):
     CANDIDATE = "CANDIDATE"
     LEADER = "LEADER"
     FOLLOWER = "FOLLOWER"
-
-
-@runtime_checkable
-class TermStore(Protocol):
-    """Durable current term and vote (DLedger's `currterm` file)."""
-
-    def load(self) -> tuple[int, str | None]:
-        """(term, vote_for) as last persisted; (0, None) when nothing was written."""
-        ...
-
-    def persist(self, term: int, vote_for: str | None) -> None:
-        """Make (term, vote_for) durable before returning (atomic replace + fsync)."""
-        ...
 
 
 class MemoryTermStore:

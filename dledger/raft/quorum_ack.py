@@ -30,7 +30,7 @@ class QuorumAckChecker:
 
     def __init__(self, config: DLedgerConfig, member_state: MemberState) -> None:
         self.config = config
-        self.ms = member_state
+        self.member_state = member_state
         self.water_marks: dict[int, dict[str, int]] = {}
         self._pending: dict[int, dict[int, _Pending]] = {}  # term -> last index -> pending (index order)
         self._pending_bytes: dict[int, int] = {}
@@ -49,7 +49,7 @@ class QuorumAckChecker:
     def quorum_index(self, term: int) -> int:
         """The highest index a majority holds in `term` (-1 when none)."""
         marks = self.water_marks.get(term, {})
-        values = sorted((marks.get(p, -1) for p in self.ms.peer_ids), reverse=True)
+        values = sorted((marks.get(p, -1) for p in self.member_state.peer_ids), reverse=True)
         return values[len(values) // 2]
 
     # -- pending client requests
@@ -72,7 +72,7 @@ class QuorumAckChecker:
         completes with `last_index` once committed, or fails with WAIT_QUORUM_ACK_TIMEOUT
         or TERM_CHANGED."""
         future: Future[int] = Future()
-        if last_index <= self.ms.committed_index and term == self.ms.current_term:
+        if last_index <= self.member_state.committed_index and term == self.member_state.current_term:
             future.set_result(last_index)
             return future
         pending = self._pending.get(term)
@@ -101,22 +101,22 @@ class QuorumAckChecker:
     def check(self, now_ms: int) -> bool:
         """Advance the commit index if a quorum allows it, complete committed futures and
         time out old ones. Returns True when the commit index moved."""
-        ms = self.ms
-        if not ms.is_leader:
+        member = self.member_state
+        if not member.is_leader:
             return False
-        term = ms.current_term
+        term = member.current_term
         for old in [t for t in self._pending if t != term]:
             self._fail_term(old, ResponseCode.TERM_CHANGED)
-        self.update_peer_water_mark(term, ms.self_id, ms.ledger_end_index)
+        self.update_peer_water_mark(term, member.self_id, member.ledger_end_index)
         moved = False
         quorum_index = self.quorum_index(term)
         # only an entry of the current term commits by counting (Figure 8)
-        if quorum_index > ms.committed_index and ms.store.term_at(quorum_index) == term:
-            moved = ms.update_committed_index(quorum_index)
+        if quorum_index > member.committed_index and member.store.term_at(quorum_index) == term:
+            moved = member.update_committed_index(quorum_index)
         pending = self._pending.get(term)
         if not pending:
             return moved
-        committed = ms.committed_index
+        committed = member.committed_index
         done: list[int] = []
         for last_index, item in pending.items():
             if last_index <= committed:

@@ -73,7 +73,7 @@ class LeadershipTransfer:
         self, config: DLedgerConfig, member_state: MemberState, elector: LeaderElector, quorum: QuorumAckChecker
     ) -> None:
         self.config = config
-        self.ms = member_state
+        self.member_state = member_state
         self.elector = elector
         self.quorum = quorum
         self.handover: _Handover | None = None
@@ -83,7 +83,7 @@ class LeadershipTransfer:
     # -- replies
 
     def _reply(self, req: LeadershipTransferRequest, code: ResponseCode) -> LeadershipTransferResponse:
-        return LeadershipTransferResponse(**self.ms.answer_header(req), code=code)
+        return LeadershipTransferResponse(**self.member_state.answer_header(req), code=code)
 
     def _done(self, req: LeadershipTransferRequest, code: ResponseCode) -> Future[LeadershipTransferResponse]:
         future: Future[LeadershipTransferResponse] = Future()
@@ -92,21 +92,21 @@ class LeadershipTransfer:
 
     def fall_behind(self, peer_id: str) -> int:
         """How many entries `peer_id` lacks, as far as this leader knows."""
-        ms = self.ms
-        return ms.ledger_end_index - self.quorum.peer_water_mark(ms.current_term, peer_id)
+        member = self.member_state
+        return member.ledger_end_index - self.quorum.peer_water_mark(member.current_term, peer_id)
 
     # -- intake
 
     def handle(self, req: LeadershipTransferRequest, now_ms: int) -> Future[LeadershipTransferResponse]:
         """Answer a LEADERSHIP_TRANSFER request (as the leader, or as the transferee)."""
-        ms = self.ms
-        if req.remote_id != ms.self_id:
+        member = self.member_state
+        if req.remote_id != member.self_id:
             return self._done(req, ResponseCode.UNKNOWN_MEMBER)
-        if req.group != ms.group:
+        if req.group != member.group:
             return self._done(req, ResponseCode.UNKNOWN_GROUP)
-        if req.transfer_id in (ms.self_id, ""):
+        if req.transfer_id in (member.self_id, ""):
             return self.start(req.transferee_id, req.term, now_ms, req)
-        if req.transferee_id == ms.self_id:
+        if req.transferee_id == member.self_id:
             return self._accept_takeover(req, now_ms)
         return self._done(req, ResponseCode.NOT_LEADER)
 
@@ -114,32 +114,36 @@ class LeadershipTransfer:
         self, transferee_id: str, term: int, now_ms: int, req: LeadershipTransferRequest | None = None
     ) -> Future[LeadershipTransferResponse]:
         """As the leader of `term`, hand leadership to `transferee_id`."""
-        ms = self.ms
+        member = self.member_state
         if req is None:
             req = LeadershipTransferRequest(
-                group=ms.group, local_id=ms.self_id, remote_id=ms.self_id, term=term, transferee_id=transferee_id
+                group=member.group,
+                local_id=member.self_id,
+                remote_id=member.self_id,
+                term=term,
+                transferee_id=transferee_id,
             )
-        if not ms.is_peer_member(transferee_id):
+        if not member.is_peer_member(transferee_id):
             return self._done(req, ResponseCode.UNKNOWN_MEMBER)
-        if term != ms.current_term:
+        if term != member.current_term:
             return self._done(req, ResponseCode.INCONSISTENT_TERM)
-        if not ms.is_leader:
+        if not member.is_leader:
             return self._done(req, ResponseCode.NOT_LEADER)
-        if transferee_id == ms.self_id:
+        if transferee_id == member.self_id:
             return self._done(req, ResponseCode.SUCCESS)  # already there
         if self.fall_behind(transferee_id) >= self.config.max_leadership_transfer_wait_index:
             return self._done(req, ResponseCode.FALL_BEHIND_TOO_MUCH)
-        if ms.transferee is not None or self.handover is not None:
+        if member.transferee is not None or self.handover is not None:
             return self._done(req, ResponseCode.LEADER_TRANSFERRING)
-        ms.transferee = transferee_id  # from now on client appends are rejected
+        member.transferee = transferee_id  # from now on client appends are rejected
         future: Future[LeadershipTransferResponse] = Future()
         deadline = now_ms + self.config.leadership_transfer_wait_timeout_ms
         self.handover = _Handover(transferee_id, term, future, deadline)
         return future
 
     def _accept_takeover(self, req: LeadershipTransferRequest, now_ms: int) -> Future[LeadershipTransferResponse]:
-        ms = self.ms
-        if req.transfer_id != ms.leader_id:
+        member = self.member_state
+        if req.transfer_id != member.leader_id:
             return self._done(req, ResponseCode.INCONSISTENT_LEADER)
         if self.takeover is not None:
             return self._done(req, ResponseCode.LEADER_TRANSFERRING)
@@ -159,7 +163,7 @@ class LeadershipTransfer:
             forwarded = self._progress_handover(now_ms)
             if forwarded is not None:
                 out.append(Outbound(forwarded.remote_id, forwarded))
-        elif self.ms.is_leader:
+        elif self.member_state.is_leader:
             self._check_preferred_leader(now_ms)
         return out
 
@@ -176,12 +180,12 @@ class LeadershipTransfer:
     def _progress_handover(self, now_ms: int) -> LeadershipTransferRequest | None:
         handover = self.handover
         assert handover is not None
-        ms = self.ms
+        member = self.member_state
         if handover.forwarded is not None:
             if now_ms >= handover.deadline_ms:
                 self._finish_handover(ResponseCode.TIMEOUT)
             return None
-        if not ms.is_leader or ms.current_term != handover.term:
+        if not member.is_leader or member.current_term != handover.term:
             self._finish_handover(ResponseCode.NOT_LEADER)
             return None
         if self.fall_behind(handover.transferee_id) > 0:
@@ -189,14 +193,14 @@ class LeadershipTransfer:
                 self._finish_handover(ResponseCode.TAKE_LEADERSHIP_FAILED)
             return None
         handover.forwarded = LeadershipTransferRequest(
-            group=ms.group,
-            local_id=ms.self_id,
+            group=member.group,
+            local_id=member.self_id,
             remote_id=handover.transferee_id,
-            leader_id=ms.self_id,
+            leader_id=member.self_id,
             term=handover.term,
-            transfer_id=ms.self_id,
+            transfer_id=member.self_id,
             transferee_id=handover.transferee_id,
-            take_leadership_ledger_index=ms.ledger_end_index,
+            take_leadership_ledger_index=member.ledger_end_index,
         )
         # the transferee may wait for its log, then needs an election and the answer's trip
         cfg = self.config
@@ -217,15 +221,15 @@ class LeadershipTransfer:
         handover = self.handover
         assert handover is not None
         self.handover = None
-        ms = self.ms
-        if ms.transferee == handover.transferee_id:
-            ms.transferee = None  # appends are accepted again (if this is still the leader)
+        member = self.member_state
+        if member.transferee == handover.transferee_id:
+            member.transferee = None  # appends are accepted again (if this is still the leader)
         # on SUCCESS: the new leader and its term, as the transferee answered
         resp = LeadershipTransferResponse(
-            group=ms.group,
-            local_id=ms.self_id,
-            leader_id=leader_id if leader_id is not None else ms.leader_id,
-            term=max(ms.current_term, term if term is not None else -1),
+            group=member.group,
+            local_id=member.self_id,
+            leader_id=leader_id if leader_id is not None else member.leader_id,
+            term=max(member.current_term, term if term is not None else -1),
             code=code,
         )
         if not handover.future.done():
@@ -239,37 +243,39 @@ class LeadershipTransfer:
         if now_ms - self.last_check_preferred_ms < interval:
             return
         self.last_check_preferred_ms = now_ms
-        ms = self.ms
+        member = self.member_state
         preferred = self.config.preferred_leader_id_list
-        if not preferred or ms.self_id in preferred or ms.transferee is not None:
+        if not preferred or member.self_id in preferred or member.transferee is not None:
             return
         live = [
-            p for p in preferred if ms.is_peer_member(p) and p != ms.self_id and self.elector.peers_live_table.get(p)
+            p
+            for p in preferred
+            if member.is_peer_member(p) and p != member.self_id and self.elector.peers_live_table.get(p)
         ]
         if not live:
             return
         best = min(live, key=self.fall_behind)
         if self.fall_behind(best) < self.config.max_leadership_transfer_wait_index:
-            self.start(best, ms.current_term, now_ms)
+            self.start(best, member.current_term, now_ms)
 
     # -- transferee side
 
     def _progress_takeover(self, now_ms: int) -> None:
         takeover = self.takeover
         assert takeover is not None
-        ms = self.ms
+        member = self.member_state
         if takeover.target_term == -1:
-            if ms.ledger_end_index >= takeover.request.take_leadership_ledger_index and ms.is_follower:
+            if member.ledger_end_index >= takeover.request.take_leadership_ledger_index and member.is_follower:
                 takeover.target_term = self.elector.take_leadership(now_ms)
                 takeover.deadline_ms = now_ms + self.config.leadership_transfer_wait_timeout_ms
             elif now_ms >= takeover.deadline_ms:
                 self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
             return
-        if ms.current_term == takeover.target_term and ms.is_leader:
+        if member.current_term == takeover.target_term and member.is_leader:
             self._finish_takeover(ResponseCode.SUCCESS)
-        elif ms.is_follower:
+        elif member.is_follower:
             self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
-        elif ms.current_term > takeover.target_term:
+        elif member.current_term > takeover.target_term:
             self._finish_takeover(ResponseCode.EXPIRED_TERM)
         elif now_ms >= takeover.deadline_ms:
             self._finish_takeover(ResponseCode.TAKE_LEADERSHIP_FAILED)
@@ -278,6 +284,6 @@ class LeadershipTransfer:
         takeover = self.takeover
         assert takeover is not None
         self.takeover = None
-        if self.ms.term_to_take_leadership == takeover.target_term:
-            self.ms.term_to_take_leadership = -1
+        if self.member_state.term_to_take_leadership == takeover.target_term:
+            self.member_state.term_to_take_leadership = -1
         takeover.future.set_result(self._reply(takeover.request, code))

@@ -13,8 +13,8 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NOOP
-from dledger.store.base import ColumnBatch
 
 FIELD_TYPES: dict[str, Any] = {
     "index": pa.int64(),

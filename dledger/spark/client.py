@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from dledger.client import DLedgerClient
 from dledger.client_reads import read_committed
-from dledger.store.base import ColumnBatch
+from dledger.columns import ColumnBatch
 from dledger.transport.convert import FIXED_WIDTH
 
 

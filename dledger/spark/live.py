@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.spark.options import ReadOptions, Target
 from dledger.spark.planning import (
     IndexRange,
@@ -31,7 +32,6 @@ from dledger.spark.planning import (
     resolve_end,
     resolve_start,
 )
-from dledger.store.base import ColumnBatch
 
 log = logging.getLogger(__name__)
 

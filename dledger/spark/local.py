@@ -23,11 +23,11 @@ import numpy as np
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.embedded import resolve_node_dir
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds, SegmentSpan, check_data_loss, plan_local
 from dledger.store import kvfile
-from dledger.store.base import ColumnBatch
 from dledger.store.mmap_store import CHECKPOINT_FILE, RESET_FILE, StoreConfig
 from dledger.store.recovery import first_entry_header
 from dledger.store.segment_list import is_segment_name

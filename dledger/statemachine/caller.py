@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from dledger.clock import perf_us
 from dledger.entry import Entry
-from dledger.store.base import LogStore
+from dledger.raft.log import LogStore
 
 log = logging.getLogger(__name__)
 

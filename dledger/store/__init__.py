@@ -1,6 +1,7 @@
-"""Log stores: the LogStore protocol, the in-memory store and the mmap file store."""
+"""Log stores: the in-memory store and the mmap file store (both implement
+`dledger.raft.log.LogStore`)."""
 
-from dledger.store.base import ColumnBatch, LogStore
+from dledger.columns import ColumnBatch
 from dledger.store.memory import MemoryLogStore
 
-__all__ = ["ColumnBatch", "LogStore", "MemoryLogStore"]
+__all__ = ["ColumnBatch", "MemoryLogStore"]

@@ -9,8 +9,8 @@ import numpy as np
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAX_ENTRY_SIZE, Entry
-from dledger.store.base import ColumnBatch
 
 
 class MemoryLogStore:

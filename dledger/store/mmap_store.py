@@ -18,10 +18,10 @@ from typing import Literal
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAX_ENTRY_SIZE, Entry
 from dledger.service_thread import ServiceThread
 from dledger.store import failpoints, kvfile, truncate
-from dledger.store.base import ColumnBatch
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header

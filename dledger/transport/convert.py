@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.raft.messages import (
     HeartBeatRequest,
@@ -30,7 +31,6 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from dledger.store.base import ColumnBatch
 
 if TYPE_CHECKING:
     # The generated stubs do not pass `mypy --strict` (dledger/proto is excluded from it);

@@ -90,7 +90,11 @@ def test_conflicting_logs_truncated() -> None:
     t.logs()
     t.note("heal")
     c.net.heal()
-    c.run_until(lambda: len({c.core(n).ms.committed_index for n in c.ids}) == 1 and c.core(old).ms.is_follower)
+    c.run_until(
+        lambda: (
+            len({c.core(n).member_state.committed_index for n in c.ids}) == 1 and c.core(old).member_state.is_follower
+        )
+    )
     t.result("lost-1", lost[0])
     t.result("lost-2", lost[1])
     t.commits()
@@ -141,11 +145,11 @@ def test_leader_step_down() -> None:
     t.note(f"cut {old} off from {' '.join(others)}")
     c.net.isolate(old)
     pending = c.append(b"never", via=old)
-    c.run_until(lambda: c.core(old).ms.is_candidate and c.leader() not in (None, old))
+    c.run_until(lambda: c.core(old).member_state.is_candidate and c.leader() not in (None, old))
     t.result("append on the cut-off leader", pending)
     t.note("heal")
     c.net.heal()
-    c.run_until(lambda: c.core(old).ms.is_follower)
+    c.run_until(lambda: c.core(old).member_state.is_follower)
     c.run_for(300)
     t.commits()
     expect(
@@ -197,7 +201,7 @@ def test_partition_and_heal() -> None:
     t.commits()
     t.note("heal")
     c.net.heal()
-    c.run_until(lambda: len({c.core(n).ms.committed_index for n in c.ids}) == 1 and c._all_follow())
+    c.run_until(lambda: len({c.core(n).member_state.committed_index for n in c.ids}) == 1 and c._all_follow())
     t.result("append in the minority", stuck)
     t.commits()
     t.logs()

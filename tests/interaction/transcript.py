@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from dledger.codes import ResponseCode
+from dledger.raft.log import LogStore
 from dledger.raft.member_state import Role
-from dledger.store.base import LogStore
 from tests.raft.cluster import Cluster
 
 
@@ -56,7 +56,7 @@ class Transcript:
         """Record every member whose role, term, leader or liveness changed."""
         for node_id, member in self.c.members.items():
             self._hook(node_id, member.store)
-            ms = member.core.ms
+            ms = member.core.member_state
             state = (ms.role, ms.current_term, ms.leader_id, member.alive)
             if self._seen.get(node_id) == state:
                 continue
@@ -70,7 +70,7 @@ class Transcript:
 
     def commits(self) -> None:
         """Record every member's committed index."""
-        values = " ".join(f"{n}={m.core.ms.committed_index}" for n, m in self.c.members.items())
+        values = " ".join(f"{n}={m.core.member_state.committed_index}" for n, m in self.c.members.items())
         self.line(f"commit {values}")
 
     def logs(self) -> None:

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 from dledger.clock import ManualClock
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
+from dledger.raft.log import LogStore
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import RequestOrResponse
-from dledger.store.base import LogStore
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, StoreConfig
 from dledger.transport.inmem import InMemoryNetwork
@@ -195,7 +195,7 @@ class Cluster:
 
     def _check_invariants(self) -> None:
         for member in self.members.values():
-            ms = member.core.ms
+            ms = member.core.member_state
             if member.alive and ms.is_leader:
                 leaders = self.leaders_by_term.setdefault(ms.current_term, set())
                 leaders.add(member.node_id)
@@ -208,7 +208,7 @@ class Cluster:
                 )
             history.append(ms.committed_index)
         # committed prefixes agree
-        committed = [(m, m.core.ms.committed_index) for m in self.members.values()]
+        committed = [(m, m.core.member_state.committed_index) for m in self.members.values()]
         for m1, c1 in committed:
             for m2, c2 in committed:
                 upto = min(c1, c2)
@@ -219,14 +219,14 @@ class Cluster:
     # -- members
 
     def leader(self) -> str | None:
-        leaders = [m.node_id for m in self.members.values() if m.alive and m.core.ms.is_leader]
+        leaders = [m.node_id for m in self.members.values() if m.alive and m.core.member_state.is_leader]
         return leaders[0] if len(leaders) == 1 else None
 
     def core(self, node_id: str) -> RaftCore:
         return self.members[node_id].core
 
     def role(self, node_id: str) -> Role:
-        return self.members[node_id].core.ms.role
+        return self.members[node_id].core.member_state.role
 
     def elect(self, max_ms: int = 20_000) -> str:
         self.run_until(lambda: self.leader() is not None and self._all_follow(), max_ms)
@@ -237,7 +237,7 @@ class Cluster:
     def _all_follow(self) -> bool:
         leader = self.leader()
         return all(
-            m.core.ms.leader_id == leader and (m.core.ms.is_follower or m.node_id == leader)
+            m.core.member_state.leader_id == leader and (m.core.member_state.is_follower or m.node_id == leader)
             for m in self.members.values()
             if m.alive and self.net.can_talk(leader or "", m.node_id)
         )
@@ -272,9 +272,9 @@ class Cluster:
 
     def bodies(self, node_id: str, committed_only: bool = True) -> list[bytes]:
         member = self.members[node_id]
-        end = member.core.ms.committed_index if committed_only else member.store.end_index
+        end = member.core.member_state.committed_index if committed_only else member.store.end_index
         entries = member.store.get_range(0, end + 1)
         return [e.body for e in entries if not e.is_noop]
 
     def describe(self) -> str:
-        return "; ".join(repr(m.core.ms) + ("" if m.alive else " (dead)") for m in self.members.values())
+        return "; ".join(repr(m.core.member_state) + ("" if m.alive else " (dead)") for m in self.members.values())

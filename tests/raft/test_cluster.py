@@ -16,8 +16,8 @@ def test_election_of_exactly_one_leader() -> None:
     leader = c.elect()
     c.run_for(2000)  # stays stable: heartbeats keep the followers
     assert c.leader() == leader
-    term = c.core(leader).ms.current_term
-    assert all(c.core(n).ms.current_term == term for n in c.ids)
+    term = c.core(leader).member_state.current_term
+    assert all(c.core(n).member_state.current_term == term for n in c.ids)
     assert sorted(c.role(n).value for n in c.ids) == ["FOLLOWER", "FOLLOWER", "LEADER"]
     assert c.leaders_by_term == {term: {leader}}
 
@@ -31,7 +31,7 @@ def test_replication_and_commit_on_all_nodes(seed: int) -> None:
     c.run_until(lambda: all(f.done() for f in futures))
     indexes = [f.result() for f in futures]
     assert indexes == sorted(indexes) and len(set(indexes)) == len(indexes)
-    c.run_until(lambda: all(c.core(n).ms.committed_index == indexes[-1] for n in c.ids))
+    c.run_until(lambda: all(c.core(n).member_state.committed_index == indexes[-1] for n in c.ids))
     expected = [f"body-{i}".encode() for i in range(10)] + [f"batch-{i}".encode() for i in range(5)]
     for n in c.ids:
         assert c.bodies(n) == expected
@@ -47,13 +47,13 @@ def test_leader_kill_elects_a_new_leader_that_keeps_committed_entries() -> None:
     c.run_until(lambda: c.leader() not in (None, old), max_ms=5 * 100 * 3 + 2000)
     new = c.leader()
     assert new is not None and new != old
-    assert c.core(new).ms.current_term > c.core(old).ms.current_term
+    assert c.core(new).member_state.current_term > c.core(old).member_state.current_term
     f2 = c.append(b"c")
     c.run_until(f2.done)
     assert c.bodies(new) == [b"a", b"b", b"c"]
     # the old leader comes back as a follower and catches up
     c.restart(old)
-    c.run_until(lambda: c.core(old).ms.committed_index == c.core(new).ms.committed_index)
+    c.run_until(lambda: c.core(old).member_state.committed_index == c.core(new).member_state.committed_index)
     assert c.role(old) is Role.FOLLOWER
     assert c.bodies(old) == [b"a", b"b", b"c"]
 
@@ -111,7 +111,10 @@ def test_follower_with_conflicting_uncommitted_tail_is_truncated() -> None:
     assert c.members[old].store.end_index >= 2  # still holds its uncommitted tail
     c.net.heal()
     c.run_until(
-        lambda: c.core(old).ms.committed_index == c.core(new).ms.committed_index and c.role(old) is Role.FOLLOWER
+        lambda: (
+            c.core(old).member_state.committed_index == c.core(new).member_state.committed_index
+            and c.role(old) is Role.FOLLOWER
+        )
     )
     for n in c.ids:
         assert c.bodies(n) == [b"committed", b"new-1", b"new-2", b"new-3"]
@@ -143,7 +146,7 @@ def test_replication_over_a_lossy_duplicating_reordering_network(seed: int) -> N
     leader = c.elect()
     fin = c.append(b"final")
     c.run_until(fin.done)
-    c.run_until(lambda: all(c.core(n).ms.committed_index == fin.result() for n in c.ids))
+    c.run_until(lambda: all(c.core(n).member_state.committed_index == fin.result() for n in c.ids))
     assert acked, "no append was acknowledged"
     for n in c.ids:
         store = c.members[n].store
@@ -171,5 +174,5 @@ def test_push_missed_every_third_push_still_commits_everything() -> None:
     futures = [c.append(f"m{i}".encode()) for i in range(10)]
     c.run_until(lambda: all(f.done() for f in futures))
     assert all(f.exception() is None for f in futures)
-    c.run_until(lambda: c.core(victim).ms.committed_index == futures[-1].result())
+    c.run_until(lambda: c.core(victim).member_state.committed_index == futures[-1].result())
     assert c.bodies(victim) == [f"m{i}".encode() for i in range(10)]

@@ -264,7 +264,7 @@ def test_single_node_becomes_leader_and_keeps_term_on_restart() -> None:
 
 def become_leader(el: LeaderElector, now: int = 0) -> None:
     run_round(el, now, {p: VoteResponse(term=0, vote_result=VoteResult.ACCEPT) for p in ("n1", "n2")})
-    assert el.ms.is_leader
+    assert el.member_state.is_leader
 
 
 def heartbeat_round(el: LeaderElector, now: int, codes: dict[str, ResponseCode | None], term: int = 0) -> None:

@@ -60,7 +60,7 @@ def test_three_server(cluster_factory: type[Cluster]) -> None:
         f = c.append(f"body-{i}".encode())
         c.run_until(f.done)
         assert f.result() == i
-    c.run_until(lambda: all(c.core(n).ms.committed_index == 9 for n in c.ids), max_ms=1000)
+    c.run_until(lambda: all(c.core(n).member_state.committed_index == 9 for n in c.ids), max_ms=1000)
     for n in c.ids:
         assert c.members[n].store.end_index == 9
         assert [c.core(n).get_committed(i) for i in range(10)] == [f"body-{i}".encode() for i in range(10)]
@@ -94,12 +94,12 @@ def test_push_committed_index(cluster_factory: type[Cluster], push_mode: dict[st
     c.kill(f2)
     futures = [c.append(f"m{i}".encode()) for i in range(10)]
     c.run_for(50)
-    assert c.core(leader).ms.committed_index == -1 and not any(f.done() for f in futures)
+    assert c.core(leader).member_state.committed_index == -1 and not any(f.done() for f in futures)
     c.restart(f1)
     c.run_until(lambda: all(f.done() for f in futures), max_ms=3000)
     assert [f.result() for f in futures] == list(range(10))
-    c.run_until(lambda: c.core(f1).ms.committed_index == 9, max_ms=3000)
-    assert c.core(leader).ms.committed_index == 9
+    c.run_until(lambda: c.core(f1).member_state.committed_index == 9, max_ms=3000)
+    assert c.core(leader).member_state.committed_index == 9
 
 
 def test_push_network_offline(cluster_factory: type[Cluster], push_mode: dict[str, int]) -> None:
@@ -114,7 +114,7 @@ def test_push_network_offline(cluster_factory: type[Cluster], push_mode: dict[st
     assert full.value.code == ResponseCode.LEADER_PENDING_FULL
     c.run_until(lambda: all(f.done() for f in futures), max_ms=1000)
     assert {code(f) for f in futures} == {ResponseCode.WAIT_QUORUM_ACK_TIMEOUT}
-    assert c.core(leader).ms.committed_index == -1
+    assert c.core(leader).member_state.committed_index == -1
 
 
 def test_push_network_not_stable(cluster_factory: type[Cluster], push_mode: dict[str, int]) -> None:
@@ -138,7 +138,7 @@ def test_push_network_not_stable(cluster_factory: type[Cluster], push_mode: dict
     c.restart(f1)
     c.run_until(second.done)
     assert second.result() == 1
-    c.run_until(lambda: c.core(f1).ms.committed_index == 1)
+    c.run_until(lambda: c.core(f1).member_state.committed_index == 1)
     for n in (leader, f1):
         store = c.members[n].store
         assert (store.begin_index, store.end_index) == (0, 1)
@@ -163,7 +163,7 @@ def test_push_missed(cluster_factory: type[Cluster], push_mode: dict[str, int]) 
     futures = [c.append(f"m{i}".encode()) for i in range(10)]
     c.run_until(lambda: all(f.done() for f in futures), max_ms=5000)
     assert [f.result() for f in futures] == list(range(10))
-    c.run_until(lambda: c.core(victim).ms.committed_index == 9)
+    c.run_until(lambda: c.core(victim).member_state.committed_index == 9)
     assert c.bodies(victim) == [f"m{i}".encode() for i in range(10)]
     assert seen[0] >= 3
 
@@ -186,7 +186,7 @@ def test_push_truncate(cluster_factory: type[Cluster], push_mode: dict[str, int]
     futures = [c.append(f"old-{i}".encode(), via="n0") for i in range(10)]
     c.run_until(lambda: c.members["n1"].store.end_index == 4)
     got[0] = c.members["n0"].store.end_index
-    assert got[0] == 9 and c.core("n0").ms.committed_index == -1
+    assert got[0] == 9 and c.core("n0").member_state.committed_index == -1
     # n0 goes away; n1 (longer log than n2) becomes leader with n2
     c.kill("n0")
     c.net.filter = None
@@ -196,9 +196,9 @@ def test_push_truncate(cluster_factory: type[Cluster], push_mode: dict[str, int]
     c.run_until(new.done)
     # n1's NOOP (fast advance) or this append is index 5: the old tail 5..9 is gone
     c.restart("n0")
-    n0_store, new_term = c.members["n0"].store, c.core("n1").ms.current_term
+    n0_store, new_term = c.members["n0"].store, c.core("n1").member_state.current_term
     c.run_until(lambda: n0_store.end_index >= 5 and n0_store.term_at(5) == new_term)
-    c.run_until(lambda: c.core("n0").ms.committed_index == c.core("n1").ms.committed_index)
+    c.run_until(lambda: c.core("n0").member_state.committed_index == c.core("n1").member_state.committed_index)
     assert c.bodies("n0")[:5] == [f"old-{i}".encode() for i in range(5)]
     assert c.bodies("n0")[5:] == [b"new"]
     assert not any(f.done() and f.exception() is None for f in futures[5:])
@@ -242,7 +242,7 @@ def test_fast_advance_commit_index(cluster_factory: type[Cluster], fast_advance:
     f0 = c.append(b"zero")
     c.run_until(f0.done, max_ms=2000)
     assert code(f0) == ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
-    assert all(c.members[n].store.end_index == 0 and c.core(n).ms.committed_index == -1 for n in c.ids)
+    assert all(c.members[n].store.end_index == 0 and c.core(n).member_state.committed_index == -1 for n in c.ids)
     c.net.filter = None
     c.kill("n0")
     c.run_until(lambda: c.leader() not in (None, "n0"))
@@ -251,15 +251,15 @@ def test_fast_advance_commit_index(cluster_factory: type[Cluster], fast_advance:
     c.run_for(2000)
     if fast_advance:
         assert c.members[new].store.get(1).is_noop
-        assert c.core(new).ms.committed_index == 1
+        assert c.core(new).member_state.committed_index == 1
     else:
-        assert c.core(new).ms.committed_index == -1  # a majority holds entry 0, still not committed
+        assert c.core(new).member_state.committed_index == -1  # a majority holds entry 0, still not committed
     f = c.append(b"next")
     c.run_until(f.done)
     expected = 2 if fast_advance else 1
-    assert f.result() == expected and c.core(new).ms.committed_index == expected
+    assert f.result() == expected and c.core(new).member_state.committed_index == expected
     c.restart("n0")
     c.run_until(lambda: c.leader() == "n0", max_ms=5000)
-    c.run_until(lambda: c.core("n0").ms.committed_index == c.members["n0"].store.end_index)
-    assert c.core("n0").ms.committed_index >= expected
+    c.run_until(lambda: c.core("n0").member_state.committed_index == c.members["n0"].store.end_index)
+    assert c.core("n0").member_state.committed_index >= expected
     assert c.bodies("n0") == [b"zero", b"next"]

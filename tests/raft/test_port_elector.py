@@ -80,13 +80,13 @@ def test_single_server(cluster_factory: type[Cluster]) -> None:
     """A single member leads within 1 s; after a restart it leads again in the same term."""
     c = cluster_factory(1)
     c.elect(max_ms=1000)
-    term = c.core("n0").ms.current_term
+    term = c.core("n0").member_state.current_term
     f = c.append(b"x")
     c.run_until(f.done)
     c.kill("n0")
     c.restart("n0")
     c.elect(max_ms=1000)
-    assert c.core("n0").ms.current_term == term
+    assert c.core("n0").member_state.current_term == term
     assert c.bodies("n0") == [b"x"]
 
 
@@ -97,10 +97,10 @@ def test_three_server(cluster_factory: type[Cluster]) -> None:
     c.elect()
     for k in range(10):
         node = c.ids[k % 3]
-        max_term = max(c.core(n).ms.current_term for n in c.ids)
+        max_term = max(c.core(n).member_state.current_term for n in c.ids)
         revote(c.core(node), max_term + 1)
         c.run_until(lambda n=node: c.leader() == n and c._all_follow(), max_ms=3000)
-        assert c.core(node).ms.current_term == max_term + 1
+        assert c.core(node).member_state.current_term == max_term + 1
         f = c.append(f"after-{k}".encode())
         c.run_until(f.done)
         # the standby follower gets it up to standby_push_ms later; a member missing it
@@ -112,15 +112,15 @@ def test_three_server_and_restart_follower(cluster_factory: type[Cluster]) -> No
     """Each follower restarts and rejoins as a follower; leader and term do not change."""
     c = cluster_factory(3, seed=2)
     leader = c.elect()
-    term = c.core(leader).ms.current_term
+    term = c.core(leader).member_state.current_term
     for follower in [n for n in c.ids if n != leader]:
         c.kill(follower)
         c.run_for(50)
         c.restart(follower)
         c.run_until(lambda f=follower: c.role(f) is Role.FOLLOWER, max_ms=3000)
         c.run_for(4 * HEARTBEAT_MS)
-        assert c.leader() == leader and c.core(leader).ms.current_term == term
-        assert c.core(follower).ms.leader_id == leader and c.core(follower).ms.current_term == term
+        assert c.leader() == leader and c.core(leader).member_state.current_term == term
+        assert c.core(follower).member_state.leader_id == leader and c.core(follower).member_state.current_term == term
 
 
 def test_three_server_and_shutdown_leader(cluster_factory: type[Cluster]) -> None:
@@ -132,7 +132,7 @@ def test_three_server_and_shutdown_leader(cluster_factory: type[Cluster]) -> Non
     c.run_until(lambda: c.leader() not in (None, old), max_ms=5 * HEARTBEAT_MS)
     assert c.now - start <= 5 * HEARTBEAT_MS
     new = c.leader()
-    assert new is not None and c.core(new).ms.current_term > c.core(old).ms.current_term
+    assert new is not None and c.core(new).member_state.current_term > c.core(old).member_state.current_term
 
 
 def test_three_server_and_shutdown_followers(cluster_factory: type[Cluster]) -> None:
@@ -140,7 +140,7 @@ def test_three_server_and_shutdown_followers(cluster_factory: type[Cluster]) -> 
     the same term."""
     c = cluster_factory(3, seed=4)
     leader = c.elect()
-    term = c.core(leader).ms.current_term
+    term = c.core(leader).member_state.current_term
     for n in c.ids:
         if n != leader:
             c.kill(n)
@@ -149,7 +149,7 @@ def test_three_server_and_shutdown_followers(cluster_factory: type[Cluster]) -> 
     slack = 2 * c.step_ms
     c.run_until(lambda: c.role(leader) is Role.CANDIDATE, max_ms=4 * HEARTBEAT_MS + slack)
     assert 3 * HEARTBEAT_MS < c.now - start <= 4 * HEARTBEAT_MS + slack
-    assert c.core(leader).ms.current_term == term
+    assert c.core(leader).member_state.current_term == term
 
 
 def test_three_server_and_preferred_leader(cluster_factory: type[Cluster]) -> None:
@@ -163,12 +163,12 @@ def test_three_server_and_preferred_leader(cluster_factory: type[Cluster]) -> No
     c.run_until(lambda: c.leader() not in (None, "n2"))
     other = c.leader()
     assert other is not None
-    term = c.core(other).ms.current_term
+    term = c.core(other).member_state.current_term
     f = c.append(b"y")
     c.run_until(f.done)
     c.restart("n2")
     c.run_until(lambda: c.leader() == "n2" and c._all_follow(), max_ms=5000)
-    assert c.core("n2").ms.current_term > term
+    assert c.core("n2").member_state.current_term > term
     assert c.bodies("n2") == [b"x", b"y"]
 
 
@@ -185,7 +185,7 @@ def test_vote_normal(cluster_factory: type[Cluster]) -> None:
     # a vote in a larger term: TERM_NOT_READY, then ACCEPT once the member moved there
     assert vote(c, "n0", "n1", 1, 1, 0) == VoteResult.REJECT_TERM_NOT_READY
     c.core("n0").tick_elector(c.now)
-    assert c.core("n0").ms.current_term == 1
+    assert c.core("n0").member_state.current_term == 1
     assert vote(c, "n0", "n1", 1, 1, 0) == VoteResult.ACCEPT
     assert vote(c, "n0", "n1", 1, 1, 0) == VoteResult.ACCEPT  # asked again: same answer
     assert vote(c, "n0", "n2", 0, 1, 0, src="n2") == VoteResult.REJECT_EXPIRED_VOTE_TERM
@@ -212,18 +212,18 @@ def test_vote_term_small_than_ledger(cluster_factory: type[Cluster]) -> None:
     assert isinstance(resp, VoteResponse)
     assert resp.vote_result == VoteResult.REJECT_TERM_SMALL_THAN_LEDGER and resp.term == 5
     leader = c.elect()
-    assert leader == "n0" and c.core("n0").ms.current_term == 6
+    assert leader == "n0" and c.core("n0").member_state.current_term == 6
 
 
 def test_vote_already_voted(cluster_factory: type[Cluster]) -> None:
     """The member voted for n2 in this term: n1 gets REJECT_ALREADY_VOTED; the group
     still recovers a leader."""
     c = cluster_factory(3, seed=8)
-    c.core("n0").ms.set_vote_for("n2")
+    c.core("n0").member_state.set_vote_for("n2")
     assert vote(c, "n0", "n1", 0, -1, -1) == VoteResult.REJECT_ALREADY_VOTED
     c.kill("n2")
     leader = c.elect()
-    assert leader in ("n0", "n1") and c.core(leader).ms.current_term >= 1
+    assert leader in ("n0", "n1") and c.core(leader).member_state.current_term >= 1
 
 
 # -- protocol/HeartbeatRequestTest
@@ -233,7 +233,7 @@ def test_heartbeat(cluster_factory: type[Cluster]) -> None:
     c = cluster_factory(3, seed=9)
     leader = c.elect()
     follower, other = [n for n in c.ids if n != leader]
-    term = c.core(follower).ms.current_term
+    term = c.core(follower).member_state.current_term
     assert heartbeat(c, follower, "n3", term) == ResponseCode.UNKNOWN_MEMBER
     assert heartbeat(c, follower, follower, term) == ResponseCode.UNEXPECTED_MEMBER
     assert heartbeat(c, follower, leader, term - 1) == ResponseCode.EXPIRED_TERM
@@ -243,4 +243,4 @@ def test_heartbeat(cluster_factory: type[Cluster]) -> None:
     c.clock.advance(HEARTBEAT_MS)
     c.core(follower).tick_elector(c.now)  # the state maintainer moves to term + 1
     assert heartbeat(c, follower, other, term + 1) == ResponseCode.SUCCESS
-    assert c.core(follower).ms.leader_id == other and c.role(follower) is Role.FOLLOWER
+    assert c.core(follower).member_state.leader_id == other and c.role(follower) is Role.FOLLOWER

@@ -527,18 +527,18 @@ def test_retention_floor_follows_the_slowest_follower_and_the_commit_index() -> 
     c, leader, (f1, f2) = elected(seed=7)
     f = c.append(b"a", b"b", b"c")
     c.run_until(f.done)
-    c.run_until(lambda: all(c.core(n).ms.committed_index == f.result() for n in c.ids))
+    c.run_until(lambda: all(c.core(n).member_state.committed_index == f.result() for n in c.ids))
     c.run_for(50)
-    committed = c.core(leader).ms.committed_index
+    committed = c.core(leader).member_state.committed_index
     assert c.core(leader).retention_floor() == committed + 1
     assert c.core(f1).retention_floor() == committed + 1 == c.core(f2).retention_floor()
     # f2 is cut off: the leader keeps what f2 still needs while the commit index moves on
     c.net.isolate(f2)
     f_more = c.append(b"d", b"e")
     c.run_until(f_more.done)
-    assert c.core(leader).ms.committed_index == f_more.result()
+    assert c.core(leader).member_state.committed_index == f_more.result()
     assert c.core(leader).retention_floor() == committed + 1
-    assert c.core(f1).retention_floor() == c.core(f1).ms.committed_index + 1
+    assert c.core(f1).retention_floor() == c.core(f1).member_state.committed_index + 1
     c.net.heal()
     c.run_until(lambda: c.core(leader).retention_floor() == f_more.result() + 1)
 
@@ -550,7 +550,7 @@ def test_retention_floor_never_exceeds_committed_plus_one_and_is_zero_before_mat
     store.append_many([b"x"] * 10)
     core = RaftCore(config, store, MemoryTermStore(1, "n0"), random.Random(0))
     assert core.retention_floor() == 0  # a candidate that committed nothing
-    core.ms.update_committed_index(4)
+    core.member_state.update_committed_index(4)
     assert core.retention_floor() == 5
     core.elector.change_role_to_leader(1)
     assert core.retention_floor() == 0  # followers not matched yet in this term

@@ -177,15 +177,15 @@ def test_raft_figure_8() -> None:
     c.run_for(500)
     assert c.members[cc].store.get_body(base + 1) == b"X"
     # X is on a majority (A, C) but is from an older term: not committed
-    assert c.core(a).ms.committed_index == base
-    assert c.core(cc).ms.committed_index == base
+    assert c.core(a).member_state.committed_index == base
+    assert c.core(cc).member_state.committed_index == base
     # 4. A crashes, B comes back: B's log ends with a newer term, it wins and replaces X
     c.kill(a)
     c.net.heal()
     c.run_until(lambda: c.leader() == b, max_ms=10_000)
     fz = c.append(b"Z", via=b)
     c.run_until(fz.done)
-    c.run_until(lambda: c.core(cc).ms.committed_index == c.core(b).ms.committed_index)
+    c.run_until(lambda: c.core(cc).member_state.committed_index == c.core(b).member_state.committed_index)
     assert c.bodies(b) == [b"base", b"Y", b"Z"] == c.bodies(cc)
     assert fy.done() and isinstance(fy.exception(), DLedgerError)  # acknowledged in no term: uncertain, not lost
     assert isinstance(fx.exception(), DLedgerError)
@@ -222,7 +222,7 @@ def test_new_leader_commits_the_old_tail_through_its_noop(fast_advance: bool) ->
     c = Cluster(3, seed=21, enable_fast_advance_commit_index=fast_advance)
     old = c.elect()
     c.run_for(300)  # the followers matched: the dispatchers are in APPEND
-    base = c.core(old).ms.committed_index
+    base = c.core(old).member_state.committed_index
     # the tail reaches the followers, but none of their acks comes back
     c.net.filter = lambda src, dst, msg: src != old and isinstance(msg, PushEntryResponse)
     tail = c.append(b"t1", b"t2")
@@ -235,14 +235,14 @@ def test_new_leader_commits_the_old_tail_through_its_noop(fast_advance: bool) ->
     c.run_for(500)
     store = c.members[new].store
     if not fast_advance:
-        assert c.core(new).ms.committed_index == base  # a majority holds the tail: still not committed
-        assert store.end_term < c.core(new).ms.current_term
+        assert c.core(new).member_state.committed_index == base  # a majority holds the tail: still not committed
+        assert store.end_term < c.core(new).member_state.current_term
         f = c.append(b"t3")  # the first entry of the new term commits the tail with it
         c.run_until(f.done)
         assert c.bodies(new) == [b"t1", b"t2", b"t3"]
     else:
-        assert store.get(store.end_index).is_noop and store.end_term == c.core(new).ms.current_term
-        c.run_until(lambda: c.core(new).ms.committed_index == store.end_index)
+        assert store.get(store.end_index).is_noop and store.end_term == c.core(new).member_state.current_term
+        c.run_until(lambda: c.core(new).member_state.committed_index == store.end_index)
         assert c.bodies(new) == [b"t1", b"t2"]
     assert not tail.done()  # the old leader died before it could tell the client
 
@@ -262,11 +262,11 @@ def test_ledger_end_term_is_the_last_entrys_term_not_the_current_term() -> None:
     c.net.isolate(lagging)
     f = c.append(b"c1", b"c2", b"c3")
     c.run_until(f.done)
-    lag_ms = c.core(lagging).ms
+    lag_ms = c.core(lagging).member_state
     for _ in range(5):  # its term moved on (e.g. rounds where the others had voted already)
         lag_ms.next_term()
     c.run_for(500)
-    assert lag_ms.current_term >= c.core(leader).ms.current_term + 5
+    assert lag_ms.current_term >= c.core(leader).member_state.current_term + 5
     assert lag_ms.ledger_end_term < lag_ms.current_term
     assert lag_ms.ledger_end_term == c.members[lagging].store.end_term
     votes: list[VoteRequest] = []
@@ -328,7 +328,7 @@ def test_wiped_follower_is_resynced() -> None:
     f = c.append(*[f"e{i}".encode() for i in range(20)])
     c.run_until(f.done)
     victim = next(n for n in c.ids if n != leader)
-    c.run_until(lambda: c.core(victim).ms.committed_index == f.result())
+    c.run_until(lambda: c.core(victim).member_state.committed_index == f.result())
     c.kill(victim)
     c.restart(victim, wipe=True)
     assert c.members[victim].store.end_index == -1
@@ -364,7 +364,7 @@ def test_committed_index_never_exceeds_the_ledger_end() -> None:
     # a follower that truncates its tail keeps its commit at or below its end too
     _, h = follower([1, 1, 2, 2], committed=1)
     assert process(h, push(PushType.TRUNCATE, 1, 1, commit=9, first=2)) == ResponseCode.SUCCESS
-    assert h.ms.committed_index == 1 and h.ms.store.end_index == 1
+    assert h.member_state.committed_index == 1 and h.member_state.store.end_index == 1
 
 
 # -- findings of the simulation tier (tests/sim/test_findings.py R2, R3, R4)
@@ -387,13 +387,13 @@ def test_follower_whose_acks_were_lost_catches_up() -> None:
     first = c.append(b"1", b"2", b"3")
     c.run_until(first.done)
     second = c.append(b"4")  # carries the commit index of the first
-    c.run_until(lambda: second.done() and c.core(f).ms.committed_index >= first.result())
-    assert c.core(leader).dispatchers[f].match_index < c.core(f).ms.committed_index
+    c.run_until(lambda: second.done() and c.core(f).member_state.committed_index >= first.result())
+    assert c.core(leader).dispatchers[f].match_index < c.core(f).member_state.committed_index
     # then it misses heartbeats: as a candidate it answers the next push NOT_FOLLOWER
     c.net.filter = lambda src, dst, msg: (
         acks_lost(src, dst, msg) or (src == leader and dst == f and isinstance(msg, HeartBeatRequest))
     )
-    c.run_until(lambda: c.core(f).ms.is_candidate)
+    c.run_until(lambda: c.core(f).member_state.is_candidate)
     c.run_for(300)
     c.net.filter = None
     third = c.append(b"5")
@@ -413,8 +413,8 @@ def test_restarted_leader_never_leads_its_old_term_again() -> None:
     f0 = c.append(b"base")
     c.run_until(f0.done)
     c.run_for(300)
-    term = c.core(leader).ms.current_term
-    voter = next(n for n in c.ids if n != leader and c.core(n).ms.vote_for == leader)
+    term = c.core(leader).member_state.current_term
+    voter = next(n for n in c.ids if n != leader and c.core(n).member_state.vote_for == leader)
     holder = next(n for n in c.ids if n not in (leader, voter))
     c.net.block(leader, voter)
     c.net.filter = lambda src, dst, msg: src == holder and isinstance(msg, PushEntryResponse)
@@ -432,7 +432,7 @@ def test_restarted_leader_never_leads_its_old_term_again() -> None:
     c.restart(leader)
     c.run_until(lambda: c.leader() is not None)
     new = c.leader()
-    assert new is not None and c.core(new).ms.current_term > term  # nobody leads term T again
+    assert new is not None and c.core(new).member_state.current_term > term  # nobody leads term T again
     fy = c.append(b"Y", via=new)
     c.run_until(fy.done)
     c.net.heal()

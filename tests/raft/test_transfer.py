@@ -30,7 +30,7 @@ def settled(seed: int = 1, **cfg: object) -> tuple[Cluster, str, list[str]]:
     leader = c.elect()
     f = c.append(b"a", b"b")
     c.run_until(f.done)
-    c.run_until(lambda: all(c.core(n).ms.committed_index == f.result() for n in c.ids))
+    c.run_until(lambda: all(c.core(n).member_state.committed_index == f.result() for n in c.ids))
     return c, leader, [n for n in c.ids if n != leader]
 
 
@@ -54,7 +54,7 @@ def transfer_request(
 
 def test_transfer_succeeds_and_appends_are_rejected_meanwhile() -> None:
     c, leader, (t, other) = settled()
-    term = c.core(leader).ms.current_term
+    term = c.core(leader).member_state.current_term
     fut = c.core(leader).leadership_transfer(t, c.now)
     assert not fut.done()
     with pytest.raises(DLedgerError) as err:
@@ -65,9 +65,9 @@ def test_transfer_succeeds_and_appends_are_rejected_meanwhile() -> None:
     assert resp.code == ResponseCode.SUCCESS and resp.leader_id == t and resp.term == term + 1
     # the transferee leads the next term; the others follow it
     c.run_until(lambda: c.role(leader) is Role.FOLLOWER and c.role(other) is Role.FOLLOWER)
-    assert c.leader() == t and c.core(t).ms.current_term == term + 1
-    assert c.core(leader).ms.leader_id == t and c.core(leader).ms.transferee is None
-    assert c.core(t).ms.term_to_take_leadership == -1  # the take-over is over
+    assert c.leader() == t and c.core(t).member_state.current_term == term + 1
+    assert c.core(leader).member_state.leader_id == t and c.core(leader).member_state.transferee is None
+    assert c.core(t).member_state.term_to_take_leadership == -1  # the take-over is over
     f = c.append(b"c")
     c.run_until(f.done)
     c.run_until(lambda: all(c.bodies(n) == [b"a", b"b", b"c"] for n in c.ids))
@@ -75,7 +75,7 @@ def test_transfer_succeeds_and_appends_are_rejected_meanwhile() -> None:
 
 def test_transfer_through_a_request_addressed_to_the_leader() -> None:
     c, leader, (t, _) = settled(seed=2)
-    term = c.core(leader).ms.current_term
+    term = c.core(leader).member_state.current_term
     fut = c.core(leader).handle_request(transfer_request(c, leader, t, term), c.now)
     c.run_until(fut.done, max_ms=2000)
     assert code_of(fut) == ResponseCode.SUCCESS
@@ -85,7 +85,7 @@ def test_transfer_through_a_request_addressed_to_the_leader() -> None:
 def test_leader_side_rejections() -> None:
     c, leader, (t, other) = settled(seed=3)
     core = c.core(leader)
-    term = core.ms.current_term
+    term = core.member_state.current_term
     assert code_of(core.leadership_transfer("n9", c.now)) == ResponseCode.UNKNOWN_MEMBER
     stale = core.handle_request(transfer_request(c, leader, t, term - 1), c.now)
     assert code_of(stale) == ResponseCode.INCONSISTENT_TERM
@@ -96,7 +96,7 @@ def test_leader_side_rejections() -> None:
     assert code_of(wrong_addr) == ResponseCode.UNKNOWN_MEMBER  # addressed to someone else
     assert code_of(core.leadership_transfer(leader, c.now)) == ResponseCode.SUCCESS  # already the leader
     # none of these started a transfer
-    assert core.ms.transferee is None
+    assert core.member_state.transferee is None
     c.append(b"accepted")
 
 
@@ -107,7 +107,7 @@ def test_fall_behind_too_much() -> None:
     c.run_until(f.done)
     fut = c.core(leader).leadership_transfer(t, c.now)
     assert code_of(fut) == ResponseCode.FALL_BEHIND_TOO_MUCH
-    assert c.core(leader).ms.transferee is None
+    assert c.core(leader).member_state.transferee is None
     # 9 entries behind is close enough: it waits for the transferee to catch up
     c.net.heal()
     c.run_until(lambda: c.core(leader).transfer.fall_behind(t) == 0)
@@ -141,7 +141,7 @@ def test_transferee_that_does_not_catch_up_fails_and_appends_resume() -> None:
     c.run_until(fut.done, max_ms=1000)
     assert code_of(fut) == ResponseCode.TAKE_LEADERSHIP_FAILED
     assert 400 <= c.now - start < 400 + 2 * c.step_ms
-    assert c.leader() == leader and c.core(leader).ms.transferee is None
+    assert c.leader() == leader and c.core(leader).member_state.transferee is None
     f = c.append(b"d")  # accepted again
     c.run_until(f.done)
 
@@ -156,12 +156,12 @@ def test_lost_forwarded_request_ends_the_transfer() -> None:
     fut = c.core(leader).leadership_transfer(t, c.now)
     c.run_until(fut.done, max_ms=2000)
     assert code_of(fut) == ResponseCode.NETWORK_ERROR
-    assert c.leader() == leader and c.core(leader).ms.transferee is None
+    assert c.leader() == leader and c.core(leader).member_state.transferee is None
 
 
 def test_transferee_checks_the_leader_and_waits_for_its_log() -> None:
     c, leader, (t, other) = settled(seed=8, leadership_transfer_wait_timeout_ms=300)
-    term = c.core(t).ms.current_term
+    term = c.core(t).member_state.current_term
     end = c.members[t].store.end_index
     # the transfer must come from the leader it follows
     bad = c.core(t).handle_request(
@@ -187,23 +187,23 @@ def test_transferee_checks_the_leader_and_waits_for_its_log() -> None:
     )
     c.run_until(never.done, max_ms=1000)
     assert code_of(never) == ResponseCode.TAKE_LEADERSHIP_FAILED and c.now - start >= 300
-    assert c.role(t) is Role.FOLLOWER and c.core(t).ms.current_term == term
+    assert c.role(t) is Role.FOLLOWER and c.core(t).member_state.current_term == term
 
 
 def test_transferee_takes_leadership_with_the_short_vote_interval_and_rejects_rivals() -> None:
     # normal vote interval 300..1000 ms, taking leadership 30..100 ms
     c, leader, (t, other) = settled(seed=9, min_vote_interval_ms=300, max_vote_interval_ms=1000)
-    term = c.core(t).ms.current_term
+    term = c.core(t).member_state.current_term
     # the transferee's vote requests get lost: it stays candidate of term + 1
     c.net.filter = lambda src, dst, msg: isinstance(msg, VoteRequest) and src == t
     fut = c.core(leader).leadership_transfer(t, c.now)
-    c.run_until(lambda: c.core(t).ms.current_term == term + 1)
+    c.run_until(lambda: c.core(t).member_state.current_term == term + 1)
     core = c.core(t)
-    assert core.ms.is_taking_leadership() and core.ms.term_to_take_leadership == term + 1
+    assert core.member_state.is_taking_leadership() and core.member_state.term_to_take_leadership == term + 1
     waits = [core.elector.next_vote_time(0) for _ in range(50)]
     assert min(waits) >= 30 and max(waits) < 100
     # a rival with the same log in the same term gets REJECT_TAKING_LEADERSHIP
-    ms = core.ms
+    ms = core.member_state
     rival = VoteRequest(
         group="g",
         local_id=other,
@@ -224,7 +224,7 @@ def test_short_take_leadership_interval_is_used_only_while_taking_leadership() -
     c = Cluster(3, seed=10, min_vote_interval_ms=300, max_vote_interval_ms=1000)
     core = c.core("n0")
     assert all(300 <= core.elector.next_vote_time(0) < 1000 for _ in range(50))
-    core.ms.term_to_take_leadership = core.ms.current_term
+    core.member_state.term_to_take_leadership = core.member_state.current_term
     assert all(30 <= core.elector.next_vote_time(0) < 100 for _ in range(50))
 
 
@@ -234,7 +234,7 @@ def test_transferee_that_loses_the_election_answers_take_leadership_failed() -> 
     fut = c.core(leader).leadership_transfer(t, c.now)
     c.run_until(fut.done, max_ms=3000)
     assert code_of(fut) in (ResponseCode.TAKE_LEADERSHIP_FAILED, ResponseCode.EXPIRED_TERM)
-    assert c.core(t).ms.term_to_take_leadership == -1
+    assert c.core(t).member_state.term_to_take_leadership == -1
     c.net.filter = None
     c.elect()
 
@@ -243,9 +243,9 @@ def test_preferred_leader_takes_over() -> None:
     c = Cluster(3, seed=12, preferred_leader_ids="n2", check_preferred_leader_interval_ms=200)
     first = c.elect()
     assert first != "n2"  # (with this seed) so the preferred member has to take over
-    first_term = c.core(first).ms.current_term
+    first_term = c.core(first).member_state.current_term
     c.run_until(lambda: c.leader() == "n2" and c._all_follow(), max_ms=3000)
-    assert c.core("n2").ms.current_term == first_term + 1
+    assert c.core("n2").member_state.current_term == first_term + 1
     f = c.append(b"x")
     c.run_until(f.done)
     c.run_for(1000)
@@ -274,7 +274,7 @@ def test_lagging_preferred_leader_is_not_handed_leadership() -> None:
 
     def watch() -> bool:
         core = c.core(leader)
-        if core.ms.transferee == "n2":
+        if core.member_state.transferee == "n2":
             started_behind.append(core.transfer.fall_behind("n2"))
         return c.leader() == "n2"
 
@@ -298,4 +298,4 @@ def test_transfer_fails_if_the_leader_steps_down_before_forwarding() -> None:
     c.net.isolate(leader)  # loses its quorum, steps down after the heartbeat leak
     c.run_until(fut.done, max_ms=5000)
     assert code_of(fut) == ResponseCode.NOT_LEADER
-    assert c.core(leader).ms.transferee is None
+    assert c.core(leader).member_state.transferee is None

@@ -150,7 +150,7 @@ def test_the_hold_ends_after_its_maximum_and_the_member_stands_again() -> None:
 
 def test_the_leader_announces_its_ledger_end_in_heartbeats() -> None:
     elector, ms = restarted(entries=4, unclean=False)
-    elector.ms.set_vote_for("n0")
+    elector.member_state.set_vote_for("n0")
     elector.change_role_to_leader(ms.current_term)
     beats = elector.tick(0)
     assert {o.target_id for o in beats} == {"n1", "n2"}

@@ -133,7 +133,7 @@ class Checker:
         core, store = node.core, node.store
         assert core is not None and store is not None
         self.checks += 1
-        ms = core.ms
+        ms = core.member_state
         c, end = ms.committed_index, store.end_index
         if c > end:
             raise Violation(f"{node.node_id}: committed index {c} above ledger end {end}")
@@ -150,7 +150,7 @@ class Checker:
 
     def _check_leader(self, node: SimNode, now_ms: int) -> None:
         assert node.core is not None
-        term = node.core.ms.current_term
+        term = node.core.member_state.current_term
         other = self.leaders.setdefault(term, node.node_id)
         if other != node.node_id:
             raise Violation(f"two leaders in term {term}: {other} and {node.node_id}")
@@ -268,7 +268,7 @@ class Checker:
     def _scan_committed(self, node: SimNode, now_ms: int) -> None:
         core, store = node.core, node.store
         assert core is not None and store is not None
-        c = core.ms.committed_index
+        c = core.member_state.committed_index
         if node.divergent_at >= 0:
             return
         i = max(node.verified + 1, store.begin_index, 0)
@@ -281,7 +281,7 @@ class Checker:
                         return
                     continue  # the reference switched to this node's history: compare again
             else:
-                self._extend(entry.term, entry.body, core.ms.current_term)
+                self._extend(entry.term, entry.body, core.member_state.current_term)
             i += 1
         node.verified = max(node.verified, c)
 
@@ -327,7 +327,7 @@ class Checker:
         # so is whatever a leader holds.
         store = node.store
         old = index <= store.end_index and self._entry_key(index, store.get(index)) in self.superseded
-        if old and not node.core.ms.is_leader:
+        if old and not node.core.member_state.is_leader:
             node.divergent_at = index
         else:
             self._switch(index, node, now_ms)
@@ -360,8 +360,10 @@ class Checker:
         core, store = node.core, node.store
         assert core is not None and store is not None
         first = op.index - len(op.uids) + 1
-        if op.index > core.ms.committed_index:
-            raise Violation(f"{node.node_id}: acknowledged {op.index} above its committed {core.ms.committed_index}")
+        if op.index > core.member_state.committed_index:
+            raise Violation(
+                f"{node.node_id}: acknowledged {op.index} above its committed {core.member_state.committed_index}"
+            )
         for k, uid in enumerate(op.uids):
             i = first + k
             entry = store.get(i)
@@ -385,10 +387,9 @@ class Checker:
                 if uid >= 0 and uid in uids:
                     raise Violation(f"{node.node_id}: uid {uid} twice in its log")
                 uids.add(uid)
-            if node.core.ms.committed_index != len(self.ref_term) - 1:
-                raise Violation(
-                    f"{node.node_id}: committed {node.core.ms.committed_index}, cluster {len(self.ref_term) - 1}"
-                )
+            committed = node.core.member_state.committed_index
+            if committed != len(self.ref_term) - 1:
+                raise Violation(f"{node.node_id}: committed {committed}, cluster {len(self.ref_term) - 1}")
         position = {uid_of(b): i for i, b in enumerate(self.ref_body)}
         unplaced: dict[int, list[int]] = {}  # acknowledged, never conflicted, not there: by index
         for op in self.ops.values():

@@ -154,7 +154,7 @@ class SimNode:
         now = sim.now
         self.next_flush_ms = now + rng.randrange(sim.store_config.flush_file_interval_ms)
         self.next_checkpoint_ms = now + sim.store_config.checkpoint_interval_ms
-        self.last_commit = self.core.ms.committed_index
+        self.last_commit = self.core.member_state.committed_index
         self.verified = self.seen_end = self.led_term = self.agree = -1
         if self.divergent_at >= 0:
             self.divergent_at = -1  # look again: it may have truncated the old history
@@ -295,7 +295,7 @@ class Simulation:
             if node.core is None or node.store is None:
                 parts.append(f"{node.node_id}: down")
             else:
-                ms = node.core.ms
+                ms = node.core.member_state
                 parts.append(
                     f"{node.node_id}: {ms.role.value} term={ms.current_term} end={node.store.end_index}"
                     f"/{node.store.end_term} commit={ms.committed_index}"
@@ -334,13 +334,13 @@ class Simulation:
     def _tick(self, node: SimNode, now: int) -> None:
         core = node.core
         assert core is not None
-        was_leader = core.ms.is_leader
+        was_leader = core.member_state.is_leader
         if hasattr(core, "tick_elector"):
             self._passes(node, core, now)
         else:
             for ob in core.tick(now):
                 self._send(node, core, ob.target_id, ob.request)
-        if core.ms.is_leader and not was_leader:
+        if core.member_state.is_leader and not was_leader:
             self.stats.elections += 1
             if self.faults_on and self.rng.random() < 0.2:
                 # a voter dies right after its vote: its persisted vote must hold
@@ -349,7 +349,7 @@ class Simulation:
                     self.log(f"{voter.node_id} process crash right after the election")
                     self.stats.crashes += 1
                     self._take_down(voter, power_loss=False, restart_in=0)
-            self.log(f"{node.node_id} leader of term {core.ms.current_term} (end {node.store.end_index})")  # type: ignore[union-attr]
+            self.log(f"{node.node_id} leader of term {core.member_state.current_term} (end {node.store.end_index})")  # type: ignore[union-attr]
 
     def _passes(self, node: SimNode, core: RaftCore, now: int) -> None:
         """The member's service threads, one pass each, in a random order; while faults
@@ -409,7 +409,7 @@ class Simulation:
                 assert node.store is not None and node.core is not None
                 self.log(
                     f"{node.node_id} restarted: end {node.store.end_index}/{node.store.end_term} "
-                    f"commit {node.core.ms.committed_index} term {node.core.ms.current_term}"
+                    f"commit {node.core.member_state.committed_index} term {node.core.member_state.current_term}"
                 )
 
     def check(self) -> None:
@@ -429,7 +429,7 @@ class Simulation:
     def _client_load(self) -> None:
         if self.rng.random() >= 0.25:
             return
-        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.ms.is_leader]
+        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.member_state.is_leader]
         up = [n for n in self.nodes.values() if n.up]
         if not up:
             return
@@ -508,14 +508,14 @@ class Simulation:
             node.disk.crash_armed = True
 
     def _victim(self, up: list[SimNode]) -> SimNode:
-        leaders = [n for n in up if n.core is not None and n.core.ms.is_leader]
+        leaders = [n for n in up if n.core is not None and n.core.member_state.is_leader]
         return self.rng.choice(leaders) if leaders and self.rng.random() < 0.5 else self.rng.choice(up)
 
     def _partition(self, ids: list[str]) -> None:
         rng = self.rng
         kind = rng.choice(("isolate", "split", "one-way", "bridge" if len(ids) >= 5 else "split"))
         if kind == "isolate":
-            leaders = [n.node_id for n in self.nodes.values() if n.core is not None and n.core.ms.is_leader]
+            leaders = [n.node_id for n in self.nodes.values() if n.core is not None and n.core.member_state.is_leader]
             victim = rng.choice(leaders) if leaders and rng.random() < 0.5 else rng.choice(ids)
             self.net.isolate(victim, ids)
             what = f"isolate {victim}"
@@ -627,7 +627,7 @@ class Simulation:
         for node in self.nodes.values():
             if node is leader or node.divergent_at >= 0 or node.store is None or node.core is None:
                 continue
-            store, committed = node.store, node.core.ms.committed_index
+            store, committed = node.store, node.core.member_state.committed_index
             if committed == leader.store.end_index:
                 continue
             dispatcher = leader.core.dispatchers.get(node.node_id)
@@ -658,7 +658,7 @@ class Simulation:
         return (tags[0] if tags else ""), "; ".join(reasons)
 
     def _settled_leader(self) -> SimNode | None:
-        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.ms.is_leader]
+        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.member_state.is_leader]
         if len(leaders) != 1:
             return None
         leader = leaders[0]
@@ -666,8 +666,8 @@ class Simulation:
         for node in self.nodes.values():
             if node.core is None or node.divergent_at >= 0:
                 continue
-            ms = node.core.ms
-            if ms.current_term != leader.core.ms.current_term or ms.leader_id != leader.node_id:
+            ms = node.core.member_state
+            if ms.current_term != leader.core.member_state.current_term or ms.leader_id != leader.node_id:
                 return None
         return leader
 
@@ -677,7 +677,9 @@ class Simulation:
             return False
         end = leader.store.end_index
         return all(
-            n.core is not None and n.core.ms.committed_index == end for n in self.nodes.values() if n.divergent_at < 0
+            n.core is not None and n.core.member_state.committed_index == end
+            for n in self.nodes.values()
+            if n.divergent_at < 0
         )
 
     # -- scripting (deterministic scenarios)
@@ -696,7 +698,7 @@ class Simulation:
 
     def leader(self) -> SimNode | None:
         """The one member that believes it leads, if exactly one does."""
-        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.ms.is_leader]
+        leaders = [n for n in self.nodes.values() if n.core is not None and n.core.member_state.is_leader]
         return leaders[0] if len(leaders) == 1 else None
 
     def run(self, steps: int) -> Stats:

@@ -142,7 +142,7 @@ def test_a_follower_whose_acks_were_lost_catches_up(tmp_path: Path) -> None:
         sim.net.filter = lambda s, d, m: (
             acks_lost(s, d, m) or (s == lid and d == fid and isinstance(m, HeartBeatRequest))
         )
-        sim.run_until(lambda: follower.core is not None and follower.core.ms.is_candidate)
+        sim.run_until(lambda: follower.core is not None and follower.core.member_state.is_candidate)
         sim.run_for(300)
         sim.net.filter = None  # healed
         third = sim.append(leader, [sim._body()])
@@ -162,7 +162,9 @@ def test_a_leader_never_creates_two_entries_at_one_index_and_term(tmp_path: Path
         lid = leader.node_id
         # `voter` voted for the leader in this term; `holder` will hold the lost entry
         voter = next(
-            n for n in sim.nodes.values() if n.core is not None and n.core.ms.vote_for == lid and n is not leader
+            n
+            for n in sim.nodes.values()
+            if n.core is not None and n.core.member_state.vote_for == lid and n is not leader
         )
         holder = next(n for n in sim.nodes.values() if n is not leader and n is not voter)
         sim.net.block(lid, voter.node_id)
@@ -178,7 +180,7 @@ def test_a_leader_never_creates_two_entries_at_one_index_and_term(tmp_path: Path
         # behind it, which still matters once a hold timed out
         leader.config.max_vote_hold_ms = 0
         leader.restart_at = sim.now
-        sim.run_until(lambda: leader.core is not None and leader.core.ms.is_leader, max_ms=2000)
+        sim.run_until(lambda: leader.core is not None and leader.core.member_state.is_leader, max_ms=2000)
         sim.append(leader, [sim._body()])  # a different entry at the same index, same term
         sim.run_for(20)
         sim.net.heal()
@@ -224,11 +226,11 @@ def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
         old.restart_at = 1 << 60
         sim.net.heal()
         sim.net.filter = lambda s, d, m: d == lagger.node_id and isinstance(m, PushEntryRequest)  # votes, lags
-        sim.run_until(lambda: new.core is not None and new.core.ms.is_leader)
+        sim.run_until(lambda: new.core is not None and new.core.member_state.is_leader)
         sim.append(new, [sim._body() for _ in range(6)])  # new-term entries past the old leader's end
         sim.run_for(20)
         new.down(power_loss=False)  # `new` restarts and wins again: its dispatchers start at its end
         new.restart_at = sim.now
-        sim.run_until(lambda: new.core is not None and new.core.ms.is_leader)
+        sim.run_until(lambda: new.core is not None and new.core.member_state.is_leader)
         old.restart_at = sim.now  # the old leader comes back: COMPARE overshoots, TRUNCATE deletes
         sim.run_for(1000)

@@ -16,6 +16,7 @@ import pytest
 
 import dledger
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.config import parse_peers
 from dledger.spark.live import (
     ClusterView,
@@ -40,7 +41,6 @@ from dledger.spark.local import (
 )
 from dledger.spark.options import parse_read_options
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds
-from dledger.store.base import ColumnBatch
 from dledger.store.mmap_store import StoreConfig
 
 from .conftest import SCENARIOS, committed_entries, golden_root, small_store

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dledger.codes import ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.entry import Entry
 from dledger.raft.messages import (
     HeartBeatRequest,
@@ -24,7 +25,6 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from dledger.store.base import ColumnBatch
 from dledger.transport.convert import (
     MalformedMessage,
     columns_from_pb,

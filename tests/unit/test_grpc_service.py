@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.node import NodeStatus
@@ -32,7 +33,6 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
-from dledger.store.base import ColumnBatch
 from dledger.store.memory import MemoryLogStore
 from dledger.transport.convert import columns_from_pb, pb, pb_grpc, to_pb
 from dledger.transport.grpc_client import GrpcTransport, open_channel, peer_deadline_ms

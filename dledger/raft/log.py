@@ -1,76 +1,15 @@
-"""The LogStore protocol every store implements, and the column batch it reads into."""
+"""The storage the Raft layer uses, as the Raft layer sees it: the log (`LogStore`,
+DLedger's DLedgerStore) and the durable term and vote (`TermStore`, the `currterm`
+file). The implementations live in `dledger.store`; these protocols belong to their
+user, so `raft/` never imports a store."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-import numpy as np
-import numpy.typing as npt
-
-from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, Entry
-
-_NORMAL_MAGIC: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
-"""Sentinel default of `ColumnBatch.magic`: every entry is a normal one."""
-
-
-@dataclass(frozen=True)
-class ColumnBatch:
-    """Committed entries read column-wise (Arrow's binary layout for the bodies).
-
-    Attributes:
-        index, term, pos: int64 arrays, one value per entry.
-        offsets: int32 array of count+1 values; body k is bodies[offsets[k]:offsets[k+1]].
-        bodies: all bodies back to back.
-        magic: int32 array, one value per entry: MAGIC_NORMAL (1) or MAGIC_NOOP (2, the
-            empty entry a new leader appends). Omitted: every entry is normal.
-    """
-
-    index: npt.NDArray[np.int64]
-    term: npt.NDArray[np.int64]
-    pos: npt.NDArray[np.int64]
-    offsets: npt.NDArray[np.int32]
-    bodies: bytearray
-    magic: npt.NDArray[np.int32] = field(default_factory=lambda: _NORMAL_MAGIC)
-
-    def __post_init__(self) -> None:
-        if self.magic is _NORMAL_MAGIC:
-            object.__setattr__(self, "magic", np.full(len(self.index), MAGIC_NORMAL, dtype=np.int32))
-
-    @property
-    def count(self) -> int:
-        """Number of entries."""
-        return len(self.index)
-
-    @property
-    def noop_count(self) -> int:
-        """Number of NOOP entries."""
-        return int(np.count_nonzero(self.magic == MAGIC_NOOP))
-
-    def body(self, k: int) -> bytes:
-        """The k-th body."""
-        return bytes(self.bodies[self.offsets[k] : self.offsets[k + 1]])
-
-    @classmethod
-    def empty(cls) -> ColumnBatch:
-        """A batch of no entries."""
-        none = np.zeros(0, dtype=np.int64)
-        return cls(none, none, none, np.zeros(1, dtype=np.int32), bytearray(), np.zeros(0, dtype=np.int32))
-
-    @classmethod
-    def from_raw(cls, raw: tuple[object, ...]) -> ColumnBatch:
-        """Wrap the tuple returned by the core's `read_columns` without copying:
-        (count, index, term, pos, offsets, bodies, magic)."""
-        n = int(raw[0])  # type: ignore[call-overload]
-        return cls(
-            np.frombuffer(raw[1], dtype=np.int64, count=n),  # type: ignore[call-overload]
-            np.frombuffer(raw[2], dtype=np.int64, count=n),  # type: ignore[call-overload]
-            np.frombuffer(raw[3], dtype=np.int64, count=n),  # type: ignore[call-overload]
-            np.frombuffer(raw[4], dtype=np.int32, count=n + 1),  # type: ignore[call-overload]
-            raw[5],  # type: ignore[arg-type]
-            np.frombuffer(raw[6], dtype=np.int32, count=n),  # type: ignore[call-overload]
-        )
+from dledger.columns import ColumnBatch
+from dledger.entry import Entry
 
 
 @runtime_checkable
@@ -171,4 +110,17 @@ class LogStore(Protocol):
 
     def close(self) -> None:
         """Flush and release resources."""
+        ...
+
+
+@runtime_checkable
+class TermStore(Protocol):
+    """Durable current term and vote (DLedger's `currterm` file)."""
+
+    def load(self) -> tuple[int, str | None]:
+        """(term, vote_for) as last persisted; (0, None) when nothing was written."""
+        ...
+
+    def persist(self, term: int, vote_for: str | None) -> None:
+        """Make (term, vote_for) durable before returning (atomic replace + fsync)."""
         ...
