@@ -332,7 +332,7 @@ class DLedgerNode:
         if future is None:
             raise request.error or DLedgerError(ResponseCode.INTERNAL_ERROR, "append not processed")
         if self.sync_mode:
-            self.store.wait_durable()  # type: ignore[attr-defined]
+            self.store.wait_durable()
             with self._lock:  # sync: the followers get it once the leader's copy is durable
                 out = self._tick_dispatchers(self._now())
         self._send(out)

@@ -1,11 +1,13 @@
 """ServiceThread: a named daemon thread whose body is `run_once()`, woken early by
-`wakeup()` and stopped by `stop()` (DLedger's ShutdownAbleThread)."""
+`wakeup()` and stopped by `stop()` (DLedger's ShutdownAbleThread); `PeriodicPass`, the
+work a component offers to whoever owns its threads."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +73,29 @@ class ServiceThread:
                     self._on_error(exc)
             self._wake.wait(wait_s)
             self._wake.clear()
+
+
+@dataclass(frozen=True)
+class PeriodicPass:
+    """Background work a component offers instead of starting a thread for it (a
+    store's flush, warm-ahead and retention passes); its owner runs it.
+
+    Attributes:
+        name: the thread's name.
+        run_once: one pass; may return how many milliseconds until it wants to run again.
+        interval_ms: the pause between passes.
+        on_error: called with an exception the pass raised.
+    """
+
+    name: str
+    run_once: Callable[[], float | None]
+    interval_ms: float
+    on_error: Callable[[BaseException], None] | None = None
+
+
+def start_passes(passes: Iterable[PeriodicPass]) -> list[ServiceThread]:
+    """Run each pass on a started `ServiceThread` of its own; stop them with `stop()`."""
+    threads = [ServiceThread(p.name, p.run_once, p.interval_ms, p.on_error) for p in passes]
+    for thread in threads:
+        thread.start()
+    return threads

@@ -6,10 +6,12 @@ user, so `raft/` never imports a store."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from dledger.columns import ColumnBatch
 from dledger.entry import Entry
+from dledger.service_thread import PeriodicPass
 
 
 @runtime_checkable
@@ -104,8 +106,23 @@ class LogStore(Protocol):
         """Retention never deletes entries at or above `index`."""
         ...
 
+    @property
+    def node_dir(self) -> Path | None:
+        """The directory holding the store's files (None for a store in memory)."""
+        ...
+
+    def periodic_passes(self) -> Sequence[PeriodicPass]:
+        """The background work the owner must run while the store is open (flush,
+        warm-ahead, retention); empty when there is none."""
+        ...
+
     def flush(self) -> None:
         """Make everything appended so far durable."""
+        ...
+
+    def wait_durable(self) -> None:
+        """Block until everything appended so far is durable, sharing one flush with
+        concurrent callers (group commit); at once where nothing needs syncing."""
         ...
 
     def close(self) -> None:

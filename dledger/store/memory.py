@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -11,6 +12,7 @@ from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAX_ENTRY_SIZE, Entry
+from dledger.service_thread import PeriodicPass
 
 
 class MemoryLogStore:
@@ -217,6 +219,18 @@ class MemoryLogStore:
 
     def set_retention_floor(self, index: int) -> None:
         """Memory stores never expire entries; kept for the protocol."""
+
+    @property
+    def node_dir(self) -> Path | None:
+        """None: nothing of this store is on disk."""
+        return None
+
+    def periodic_passes(self) -> list[PeriodicPass]:
+        """None: a store in memory has no background work."""
+        return []
+
+    def wait_durable(self) -> None:
+        """Returns at once: nothing to sync."""
 
     def flush(self) -> None:
         """Nothing to make durable."""

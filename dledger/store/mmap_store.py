@@ -20,7 +20,7 @@ from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAX_ENTRY_SIZE, Entry
-from dledger.service_thread import ServiceThread
+from dledger.service_thread import PeriodicPass, ServiceThread, start_passes
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
@@ -234,18 +234,25 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
     def _roll(self, kind: int, offset: int) -> None:
         (self.data_list if kind == 0 else self.index_list).roll(offset)
 
+    def periodic_passes(self) -> list[PeriodicPass]:
+        """The background work of an open store, for its owner to run: the flush pass
+        (async flush and the checkpoint), warm-ahead of the next pages and segments,
+        and retention. None when read-only."""
+        if self.config.read_only:
+            return []
+        cfg = self.config
+        passes = [PeriodicPass("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail)]
+        if cfg.warm_ahead_bytes > 0:
+            passes.append(PeriodicPass("dledger-warm", self._warm_once, 5, self._fail_warm))
+        self.cleaner = CleanSpaceService(self, cfg)
+        passes.append(PeriodicPass("dledger-clean", self.cleaner.run_once, cfg.clean_interval_ms))
+        return passes
+
     def start(self) -> None:
         """Start the background threads (flush, warm-ahead, retention); idempotent."""
         if self.config.read_only or self._threads:
             return
-        cfg = self.config
-        self._threads.append(ServiceThread("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail))
-        if cfg.warm_ahead_bytes > 0:
-            self._threads.append(ServiceThread("dledger-warm", self._warm_once, 5, self._fail_warm))
-        self.cleaner = CleanSpaceService(self, cfg)
-        self._threads.append(ServiceThread("dledger-clean", self.cleaner.run_once, cfg.clean_interval_ms))
-        for thread in self._threads:
-            thread.start()
+        self._threads = start_passes(self.periodic_passes())
 
     # -- committed index and checkpoint
 
