@@ -33,7 +33,7 @@ from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore, TermStore
 from dledger.raft.member_state import Role
 from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
-from dledger.service_thread import ServiceThread
+from dledger.service_thread import ServiceThread, start_passes
 from dledger.statemachine import StateMachine, StateMachineCaller
 from dledger.store.abort_marker import AbortMarker
 from dledger.store.mmap_store import MmapLogStore
@@ -102,6 +102,7 @@ class DLedgerNode:
         self._started = False
         self._stopped = False
         self._threads: dict[str, ServiceThread] = {}
+        self._store_threads: list[ServiceThread] = []
         self._push_sent_us: dict[tuple[str, int], float] = {}
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.metrics.watch(self.status)
@@ -117,9 +118,7 @@ class DLedgerNode:
         if self.transport is None:
             raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, "a node needs a transport before start()")
         self._started = True
-        start_store = getattr(self.store, "start", None)
-        if callable(start_store):
-            start_store()
+        self._store_threads = start_passes(self.store.periodic_passes())
         elector_ms = max(1, min(IDLE_PASS_MS, self.config.min_vote_interval_ms // 4 or 1))
         threads = [ServiceThread(f"dledger-elector-{self.config.self_id}", self._elector_pass, elector_ms)]
         threads += [
@@ -147,6 +146,8 @@ class DLedgerNode:
             self._commit_cond.notify_all()
         if self._ack_pool is not None:
             self._ack_pool.shutdown(wait=True)
+        for thread in self._store_threads:
+            thread.stop()
         self.store.close()
         if self._abort_marker is not None:
             self._abort_marker.clear()

@@ -38,4 +38,4 @@ def open_node_store(config: DLedgerConfig) -> LogStore:
     `flush_mode="sync"` (it syncs outside its lock), so the file store is opened async."""
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    return MmapLogStore.open(config.default_path, store_config_for(config))
+    return MmapLogStore(config.default_path, store_config_for(config))
