@@ -88,7 +88,7 @@ class DLedgerNode:
         self._abort_marker = AbortMarker(config.default_path) if isinstance(self.store, MmapLogStore) else None
         unclean = self._abort_marker.arm() if self._abort_marker is not None else False
         self.core = RaftCore(config, self.store, self.term_store, rng or random.Random(), unclean_restart=unclean)
-        self.sync_mode = config.flush_mode == "sync" and isinstance(self.store, MmapLogStore)
+        self.sync_mode = config.store.flush_mode == "sync" and isinstance(self.store, MmapLogStore)
         self._lock = threading.RLock()
         self._commit_cond = threading.Condition(self._lock)
         self._appends: deque[_ClientAppend] = deque()

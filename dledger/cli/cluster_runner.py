@@ -11,11 +11,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+from dledger.config import StoreConfig
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 
@@ -23,6 +24,22 @@ CommandLine = Callable[[list[str]], list[str]]
 
 STOP_TIMEOUT_S = 15.0
 """How long a member gets to shut down after SIGTERM before it is killed."""
+
+
+def store_args(settings: Mapping[str, Any]) -> list[str]:
+    """The `dledger server` options that set these store settings (StoreConfig field
+    name -> value; None: leave it to the member), e.g. `{"data_file_size": 8 << 20}` ->
+    `["--segment-size", "8388608"]`.
+
+    Raises:
+        ValueError: a setting that has no command-line option (metadata "cli").
+    """
+    options = {f.name: f.metadata["cli"] for f in fields(StoreConfig) if "cli" in f.metadata}
+    args: list[str] = []
+    for name in sorted(settings, key=list(options).index):  # field order
+        if settings[name] is not None:
+            args += [options[name], str(settings[name])]
+    return args
 
 
 @dataclass

@@ -7,32 +7,28 @@ import dataclasses
 import logging
 import re
 import sys
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import click
 
 from dledger.codes import DLedgerError
-from dledger.config import ConfigError, DLedgerConfig
+from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config
 
 EXIT_ADDRESS_IN_USE = 98
 """`dledger server` exit status when its port cannot be bound (errno EADDRINUSE)."""
 EXIT_BAD_STORE = 3
 """`dledger server` exit status when the store cannot be opened (damaged, unreadable)."""
 
+CLUSTER_STORE_DEFAULTS: dict[str, Any] = {"flush_mode": "async", "data_file_size": 64 << 20}
+"""`dledger cluster`'s store options that have a default of their own: every member is
+started with them (so they win over the config file), unlike the options not given."""
+
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
-# DLedger's YAML / Java property names whose snake_case form differs from ours
-_YAML_ALIASES = {
-    "selfId": "self_id",
-    "preferredLeaderId": "preferred_leader_ids",
-    "preferredLeaderIds": "preferred_leader_ids",
-    "peerPushQuotas": "peer_push_quota",
-    "flushFileInterval": "flush_file_interval_ms",
-    "checkPointInterval": "check_point_interval_ms",
-    "leadershipTransferWaitTimeout": "leadership_transfer_wait_timeout_ms",
-    "heartbeatMs": "heart_beat_time_interval_ms",
-}
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 
 def parse_size(text: str) -> int:
@@ -48,6 +44,15 @@ def parse_size(text: str) -> int:
     return number << (10 * " kmgt".index(unit or " "))  # no unit: shift 0
 
 
+def format_size(size: int) -> str:
+    """Bytes as `parse_size` reads them back, in the largest exact binary unit:
+    1073741824 -> `"1GiB"`, 1000 -> `"1000"`."""
+    for shift, unit in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if size and size % (1 << shift) == 0:
+            return f"{size >> shift}{unit}"
+    return str(size)
+
+
 def size_option(_ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """Click callback: a byte size with an optional K/M/G/T (binary) suffix."""
     if value is None:
@@ -59,9 +64,26 @@ def size_option(_ctx: click.Context, param: click.Parameter, value: str | None) 
 
 
 def _snake(name: str) -> str:
-    if name in _YAML_ALIASES:
-        return _YAML_ALIASES[name]
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower().replace("-", "_")
+
+
+def setting_fields(store_cls: type[StoreConfig] = StoreConfig) -> dict[str, dataclasses.Field[Any]]:
+    """The settings a config file can set, by every snake_case name that names them: each
+    field's own name and its DLedger names (metadata "yaml"). They are DLedgerConfig's
+    fields but `store`, and the fields of `store_cls` that have DLedger names.
+
+    Raises:
+        RuntimeError: two settings answer to the same name.
+    """
+    fields = [f for f in dataclasses.fields(DLedgerConfig) if f.init and f.name != "store"]
+    fields += [f for f in dataclasses.fields(store_cls) if "yaml" in f.metadata]
+    names: dict[str, dataclasses.Field[Any]] = {}
+    for f in fields:
+        yaml_names = f.metadata.get("yaml", ())
+        for name in (f.name, *((yaml_names,) if isinstance(yaml_names, str) else yaml_names)):
+            if names.setdefault(_snake(name), f) is not f:
+                raise RuntimeError(f"{name!r} names both {names[_snake(name)].name} and {f.name}")
+    return names
 
 
 def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
@@ -78,14 +100,19 @@ def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
 
 
 def load_config_file(path: Path, self_id: str | None = None) -> dict[str, Any]:
-    """DLedgerConfig keyword arguments from a YAML file: DLedger 0.3's keys (`group`,
-    `selfId`, `peers`, `storeBaseDir`, `peerPushQuota`...) or ours in snake_case, at the
-    top level or in DLedger's proxy form `configs: [{...}]` (the entry whose selfId is
+    """Settings by field name (DLedgerConfig's and StoreConfig's, see `build_config`) from
+    a YAML file: DLedger 0.3's keys (`group`, `selfId`, `peers`, `storeBaseDir`,
+    `peerPushQuota`, `mappedFileSizeForEntryData`...) or ours in snake_case, at the top
+    level or in DLedger's proxy form `configs: [{...}]` (the entry whose selfId is
     `self_id` when there are several). Unknown keys are reported on stderr and ignored.
 
     Raises:
-        click.UsageError: unreadable YAML or no single matching entry.
+        click.UsageError: unreadable YAML, no single matching entry or a bad value.
     """
+    return file_settings(_read_document(path, self_id), str(path))
+
+
+def _read_document(path: Path, self_id: str | None) -> dict[Any, Any]:
     import yaml  # type: ignore[import-untyped]
 
     try:
@@ -101,43 +128,96 @@ def load_config_file(path: Path, self_id: str | None = None) -> dict[str, Any]:
         if len(entries) != 1:
             raise click.UsageError(f"{path}: need exactly one entry under 'configs' (use --id to pick one)")
         document = entries[0]
-    fields = {f.name: f for f in dataclasses.fields(DLedgerConfig) if f.init}
+    return document
+
+
+def file_settings(
+    document: Mapping[Any, Any], source: str, store_cls: type[StoreConfig] = StoreConfig
+) -> dict[str, Any]:
+    """Settings by field name from a config file's key-value pairs (see
+    `setting_fields`); unknown keys are reported on stderr and ignored.
+
+    Raises:
+        click.UsageError: a value that does not fit its setting.
+    """
+    fields = setting_fields(store_cls)
     result: dict[str, Any] = {}
     for key, value in document.items():
-        name = _snake(str(key))
-        if name not in fields:
-            click.echo(f"warning: {path}: ignoring unsupported setting {key!r}", err=True)
+        field = fields.get(_snake(str(key)))
+        if field is None:
+            click.echo(f"warning: {source}: ignoring unsupported setting {key!r}", err=True)
             continue
         try:
-            result[name] = _coerce(fields[name], value)
+            result[field.name] = _coerce(field, value)
         except (TypeError, ValueError) as exc:
-            raise click.UsageError(f"{path}: bad value for {key}: {value!r} ({exc})") from exc
+            raise click.UsageError(f"{source}: bad value for {key}: {value!r} ({exc})") from exc
     return result
 
 
 def index_segment_size(data_segment_size: int) -> int:
     """Index segment size that goes with a data segment size: DLedger's 160 MiB, or less
     for small data segments (an entry takes at least 48 data bytes and 32 index bytes)."""
-    default = DLedgerConfig().mapped_file_size_for_entry_index
+    default = StoreConfig.index_file_size
     size = max(1024 * 1024, min(default, data_segment_size))
     return size - size % 32
 
 
 def build_config(file_settings: dict[str, Any], options: dict[str, Any]) -> DLedgerConfig:
-    """DLedgerConfig from defaults, then the config file, then the given CLI options
-    (None = not given).
+    """DLedgerConfig from a member's defaults, then the config file, then the given CLI
+    options (None = not given). Both name settings by field name: DLedgerConfig's, and
+    StoreConfig's for its `store`. A data segment size without an index segment size
+    brings a matching one (`index_segment_size`).
 
     Raises:
-        click.UsageError: an invalid combination (bad peers, self id not in peers...).
+        click.UsageError: an invalid value or combination (bad peers, self id not in
+            peers...).
     """
     settings = dict(file_settings)
     settings.update({k: v for k, v in options.items() if v is not None})
-    if "mapped_file_size_for_entry_data" in settings and "mapped_file_size_for_entry_index" not in settings:
-        settings["mapped_file_size_for_entry_index"] = index_segment_size(settings["mapped_file_size_for_entry_data"])
+    store_names = {f.name for f in dataclasses.fields(StoreConfig)}
+    store = {name: settings.pop(name) for name in list(settings) if name in store_names}
+    if "data_file_size" in store and "index_file_size" not in store:
+        store["index_file_size"] = index_segment_size(store["data_file_size"])
     try:
-        return DLedgerConfig(**settings)
+        return DLedgerConfig(**settings, store=member_store_config(**store))
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from exc
+
+
+def store_options(
+    defaults: Mapping[str, Any] | None = None, store_cls: type[StoreConfig] = StoreConfig
+) -> Callable[[_Command], _Command]:
+    """Decorator: the click options of the store settings that have one (metadata "cli"),
+    in field order, each passed to the command as its field name. The help shows the
+    default: the one in `defaults`, which is then the option's value when it is not
+    given, or else a member's (`member_store_config`) with the value None (not given:
+    the config file or a member's default applies)."""
+    chosen = dict(defaults or {})
+    member = member_store_config()
+    hints = typing.get_type_hints(store_cls)
+
+    def decorate(command: _Command) -> _Command:
+        for field in reversed(dataclasses.fields(store_cls)):
+            if "cli" in field.metadata:
+                shown = chosen[field.name] if field.name in chosen else getattr(member, field.name, field.default)
+                command = _store_option(field, hints[field.name], chosen.get(field.name), shown)(command)
+        return command
+
+    return decorate
+
+
+def _store_option(field: dataclasses.Field[Any], hint: Any, default: Any, shown: Any) -> Callable[[_Command], _Command]:
+    """The click option of one store setting (see `store_options`)."""
+    kind: dict[str, Any] = {"type": hint}
+    if field.metadata.get("size"):
+        kind = {"type": click.STRING, "callback": size_option, "metavar": "SIZE"}
+        shown = format_size(shown)
+    elif typing.get_origin(hint) is Literal:
+        kind = {"type": click.Choice(typing.get_args(hint))}
+    text = f"[default: {shown}]"
+    if field.metadata.get("help"):
+        text = f"{field.metadata['help']}  {text}"
+    return click.option(field.metadata["cli"], field.name, default=default, help=text, **kind)
 
 
 def server_command_line(args: list[str]) -> list[str]:
@@ -170,22 +250,8 @@ def server_command_line(args: list[str]) -> list[str]:
     help="YAML settings (DLedger 0.3 keys: group, selfId, peers, storeBaseDir...); options given here win.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
-@click.option(
-    "--flush-mode",
-    type=click.Choice(["async", "sync"]),
-    help="async: ack from page cache, flush every 10 ms (DLedger); sync: ack after fsync.  [default: async]",
-)
 @click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval; election after 3 missed.")
-@click.option(
-    "--segment-size", callback=size_option, metavar="SIZE", help="Data segment size, e.g. 64MiB.  [default: 1GiB]"
-)
-@click.option(
-    "--release-behind",
-    callback=size_option,
-    metavar="SIZE",
-    help="Keep this much flushed data per file in the page cache, hand older pages back to the kernel "
-    "(0 keeps all).  [default: 256MiB]",
-)
+@store_options()
 @click.option("--listen", help="Listen address instead of this member's peer address (e.g. 0.0.0.0:20911).")
 @click.option(
     "--log-level",
@@ -204,12 +270,10 @@ def server(
     preferred_leader_id: str | None,
     config_file: Path | None,
     metrics_port: int | None,
-    flush_mode: str | None,
     heartbeat_ms: int | None,
-    segment_size: int | None,
-    release_behind: int | None,
     listen: str | None,
     log_level: str,
+    **store: Any,
 ) -> None:
     """Run one member of a DLedger group until SIGTERM / Ctrl-C.
 
@@ -250,10 +314,8 @@ def server(
             "peer_push_throttle_point": peer_push_throttle_point,
             "peer_push_quota": peer_push_quotas,
             "preferred_leader_ids": preferred_leader_id,
-            "flush_mode": flush_mode,
             "heart_beat_time_interval_ms": heartbeat_ms,
-            "mapped_file_size_for_entry_data": segment_size,
-            "release_behind_bytes": release_behind,
+            **store,
         },
     )
     srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port)
@@ -273,16 +335,8 @@ def server(
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on.")
 @click.option("--base-port", default=20911, show_default=True, type=click.IntRange(1, 65535), help="Port of n0.")
 @click.option("-s", "--store-base-dir", default=".dledger-data", show_default=True, help="Logs go to DIR/dledger-n<k>.")
-@click.option("--flush-mode", type=click.Choice(["async", "sync"]), default="async", show_default=True)
 @click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval.  [default: 2000]")
-@click.option(
-    "--segment-size",
-    callback=size_option,
-    metavar="SIZE",
-    default="64MiB",
-    show_default=True,
-    help="Data segment size.",
-)
+@store_options(CLUSTER_STORE_DEFAULTS)
 @click.option("--metrics-base-port", type=click.IntRange(1, 65535), help="Metrics of n<k> on this port + k.")
 @click.option(
     "-c",
@@ -296,11 +350,10 @@ def cluster(
     host: str,
     base_port: int,
     store_base_dir: str,
-    flush_mode: str,
     heartbeat_ms: int | None,
-    segment_size: int,
     metrics_base_port: int | None,
     config_file: Path | None,
+    **store: Any,
 ) -> None:
     """Run a local N-member cluster (ids n0.., ports BASE-PORT..) until Ctrl-C.
 
@@ -309,7 +362,7 @@ def cluster(
     cluster from another terminal. Ctrl-C shuts every member down cleanly; running the
     same command again resumes from the data in --store-base-dir.
     """
-    from dledger.cli.cluster_runner import LocalCluster
+    from dledger.cli.cluster_runner import LocalCluster, store_args
 
     runner = LocalCluster(
         nodes=nodes,
@@ -318,10 +371,7 @@ def cluster(
         base_port=base_port,
         store_base_dir=store_base_dir,
         extra_args=[
-            "--flush-mode",
-            flush_mode,
-            "--segment-size",
-            str(segment_size),
+            *store_args(store),
             *(["--heartbeat-ms", str(heartbeat_ms)] if heartbeat_ms else []),
             *(["--config-file", str(config_file.resolve())] if config_file else []),
         ],

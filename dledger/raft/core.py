@@ -70,7 +70,9 @@ class RaftCore:
         self.store = store
         self.member_state = MemberState(config, store, term_store)
         # with async flush, entries acknowledged before an unclean shutdown may be gone
-        self.elector = LeaderElector(config, self.member_state, rng, unclean_restart and config.flush_mode == "async")
+        self.elector = LeaderElector(
+            config, self.member_state, rng, unclean_restart and config.store.flush_mode == "async"
+        )
         self.quorum = QuorumAckChecker(config, self.member_state)
         self.incoming_appends: Callable[[], int] = _nothing_incoming
         """How many client appends are on their way to this member (set by the service
@@ -107,7 +109,7 @@ class RaftCore:
             cfg = self.config
             if (
                 cfg.enable_fast_advance_commit_index
-                and not cfg.java_compat
+                and not cfg.store.java_compat
                 and self.member_state.committed_index < self.store.end_index
             ):
                 # older entries only commit with one of the new term (Raft §5.4.2): a NOOP

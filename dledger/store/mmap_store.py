@@ -12,14 +12,14 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAX_ENTRY_SIZE, Entry
+from dledger.config import StoreConfig as StoreConfig  # its home is dledger.config; re-exported
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.service_thread import PeriodicPass, ServiceThread, start_passes
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.clean import CleanSpaceService
@@ -31,82 +31,6 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint"
 RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """Options of a file store (DLedger's names in Python form; DLedger's defaults).
-
-    Attributes:
-        data_file_size: bytes per data segment (mappedFileSizeForEntryData, 1 GiB).
-        index_file_size: bytes per index segment (mappedFileSizeForEntryIndex, 160 MiB).
-        flush_mode: "async" acks before fsync and flushes every flush_file_interval_ms
-            (DLedger's behaviour); "sync" returns from an append only once it is durable
-            (concurrent appends share one msync: group commit).
-        flush_file_interval_ms: async flush period (flushFileInterval, 10 ms).
-        checkpoint_interval_ms: how often `checkpoint` is rewritten (checkPointInterval).
-        write_crc: compute the body CRC-32 (Java writes 0; reads verify non-zero CRCs).
-        verify_crc: check non-zero CRCs on reads, follower appends and recovery.
-        java_compat: write what Java DLedger <= 0.3.x can open (no CRCs, no NOOPs).
-        warm_ahead_bytes: pre-fault this many bytes ahead of the writer and prepare the
-            next segment in the background (0 disables warming).
-        data_writes: how appends put entries into the data files. "mmap" copies them
-            into the mapping (DLedger's way); "pwrite" copies them into a staging buffer
-            written to the file with pwrite (RocketMQ's transientStorePool), so the
-            pages are never mapped dirty and an msync of them costs less; "auto" (the
-            default) is "pwrite" in sync mode and "mmap" in async mode. Reads use the
-            mapping either way (the page cache is shared).
-        release_behind_bytes: keep at most this many flushed bytes of each file (data
-            and index) behind its end in the page cache, and hand older pages back to
-            the kernel from the flush thread (0, the default: keep them all, the kernel
-            decides). The writer's next pages then reuse memory that is already backed
-            instead of first-touch memory, which on VMs whose free memory goes back to
-            the host costs 7-12 us per page; reads further back come from disk.
-        read_only: open without writing anything (inspection, offline readers).
-        max_entry_size: the largest entry accepted (header + body), DLedger's 4 MiB.
-        file_reserved_hours, delete_when, disk_space_ratio_to_check_expired,
-        disk_space_ratio_to_force_clean, enable_disk_force_clean, clean_interval_ms:
-            retention, as DLedger's CleanSpaceService.
-    """
-
-    data_file_size: int = 1024 * 1024 * 1024
-    index_file_size: int = 32 * 5 * 1024 * 1024
-    flush_mode: Literal["async", "sync"] = "async"
-    flush_file_interval_ms: int = 10
-    checkpoint_interval_ms: int = 3000
-    write_crc: bool = True
-    verify_crc: bool = True
-    java_compat: bool = False
-    warm_ahead_bytes: int = 64 * 1024 * 1024
-    data_writes: Literal["auto", "mmap", "pwrite"] = "auto"
-    release_behind_bytes: int = 0
-    read_only: bool = False
-    max_entry_size: int = MAX_ENTRY_SIZE
-    file_reserved_hours: int = 72
-    delete_when: str = "04"
-    disk_space_ratio_to_check_expired: float = 0.70
-    disk_space_ratio_to_force_clean: float = 0.85
-    enable_disk_force_clean: bool = True
-    clean_interval_ms: int = 1000
-
-    def __post_init__(self) -> None:
-        if self.index_file_size % INDEX_UNIT_SIZE:
-            raise ValueError("index_file_size must be a multiple of 32")
-        if self.data_file_size < 64 or self.index_file_size < INDEX_UNIT_SIZE:
-            raise ValueError("segment sizes are too small")
-        if self.flush_mode not in ("async", "sync"):
-            raise ValueError("flush_mode must be 'async' or 'sync'")
-        if self.data_writes not in ("auto", "mmap", "pwrite"):
-            raise ValueError("data_writes must be 'auto', 'mmap' or 'pwrite'")
-        if self.release_behind_bytes < 0:
-            raise ValueError("release_behind_bytes must not be negative")
-
-    @property
-    def write_through(self) -> bool:
-        """True when appends write the data files with pwrite (see `data_writes`)."""
-        if self.data_writes == "auto":
-            return self.flush_mode == "sync"
-        return self.data_writes == "pwrite"
 
 
 class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, StoreConfig, member_store_config
 from dledger.entry import Entry
 from dledger.node import DLedgerNode
 from dledger.transport.local import LocalNetwork
@@ -22,9 +23,9 @@ TIMINGS: dict[str, Any] = {
     "max_push_timeout_ms": 300,
     "commit_push_interval_ms": 100,
     "max_wait_ack_time_ms": 3000,
-    "mapped_file_size_for_entry_data": 1 << 20,
-    "mapped_file_size_for_entry_index": 32 * 4096,
 }
+STORE: dict[str, Any] = {"data_file_size": 1 << 20, "index_file_size": 32 * 4096}
+STORE_SETTINGS = {f.name for f in dataclasses.fields(StoreConfig)}
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
@@ -61,8 +62,11 @@ class NodeCluster:
             self.start(node_id)
 
     def config(self, node_id: str) -> DLedgerConfig:
+        """The member's config: the options, those named as StoreConfig fields in its `store`."""
+        options = {k: v for k, v in self.options.items() if k not in STORE_SETTINGS}
+        store = member_store_config(**{**STORE, **{k: v for k, v in self.options.items() if k in STORE_SETTINGS}})
         return DLedgerConfig(
-            group="g", self_id=node_id, peers=self.peers, store_base_dir=str(self.base), **self.options
+            group="g", self_id=node_id, peers=self.peers, store_base_dir=str(self.base), store=store, **options
         )
 
     def start(self, node_id: str) -> DLedgerNode:

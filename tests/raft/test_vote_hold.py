@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, member_store_config
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
 from dledger.raft.member_state import MemberState, MemoryTermStore
@@ -162,6 +162,6 @@ def test_the_leader_announces_its_ledger_end_in_heartbeats() -> None:
     [("async", PEERS3, True), ("sync", PEERS3, False), ("async", "n0-127.0.0.1:20911", False)],
 )
 def test_only_async_members_of_a_group_hold(flush_mode: str, peers: str, holds: bool) -> None:
-    config = DLedgerConfig(group="g", self_id="n0", peers=peers, flush_mode=flush_mode)
+    config = DLedgerConfig(group="g", self_id="n0", peers=peers, store=member_store_config(flush_mode=flush_mode))
     core = RaftCore(config, MemoryLogStore(), MemoryTermStore(), random.Random(1), unclean_restart=True)
     assert core.elector.vote_hold.active is holds

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, member_store_config
 from dledger.raft.core import RaftCore
 from dledger.raft.messages import RequestOrResponse
 from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
@@ -111,7 +111,7 @@ class SimNode:
             group="sim",
             self_id=node_id,
             peers=peers,
-            flush_mode=sim.scenario.flush_mode,
+            store=member_store_config(flush_mode=sim.scenario.flush_mode),
             max_vote_hold_ms=VOTE_HOLD_MS,
             **TIMING,
         )

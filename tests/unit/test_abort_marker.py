@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, member_store_config
 from dledger.node import DLedgerNode
 from dledger.store.abort_marker import ABORT_FILE, AbortMarker
 
@@ -33,9 +33,7 @@ def _node(tmp_path: Path, flush_mode: str = "async") -> DLedgerNode:
         self_id="n0",
         peers=PEERS3,
         store_base_dir=str(tmp_path),
-        flush_mode=flush_mode,
-        mapped_file_size_for_entry_data=1 << 20,
-        mapped_file_size_for_entry_index=32 * 4096,
+        store=member_store_config(flush_mode=flush_mode, data_file_size=1 << 20, index_file_size=32 * 4096),
     )
     return DLedgerNode(config)
 

@@ -16,8 +16,8 @@ import pytest
 
 from dledger import _store_py
 from dledger._native import impl
-from dledger.config import ConfigError, DLedgerConfig
-from dledger.node_store import store_config_for
+from dledger.config import ConfigError, DLedgerConfig, member_store_config
+from dledger.node_store import open_node_store
 from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
 
 pytestmark = pytest.mark.unit
@@ -248,11 +248,16 @@ def test_a_refused_release_keeps_the_pages_and_the_store_going(
     store.close()
 
 
-def test_the_setting_is_checked_and_reaches_a_node_store() -> None:
+def test_the_setting_is_checked_and_reaches_a_node_store(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="release_behind_bytes"):
         StoreConfig(release_behind_bytes=-1)
     with pytest.raises(ConfigError, match="release_behind_bytes"):
-        DLedgerConfig(release_behind_bytes=-1)
-    assert DLedgerConfig().release_behind_bytes == 256 << 20
+        DLedgerConfig(store=member_store_config(release_behind_bytes=-1))
+    assert DLedgerConfig().store.release_behind_bytes == 256 << 20
     assert StoreConfig().release_behind_bytes == 0  # the embedded store keeps its pages
-    assert store_config_for(DLedgerConfig(release_behind_bytes=5 << 20)).release_behind_bytes == 5 << 20
+    store = member_store_config(release_behind_bytes=5 << 20, data_file_size=SEGMENT, index_file_size=32 * 1024)
+    node_store = open_node_store(DLedgerConfig(store_base_dir=str(tmp_path), store=store))
+    try:
+        assert isinstance(node_store, MmapLogStore) and node_store.config.release_behind_bytes == 5 << 20
+    finally:
+        node_store.close()
