@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from dledger.client import DLedgerClient, IndeterminateError, SendFuture
-from dledger.client_producer import MAX_BODY_BYTES
+from dledger.client.producer import MAX_BODY_BYTES
 from dledger.clock import MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from tests.client.fake_ledger import Action, FakeCluster
