@@ -13,8 +13,8 @@ Example::
     from dledger.client import DLedgerClient
 
     with DLedgerClient("n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913") as client:
-        last = client.append_many([b"a", b"b"])      # first index = last - 2 + 1
-        assert [e.body for e in client.get(last - 1, count=2)] == [b"a", b"b"]
+        first = client.append_many([b"a", b"b"])      # the batch is at first, first + 1
+        assert [e.body for e in client.get(first, count=2)] == [b"a", b"b"]
 """
 
 from dledger.client.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient

@@ -237,9 +237,16 @@ class DLedgerClient:
         return self.append_batch((body,)).first_index
 
     def append_many(self, bodies: Sequence[bytes]) -> int:
-        """Append `bodies` as one request; returns the LAST index (the first is
-        `last - len(bodies) + 1`). Errors: see `append_batch`."""
-        return self.append_batch(bodies).last_index
+        """Append `bodies` as one request, once committed.
+
+        Returns:
+            The index of the first body; the batch occupies first..first+len(bodies)-1
+            (as the store's `append_many`). `append_batch` also gives the term and leader.
+
+        Raises:
+            See `append_batch`.
+        """
+        return self.append_batch(bodies).first_index
 
     def leadership_transfer(self, transferee_id: str, term: int | None = None) -> int:
         """Ask the leader to hand leadership to `transferee_id`; returns the new term.

@@ -59,7 +59,8 @@ class LedgerClient(Protocol):
         ...
 
     def append_many(self, bodies: list[bytes]) -> int:
-        """Append the bodies through the leader, as one request; returns the last index."""
+        """Append the bodies through the leader, as one request; returns the index of the
+        first (the batch occupies first..first+len(bodies)-1)."""
         ...
 
     def metadata(self, node_id: str | None = None) -> Any:
@@ -347,13 +348,13 @@ class _Sender:
             if self.error is not None:
                 continue  # drain: the writer learns of the error at its next put
             try:
-                last = int(self.client.append_many(batch))
+                first = int(self.client.append_many(batch))
             except BaseException as exc:
                 self.error = exc
                 continue
             if self.first < 0:
-                self.first = last - len(batch) + 1
-            self.last = last
+                self.first = first
+            self.last = first + len(batch) - 1
             self.count += len(batch)
 
     def put(self, batch: list[bytes]) -> None:

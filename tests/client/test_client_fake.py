@@ -17,8 +17,8 @@ pytestmark = pytest.mark.unit
 
 def test_append_returns_indexes_and_get_reads_them(client: DLedgerClient, fake: FakeCluster) -> None:
     assert client.append(b"a") == 0
-    last = client.append_many([b"b", b"c", b"d"])
-    assert last == 3  # first = last - 3 + 1
+    first = client.append_many([b"b", b"c", b"d"])
+    assert first == 1  # the batch occupies 1..3
     result = client.append_batch([b"e", b"f"])
     assert (result.first_index, result.count, result.last_index, result.leader_id) == (4, 2, 5, "n0")
     entries = client.get(1, count=3)

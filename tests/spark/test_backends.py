@@ -439,8 +439,9 @@ class FakeClient:
             index = hi
 
     def append_many(self, bodies: list[bytes]) -> int:
+        first = len(self.cluster.bodies)
         self.cluster.bodies += bodies
-        return len(self.cluster.bodies) - 1
+        return first
 
     def metadata(self, node_id: str | None = None) -> dict[str, Any]:
         c = self.cluster
