@@ -132,19 +132,21 @@ class Members:
         answer with the highest term. Retries with backoff until the deadline.
 
         Raises:
-            DLedgerError: NETWORK_ERROR when no member answered, NOT_LEADER when they
-                answered but none knows a leader (an election is running).
+            DLedgerError: NETWORK_ERROR when no member ever answered, NOT_LEADER when
+                some did but none knew a leader (an election is running).
         """
         deadline = deadline_ms if deadline_ms is not None else self.deadline_ms()
         backoff = Backoff(self.clock, first_ms=20, max_ms=300)
+        answered_ever: dict[str, None] = {}  # the last round runs on what is left (50 ms at least)
         while True:
             found, answered, errors = self._probe(max(0.05, (deadline - self.clock.now_ms()) / 1000))
             if found is not None:
                 self.leader = found
                 return found
+            answered_ever.update(dict.fromkeys(answered))
             if not backoff.sleep(deadline):
-                if answered:
-                    raise DLedgerError(ResponseCode.NOT_LEADER, f"no leader known to {', '.join(answered)}")
+                if answered_ever:
+                    raise DLedgerError(ResponseCode.NOT_LEADER, f"no leader known to {', '.join(answered_ever)}")
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(errors))
 
     def _probe(self, timeout_s: float) -> tuple[Target | None, list[str], list[str]]:
