@@ -15,7 +15,7 @@ from tests.client.fake_ledger import Action, FakeCluster
 pytestmark = pytest.mark.unit
 
 
-def run(fake: FakeCluster, *args: str, stdin: str | None = None, timeout_s: float = 2) -> tuple[int, str, str]:
+def run(fake: FakeCluster, *args: str, stdin: str | None = None, timeout_s: float = 10) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, [*args, "-p", fake.peers, "--timeout", str(timeout_s)], input=stdin)
     return result.exit_code, result.stdout, result.stderr
 

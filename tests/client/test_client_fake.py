@@ -94,7 +94,10 @@ def test_shutting_down_refusal_is_retried_elsewhere(client: DLedgerClient, fake:
 )
 def test_unknown_outcomes_are_reported_not_retried(fake: FakeCluster, action: Action) -> None:
     fake["n0"].script(action)
-    with DLedgerClient(fake.peers, timeout_s=0.5) as client:
+    # only a hang waits for the deadline; the leader is known (and its channel open) first,
+    # so that the append, not the discovery, is what the deadline cuts short
+    with DLedgerClient(fake.peers, timeout_s=1.0 if action.kind == "hang" else 10.0) as client:
+        client.discover(client.clock.now_ms() + 10_000)
         with pytest.raises(IndeterminateError) as info:
             client.append(b"x")
         assert "outcome unknown" in str(info.value)
@@ -104,8 +107,10 @@ def test_unknown_outcomes_are_reported_not_retried(fake: FakeCluster, action: Ac
 
 def test_deadline_is_reported_as_timeout(fake: FakeCluster) -> None:
     fake["n0"].script(Action("hang"))
-    with DLedgerClient(fake.peers, timeout_s=0.3) as client, pytest.raises(IndeterminateError) as info:
-        client.append(b"x")
+    with DLedgerClient(fake.peers, timeout_s=0.3) as client:
+        client.discover(client.clock.now_ms() + 10_000)  # not within the append's 0.3 s
+        with pytest.raises(IndeterminateError) as info:
+            client.append(b"x")
     assert info.value.code is ResponseCode.TIMEOUT
 
 
