@@ -343,9 +343,10 @@ def serve_pysyncobj(me: str, partners: list[str]) -> None:
 
         @replicated  # type: ignore[misc]
         def append_many(self, bodies: list[bytes]) -> int:
+            first = self.count
             self.count += len(bodies)
             self.size += sum(map(len, bodies))
-            return self.count - 1
+            return first
 
     log = ReplicatedLog()
     while not (log._isReady() and log._getLeader() is not None):

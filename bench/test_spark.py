@@ -192,9 +192,9 @@ def _fill(client: DLedgerClient, count: int) -> tuple[int, int]:
 
     def worker(k: int) -> None:
         for bodies in requests[k::2]:
-            last = client.append_many(bodies)
-            firsts.append(last - len(bodies) + 1)
-            lasts.append(last)
+            first = client.append_many(bodies)
+            firsts.append(first)
+            lasts.append(first + len(bodies) - 1)
 
     run_in_threads(worker, 2)
     return min(firsts), max(lasts)

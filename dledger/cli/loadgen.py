@@ -11,6 +11,8 @@ Three modes, each with `concurrency` client threads sharing one DLedgerClient:
 Latency is measured from the call to the commit answer: per request in `single` and
 `batch`, per body in `stream` (every `STREAM_SAMPLE`-th body, to keep the cost off the
 hot path). Optionally `rate` caps the offered entries/s (open-loop pacing per thread).
+Every thread offers at least one request (a group of `STREAM_SAMPLE` bodies in
+`stream`), however short the run and however late the thread gets to run.
 """
 
 from __future__ import annotations
@@ -59,7 +61,17 @@ class BenchConfig:
 
 @dataclass
 class BenchResult:
-    """What happened: counts, rates and latency percentiles (milliseconds)."""
+    """What happened: counts, rates and latency percentiles (milliseconds).
+
+    Attributes:
+        requests: requests committed (single, batch), or bodies handed to the producer
+            (stream).
+        entries: committed entries: `requests * batch_size` (single, batch), or the
+            producer's acknowledged bodies (stream: entries + failed + indeterminate
+            == requests, as the producer answers every body it took before it closes).
+        failed, indeterminate: requests (single, batch) or bodies (stream) refused /
+            with an unknown outcome.
+    """
 
     config: BenchConfig
     elapsed_s: float = 0.0
@@ -138,7 +150,7 @@ def _unary_worker(
     clock = MonotonicClock()
     start_ms = clock.now_ms()
     per_thread_rate = config.rate / config.concurrency if config.rate else 0.0
-    while not stop.is_set():
+    while True:
         _pace(clock, start_ms, worker.entries + worker.failed + worker.indeterminate, per_thread_rate)
         began = perf_us()
         try:
@@ -148,17 +160,20 @@ def _unary_worker(
                 client.append_many(bodies)
         except DLedgerError as exc:
             worker.fail(exc)
-            continue
-        worker.latencies_us.append(perf_us() - began)
-        worker.requests += 1
-        worker.entries += len(bodies)
+        else:
+            worker.latencies_us.append(perf_us() - began)
+            worker.requests += 1
+            worker.entries += len(bodies)
+        if stop.is_set():
+            return
 
 
 def _stream_worker(
     producer: Producer, config: BenchConfig, body: bytes, stop: threading.Event, worker: _Worker
 ) -> None:
     """Send bodies as fast as the producer takes them (or paced); the latency of every
-    STREAM_SAMPLE-th body is recorded; outcomes are counted by the producer."""
+    STREAM_SAMPLE-th body is recorded; outcomes are counted by the producer, the bodies
+    it took (`worker.requests`) here."""
     clock = MonotonicClock()
     start_ms = clock.now_ms()
     per_thread_rate = config.rate / config.concurrency if config.rate else 0.0
@@ -170,17 +185,20 @@ def _stream_worker(
         if future.exception() is None:
             latencies.append(perf_us() - began)
 
-    while not stop.is_set():
+    while True:
         if per_thread_rate:
             _pace(clock, start_ms, sent, per_thread_rate)
         try:
             for _ in range(STREAM_SAMPLE - 1):
                 send(body, 1.0)
+                sent += 1
             began = perf_us()
             send(body, 1.0).add_done_callback(partial(sampled, began))
+            sent += 1
         except DLedgerError:
-            continue  # the buffer stayed full: offer again
-        sent += STREAM_SAMPLE
+            pass  # the buffer stayed full for a second: offer again
+        if stop.is_set():
+            break
     worker.requests = sent
 
 

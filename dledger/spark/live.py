@@ -1,9 +1,10 @@
 """The live path of the Spark source: reads from and writes to a running cluster through
 the gRPC client, written against a small interface so it can be tested with a fake client.
 
-No Spark and no gRPC import here: `default_client_factory` imports `dledger.client` only
-when a live read or write actually runs (on the driver for planning, inside `read()` /
-`write()` on executors, where channels must be created).
+No Spark and no gRPC import here: `default_client_factory` (and `read_task`, for the
+wire layout) import `dledger.client` only when a live read or write actually runs (on
+the driver for planning, inside `read()` / `write()` on executors, where channels must
+be created).
 """
 
 from __future__ import annotations
@@ -47,14 +48,19 @@ class LedgerClient(Protocol):
         *,
         node_id: str | None = None,
         max_batch_count: int = 0,
+        layout: int = ...,
+        retry: bool = True,
     ) -> Iterator[ColumnBatch]:
         """Committed entries [from_index, to_index) as column batches of at most
         `max_batch_bytes` and `max_batch_count` entries (0: the server's default), from
-        `node_id` (or any member); fewer when the serving member has not committed that far."""
+        `node_id` (or any member); fewer when the serving member has not committed that far.
+        `layout`: the wire layout of the batches (`dledger.transport.convert`'s PACKED or
+        FIXED_WIDTH); `retry=False`: fail at once instead of retrying for the timeout."""
         ...
 
     def append_many(self, bodies: list[bytes]) -> int:
-        """Append the bodies through the leader, as one request; returns the last index."""
+        """Append the bodies through the leader, as one request; returns the index of the
+        first (the batch occupies first..first+len(bodies)-1)."""
         ...
 
     def metadata(self, node_id: str | None = None) -> Any:
@@ -72,12 +78,11 @@ ClientFactory = Callable[[str, str, float], LedgerClient]
 
 
 def default_client_factory(peers: str, group: str, timeout_s: float) -> LedgerClient:
-    """A `dledger.spark.client.SparkClient` (a DLedgerClient) for `peers` (imported
-    here: executors create their clients inside `read()` / `write()`; the driver only for
-    planning)."""
-    from dledger.spark.client import SparkClient
+    """A `dledger.client.DLedgerClient` for `peers` (imported here: executors create
+    their clients inside `read()` / `write()`; the driver only for planning)."""
+    from dledger.client import DLedgerClient
 
-    return SparkClient(peers, group=group, timeout_s=timeout_s)
+    return DLedgerClient(peers, group=group, timeout_s=timeout_s)
 
 
 def close_client(client: LedgerClient) -> None:
@@ -250,11 +255,17 @@ def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
     left for the next one, which resumes after the last entry delivered; each node is
     tried once. Committed entries are identical on every node, so mixing nodes is safe.
 
+    Each node is read in the FIXED_WIDTH column layout, which the task maps into numpy
+    and Arrow without decoding one value at a time (PACKED costs the server about 0.2 µs
+    per entry to encode), and without the client's retries (the next node is the retry).
+
     Raises:
         ReadFailedError: every node failed before the range was complete.
     """
     if task.start >= task.end:
         return
+    from dledger.transport.convert import FIXED_WIDTH  # imports grpc: only where a read runs
+
     next_index = task.start
     errors: list[str] = []
     client = factory(peers_string(task.nodes), task.group, task.timeout_s)
@@ -262,7 +273,13 @@ def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
         for node_id, address in task.nodes:
             try:
                 batches = client.read_committed(
-                    next_index, task.end, task.fetch_max_bytes, node_id=node_id, max_batch_count=task.fetch_max_entries
+                    next_index,
+                    task.end,
+                    task.fetch_max_bytes,
+                    node_id=node_id,
+                    max_batch_count=task.fetch_max_entries,
+                    layout=FIXED_WIDTH,
+                    retry=False,
                 )
                 for batch in batches:
                     if batch.count == 0:
@@ -331,13 +348,13 @@ class _Sender:
             if self.error is not None:
                 continue  # drain: the writer learns of the error at its next put
             try:
-                last = int(self.client.append_many(batch))
+                first = int(self.client.append_many(batch))
             except BaseException as exc:
                 self.error = exc
                 continue
             if self.first < 0:
-                self.first = last - len(batch) + 1
-            self.last = last
+                self.first = first
+            self.last = first + len(batch) - 1
             self.count += len(batch)
 
     def put(self, batch: list[bytes]) -> None:

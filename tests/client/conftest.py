@@ -23,5 +23,5 @@ def fake() -> Iterator[FakeCluster]:
 @pytest.fixture
 def client(fake: FakeCluster) -> Iterator[DLedgerClient]:
     """A client of the fake cluster with a short timeout."""
-    with DLedgerClient(fake.peers, timeout_s=2.0) as c:
+    with DLedgerClient(fake.peers, timeout_s=10.0) as c:
         yield c

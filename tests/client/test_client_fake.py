@@ -17,8 +17,8 @@ pytestmark = pytest.mark.unit
 
 def test_append_returns_indexes_and_get_reads_them(client: DLedgerClient, fake: FakeCluster) -> None:
     assert client.append(b"a") == 0
-    last = client.append_many([b"b", b"c", b"d"])
-    assert last == 3  # first = last - 3 + 1
+    first = client.append_many([b"b", b"c", b"d"])
+    assert first == 1  # the batch occupies 1..3
     result = client.append_batch([b"e", b"f"])
     assert (result.first_index, result.count, result.last_index, result.leader_id) == (4, 2, 5, "n0")
     entries = client.get(1, count=3)
@@ -94,7 +94,10 @@ def test_shutting_down_refusal_is_retried_elsewhere(client: DLedgerClient, fake:
 )
 def test_unknown_outcomes_are_reported_not_retried(fake: FakeCluster, action: Action) -> None:
     fake["n0"].script(action)
-    with DLedgerClient(fake.peers, timeout_s=0.5) as client:
+    # only a hang waits for the deadline; the leader is known (and its channel open) first,
+    # so that the append, not the discovery, is what the deadline cuts short
+    with DLedgerClient(fake.peers, timeout_s=1.0 if action.kind == "hang" else 10.0) as client:
+        client.discover(client.clock.now_ms() + 10_000)
         with pytest.raises(IndeterminateError) as info:
             client.append(b"x")
         assert "outcome unknown" in str(info.value)
@@ -104,8 +107,10 @@ def test_unknown_outcomes_are_reported_not_retried(fake: FakeCluster, action: Ac
 
 def test_deadline_is_reported_as_timeout(fake: FakeCluster) -> None:
     fake["n0"].script(Action("hang"))
-    with DLedgerClient(fake.peers, timeout_s=0.3) as client, pytest.raises(IndeterminateError) as info:
-        client.append(b"x")
+    with DLedgerClient(fake.peers, timeout_s=0.3) as client:
+        client.discover(client.clock.now_ms() + 10_000)  # not within the append's 0.3 s
+        with pytest.raises(IndeterminateError) as info:
+            client.append(b"x")
     assert info.value.code is ResponseCode.TIMEOUT
 
 

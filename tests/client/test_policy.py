@@ -7,7 +7,7 @@ import random
 import pytest
 
 from dledger.client import DEFAULT_PEERS, DLedgerClient
-from dledger.client_policy import (
+from dledger.client.policy import (
     Backoff,
     Decision,
     IndeterminateError,

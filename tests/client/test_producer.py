@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 from dledger.client import DLedgerClient, IndeterminateError, SendFuture
-from dledger.client_producer import MAX_BODY_BYTES
-from dledger.clock import MonotonicClock
+from dledger.client.producer import MAX_BODY_BYTES
+from dledger.clock import ManualClock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from tests.client.fake_ledger import Action, FakeCluster
 
@@ -48,14 +48,17 @@ def test_batches_by_bytes(client: DLedgerClient, fake: FakeCluster) -> None:
     assert [f.result(0) for f in futures] == list(range(7))
 
 
-def test_linger_sends_a_partial_batch_without_flush(client: DLedgerClient, fake: FakeCluster) -> None:
-    producer = client.producer(linger_ms=20)
-    try:
-        futures = [producer.send(b"a"), producer.send(b"b")]
-        assert [f.result(5) for f in futures] == [0, 1]
-        assert fake["n0"].stream_batches == [2]
-    finally:
-        producer.close()
+def test_linger_sends_a_partial_batch_without_flush(fake: FakeCluster) -> None:
+    clock = ManualClock()  # the batch lingers until the test moves time, however slowly it sends
+    with DLedgerClient(fake.peers, timeout_s=10.0, clock=clock) as client:
+        producer = client.producer(linger_ms=20)
+        try:
+            futures = [producer.send(b"a"), producer.send(b"b")]
+            clock.advance(20)
+            assert [f.result(5) for f in futures] == [0, 1]
+            assert fake["n0"].stream_batches == [2]
+        finally:
+            producer.close()
 
 
 def test_in_flight_batches_are_bounded(client: DLedgerClient, fake: FakeCluster) -> None:

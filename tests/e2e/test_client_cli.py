@@ -27,8 +27,9 @@ def dledger(cluster: E2ECluster, *args: str, stdin: str | None = None) -> subpro
 def test_client_appends_and_reads_back(shared_cluster: E2ECluster) -> None:
     with DLedgerClient(shared_cluster.peers, "e2e") as client:
         first = client.append(b"hello")
-        last = client.append_many([b"a", b"b", b"c"])
-        assert last == first + 3
+        second = client.append_many([b"a", b"b", b"c"])  # the index of b"a"
+        assert second == first + 1
+        last = second + 2
         assert [e.body for e in client.get(first, count=4)] == [b"hello", b"a", b"b", b"c"]
         assert client.leader is not None
         leader = client.leader.node_id
@@ -109,7 +110,7 @@ def test_cli_leadership_transfer_and_unreachable_member(make_cluster: Callable[.
     cluster = make_cluster(3)
     leader, _term = cluster.leader()
     with DLedgerClient(cluster.peers, "e2e") as client:
-        last = client.append_many([b"t"] * 10)
+        last = client.append_many([b"t"] * 10) + 9
         target = next(n for n in cluster.members if n != leader)
         moved = eventually(
             lambda: (r := dledger(cluster, "leadership-transfer", "--to", target)).returncode == 0 and r,

@@ -42,6 +42,7 @@ from dledger.spark.local import (
 from dledger.spark.options import parse_read_options
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds
 from dledger.store.mmap_store import StoreConfig
+from dledger.transport.convert import FIXED_WIDTH
 
 from .conftest import SCENARIOS, committed_entries, golden_root, small_store
 
@@ -250,7 +251,7 @@ def test_read_columns_report_noop_entries(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("layout", ["packed", "fixed"])
 def test_column_batches_on_the_wire_keep_magic(layout: str) -> None:
-    from dledger.transport.convert import FIXED_WIDTH, PACKED, MalformedMessage, columns_from_pb, columns_to_pb, pb
+    from dledger.transport.convert import PACKED, MalformedMessage, columns_from_pb, columns_to_pb, pb
 
     code = FIXED_WIDTH if layout == "fixed" else PACKED
     idx = np.arange(10, 14, dtype=np.int64)
@@ -299,10 +300,9 @@ class _ReadNode:
         return self.store.read_columns(from_index, max(count, 0), max_bytes)  # type: ignore[no-any-return]
 
 
-def test_spark_client_reads_fixed_width_batches_with_noops() -> None:
+def test_client_reads_fixed_width_batches_with_noops() -> None:
     pytest.importorskip("grpc")
     from dledger.client import DLedgerClient
-    from dledger.spark.client import SparkClient
     from dledger.store.memory import MemoryLogStore
     from dledger.transport.grpc_server import GrpcServer, ServiceLimits
 
@@ -314,10 +314,9 @@ def test_spark_client_reads_fixed_width_batches_with_noops() -> None:
     server.start()
     try:
         peers = f"n0-127.0.0.1:{server.port}"
-        with SparkClient(peers, "g", timeout_s=10) as client:
-            fixed = list(client.read_committed(5, 70, 64, node_id="n0"))
-        with DLedgerClient(peers, "g", timeout_s=10) as plain:
-            packed = list(plain.read_committed(5, 70, 64, node_id="n0"))
+        with DLedgerClient(peers, "g", timeout_s=10) as client:
+            fixed = list(client.read_committed(5, 70, 64, node_id="n0", layout=FIXED_WIDTH, retry=False))
+            packed = list(client.read_committed(5, 70, 64, node_id="n0"))
     finally:
         server.stop(0)
     assert len(fixed) > 2  # 64-byte batches
@@ -389,6 +388,7 @@ class FakeCluster:
         self.reads: list[tuple[str, int, int | None]] = []
         self.asked: list[str] = []
         self.batch_counts: list[int] = []
+        self.read_modes: set[tuple[int, bool]] = set()
         self.closed = 0
 
     def factory(self, peers: str, group: str, timeout_s: float) -> FakeClient:
@@ -411,9 +411,12 @@ class FakeClient:
         *,
         node_id: str | None = None,
         max_batch_count: int = 0,
+        layout: int = 0,
+        retry: bool = True,
     ) -> Iterator[ColumnBatch]:
         c = self.cluster
         c.batch_counts.append(max_batch_count)
+        c.read_modes.add((layout, retry))
         node = node_id or c.leader
         assert node in self.nodes
         c.reads.append((node, from_index, to_index))
@@ -436,8 +439,9 @@ class FakeClient:
             index = hi
 
     def append_many(self, bodies: list[bytes]) -> int:
+        first = len(self.cluster.bodies)
         self.cluster.bodies += bodies
-        return len(self.cluster.bodies) - 1
+        return first
 
     def metadata(self, node_id: str | None = None) -> dict[str, Any]:
         c = self.cluster
@@ -471,6 +475,7 @@ def test_live_read_from_one_node() -> None:
     assert [r[0] for r in rows] == list(range(3, 17))
     assert [r[3] for r in rows] == cluster.bodies[3:17]
     assert {n for n, _, _ in cluster.reads} == {"n0"} and cluster.closed == 1
+    assert cluster.read_modes == {(FIXED_WIDTH, False)}  # mapped without decoding; the next node is the retry
 
 
 def test_live_read_skips_deleted_entries_only_when_allowed() -> None:

@@ -170,7 +170,7 @@ def test_offline_read_of_a_running_members_directory(spark: Any, cluster: LocalC
     """A member's store directory can be read while the member writes it: up to the
     committed index in its `checkpoint`, the same entries the cluster serves."""
     with DLedgerClient(cluster.peers, GROUP, timeout_s=20) as client:
-        last = client.append_many([b"live-%d" % k for k in range(300)])
+        last = client.append_many([b"live-%d" % k for k in range(300)]) + 299
     node_dir = cluster.store_base_dir / "dledger-n0"
     # the member rewrites `checkpoint` every checkpoint interval: wait for it to cover `last`
     wait_until(lambda: checkpoint_committed(node_dir) >= last, 60, f"n0's checkpoint to reach {last}")

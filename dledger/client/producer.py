@@ -6,7 +6,7 @@ its batch committed. A sender thread seals a batch when it is full or `linger_ms
 and writes it to the leader's stream while fewer than `max_in_flight` batches await an
 answer; one reader thread per stream completes them in order.
 
-Retries follow `dledger.client_policy`: a batch answered NOT_LEADER (or refused before
+Retries follow `dledger.client.policy`: a batch answered NOT_LEADER (or refused before
 appending: LEADER_PENDING_FULL...) or never sent (connection refused) is sent again, to
 the hinted leader; a batch whose outcome is unknown (the stream broke after it was sent,
 WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED) fails with `IndeterminateError` and is never
@@ -22,11 +22,12 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
-from dledger.client_policy import (
+from dledger.client.members import Members
+from dledger.client.policy import (
     Decision,
     IndeterminateError,
     code_decision,
@@ -35,15 +36,10 @@ from dledger.client_policy import (
     status_details,
     status_name,
 )
-from dledger.client_types import Batch, ProducerStats, SendFuture, finish_batch
+from dledger.client.types import Batch, ProducerStats, SendFuture, Target, finish_batch
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.transport.convert import pb
-
-if TYPE_CHECKING:
-    from dledger.client import DLedgerClient
-    from dledger.client_types import Target
-
 
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry (a bigger one would fail its whole batch on the server)."""
@@ -60,7 +56,7 @@ class _Stream:
         self.inflight: deque[tuple[int, Batch]] = deque()
         self.usable = True
         self.ended = False
-        self.call = producer.client.stubs(target.address).AppendStream(self._requests())
+        self.call = producer.members.stubs(target.address).AppendStream(self._requests())
         self.reader = threading.Thread(target=self._read, name=f"dledger-producer-{target.node_id}", daemon=True)
 
     def start(self) -> None:
@@ -113,19 +109,19 @@ class Producer:
     `stats` counts the bodies by outcome (cheaper than a callback per body).
 
     Args:
-        client: the client (peers, group, leader cache).
+        members: the group to write to (peers, channels, the leader hint).
         linger_ms: how long a batch waits for more bodies before it is sent.
         max_batch_bytes: a batch is sent once its bodies reach this size.
         max_batch_count: ... or this many bodies.
         max_in_flight: batches sent and not yet answered (all streams together).
         max_buffered_bytes: `send` blocks while this much is waiting or in flight.
         delivery_timeout_s: a batch not sent within this time fails (default: the
-            client's timeout); once sent, the server's own deadline applies.
+            members' `timeout_s`); once sent, the server's own deadline applies.
     """
 
     def __init__(
         self,
-        client: DLedgerClient,
+        members: Members,
         *,
         linger_ms: int = 5,
         max_batch_bytes: int = 1024 * 1024,
@@ -136,14 +132,14 @@ class Producer:
     ) -> None:
         if max_in_flight < 1 or max_batch_bytes < 1 or max_batch_count < 1 or linger_ms < 0:
             raise ValueError("max_in_flight, max_batch_bytes and max_batch_count must be >= 1, linger_ms >= 0")
-        self.client = client
-        self.clock = client.clock
+        self.members = members
+        self.clock = members.clock
         self.linger_ms = linger_ms
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_count = max_batch_count
         self.max_in_flight = max_in_flight
         self.max_buffered_bytes = max_buffered_bytes
-        self.delivery_timeout_ms = int((delivery_timeout_s or client.timeout_s) * 1000)
+        self.delivery_timeout_ms = int((delivery_timeout_s or members.timeout_s) * 1000)
         self.cond = threading.Condition(threading.Lock())
         self.stats = ProducerStats()
         self._open: Batch | None = None
@@ -157,7 +153,7 @@ class Producer:
         self._ids = itertools.count(1)
         self._stream: _Stream | None = None
         self._streams: set[_Stream] = set()
-        self._target: Target | None = client.leader
+        self._target: Target | None = members.leader
         self._closed = False
         self._sender = threading.Thread(target=self._send_loop, name="dledger-producer", daemon=True)
         self._sender.start()
@@ -231,7 +227,7 @@ class Producer:
         for stream in streams:
             if not flushed:
                 stream.call.cancel()
-            stream.reader.join(timeout=max(1.0, self.client.timeout_s))
+            stream.reader.join(timeout=max(1.0, self.members.timeout_s))
 
     def _seal(self) -> None:
         if self._open is not None and self._open.bodies:
@@ -294,11 +290,11 @@ class Producer:
                 request_id = next(self._ids)
                 stream.inflight.append((request_id, batch))
                 stream.requests.put(
-                    pb.AppendRequest(group=self.client.group, bodies=batch.bodies, request_id=request_id)
+                    pb.AppendRequest(group=self.members.group, bodies=batch.bodies, request_id=request_id)
                 )
 
     def _open_stream(self, deadline_ms: int) -> _Stream:
-        target = self._target or self.client.discover(deadline_ms)
+        target = self._target or self.members.discover(deadline_ms)
         stream = _Stream(self, target)
         with self.cond:
             self._streams.add(stream)
@@ -369,9 +365,7 @@ class Producer:
         else:
             stream.usable = False
             if decision is Decision.REDIRECT:
-                hint = self.client.leader_hint(answer, stream.target)
-                self._target = hint
-                self.client.leader = hint
+                self._target = self.members.redirect(answer, stream.target)
             refusal = DLedgerError(answer.code, text)
             self._again(batch, refusal, backoff=decision is Decision.RETRY or self._target is None)
 
@@ -390,5 +384,5 @@ class Producer:
                 self._done(batch, error=IndeterminateError(rpc_code(status), text))
         if decision is Decision.REDIRECT and self._target == stream.target:
             self._target = None
-            self.client.leader = None
+            self.members.leader = None
         self.cond.notify_all()

@@ -1,0 +1,343 @@
+"""DLedgerClient: the client side of the `dledger.v1.Ledger` gRPC service.
+
+Finds the leader (Metadata), follows NOT_LEADER redirects using the leader hint in every
+answer, and retries a write only when it provably appended nothing (see
+`dledger.client.policy` for the decision table); otherwise it raises
+`IndeterminateError` rather than guess. Reads (`dledger.client.reads`) are retried on
+other members freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]
+
+from dledger.client.members import Members
+from dledger.client.policy import (
+    Backoff,
+    Decision,
+    IndeterminateError,
+    code_decision,
+    rpc_code,
+    rpc_decision,
+    status_details,
+    status_name,
+)
+from dledger.client.producer import Producer
+from dledger.client.reads import get_entries, iterate_entries, member_metadata, member_status, read_committed
+from dledger.client.types import AppendResult, NodeMetadata, Target
+from dledger.clock import Clock
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import ColumnBatch
+from dledger.entry import Entry
+from dledger.transport.convert import PACKED, pb
+
+DEFAULT_PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
+"""The local 3-node cluster that `make run` starts."""
+DEFAULT_GROUP = "default"
+MIN_ATTEMPT_MS = 10
+"""A write is not started with less time than this left (it would time out, unknown)."""
+TRANSFER_TIMEOUT_S = 10.0
+"""DLedger's client waits 10 s for a leadership transfer."""
+
+
+def _unknown_type(appends: bool) -> type[DLedgerError]:
+    """What an unknown outcome raises: IndeterminateError for requests that append."""
+    return IndeterminateError if appends else DLedgerError
+
+
+def _nothing_appended(appends: bool) -> str:
+    """What a refusal adds to its message when the request would have appended."""
+    return " (nothing was appended)" if appends else ""
+
+
+def _transport_failure(method: str, target: Target, exc: grpc.RpcError, appends: bool) -> DLedgerError:
+    """A write call failed in gRPC: raise when it was refused or its outcome is unknown;
+    return the error to report later when the request never left the client."""
+    status, details = status_name(exc), status_details(exc)
+    decision = rpc_decision(status, details)
+    text = f"{method} to {target.node_id or target.address}: {status} {details}"
+    if decision is Decision.FAIL:
+        raise DLedgerError(rpc_code(status), text) from None
+    if decision is Decision.INDETERMINATE:
+        raise _unknown_type(appends)(rpc_code(status), text) from None
+    return DLedgerError(ResponseCode.NETWORK_ERROR, text + _nothing_appended(appends))
+
+
+def _refusal(method: str, target: Target, answer: Any, decision: Decision, appends: bool) -> DLedgerError:
+    """A write was answered with an error code: raise when it was refused for good or
+    its outcome is unknown; return the error when it may be sent again (REDIRECT, RETRY)."""
+    error_text = answer.message or ResponseCode.of(answer.code).name
+    text = f"{method} to {target.node_id or target.address}: {error_text}"
+    if decision is Decision.FAIL:
+        raise DLedgerError(answer.code, text)
+    if decision is Decision.INDETERMINATE:
+        raise _unknown_type(appends)(answer.code, text)
+    return DLedgerError(answer.code, text + _nothing_appended(appends))
+
+
+class DLedgerClient:
+    """A thread-safe client of one DLedger group.
+
+    Args:
+        peers: the group in DLedger's format, `"n0-host:port;n1-host:port"`.
+        group: the Raft group name.
+        timeout_s: the time budget of one operation, retries and redirects included.
+        clock: time source for deadlines and backoff (tests).
+
+    Raises:
+        dledger.config.ConfigError: `peers` cannot be parsed.
+    """
+
+    def __init__(
+        self,
+        peers: str = DEFAULT_PEERS,
+        group: str = DEFAULT_GROUP,
+        timeout_s: float = 5.0,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self.members = Members(peers, group, timeout_s, clock)
+
+    # -- plumbing
+
+    def __enter__(self) -> DLedgerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every channel. Idempotent; later calls fail with NETWORK_ERROR."""
+        self.members.close()
+
+    @property
+    def peers(self) -> dict[str, str]:
+        """The members, id -> address."""
+        return self.members.peers
+
+    @property
+    def group(self) -> str:
+        """The Raft group name."""
+        return self.members.group
+
+    @property
+    def timeout_s(self) -> float:
+        """The time budget of one operation."""
+        return self.members.timeout_s
+
+    @property
+    def clock(self) -> Clock:
+        """The time source of deadlines and backoff."""
+        return self.members.clock
+
+    @property
+    def leader(self) -> Target | None:
+        """The leader last seen (None until discovered or after it failed)."""
+        return self.members.leader
+
+    @leader.setter
+    def leader(self, target: Target | None) -> None:
+        self.members.leader = target
+
+    def target(self, node_id: str) -> Target:
+        """The member `node_id`.
+
+        Raises:
+            DLedgerError: UNKNOWN_MEMBER when it is not in `peers`.
+        """
+        return self.members.target(node_id)
+
+    def discover(self, deadline_ms: int | None = None) -> Target:
+        """Ask every member who leads; remember and return it (see `Members.discover`)."""
+        return self.members.discover(deadline_ms)
+
+    # -- writes
+
+    def _write(self, method: str, request: Any, timeout_s: float | None = None, appends: bool = True) -> Any:
+        """Send a write to the leader: follow redirects, retry only when nothing was
+        appended, and return the SUCCESS answer.
+
+        Args:
+            method: the Ledger method.
+            request: its request message.
+            timeout_s: the time budget (default: the client's).
+            appends: False for requests that append nothing (leadership transfer):
+                unknown outcomes then raise a plain DLedgerError.
+
+        Raises:
+            DLedgerError: refused (nothing was appended).
+            IndeterminateError: the outcome is unknown.
+        """
+        members = self.members
+        deadline = members.deadline_ms(timeout_s)
+        backoff: Backoff | None = None  # made on the first retry (it seeds a Random)
+        last: DLedgerError | None = None
+        target = members.leader
+        hops = 0
+        while True:
+            if target is None:
+                try:
+                    target = members.discover(deadline)
+                except DLedgerError as exc:
+                    raise (last or exc) from None
+            left_ms = deadline - members.clock.now_ms()
+            if left_ms < MIN_ATTEMPT_MS:
+                raise last or DLedgerError(ResponseCode.TIMEOUT, "no time left to send" + _nothing_appended(appends))
+            try:
+                answer = getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
+            except grpc.RpcError as exc:
+                # it never left the client (else it raised): the member is down; rediscover
+                last = _transport_failure(method, target, exc, appends)
+                members.forget(target)
+                target = None
+            else:
+                decision = code_decision(answer.code)
+                if decision is Decision.SUCCESS:
+                    members.leader = target
+                    return answer
+                last = _refusal(method, target, answer, decision, appends)
+                if decision is Decision.REDIRECT:
+                    hint = members.redirect(answer, target)
+                    hops += 1
+                    if hint is not None and hops <= len(members.peers):
+                        target = hint
+                        continue
+                    hops = 0
+                    target = hint
+            backoff = backoff or Backoff(members.clock)
+            if not backoff.sleep(deadline):
+                raise last
+
+    def append_batch(self, bodies: Sequence[bytes]) -> AppendResult:
+        """Append `bodies` as one request: consecutive indexes, all or nothing.
+
+        Raises:
+            ValueError: `bodies` is empty.
+            DLedgerError: refused; nothing was appended (NOT_LEADER after every redirect,
+                LEADER_PENDING_FULL until the deadline, NETWORK_ERROR: no member reachable...).
+            IndeterminateError: the outcome is unknown (timeout, connection lost after
+                sending, WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED).
+        """
+        if not bodies:
+            raise ValueError("nothing to append: bodies is empty")
+        request = pb.AppendRequest(group=self.group, bodies=bodies)
+        answer = self._write("Append", request)
+        count = answer.count or len(bodies)
+        if count != len(bodies):
+            raise IndeterminateError(
+                ResponseCode.INCONSISTENT_STATE, f"asked to append {len(bodies)} bodies, the leader reports {count}"
+            )
+        return AppendResult(answer.first_index, count, answer.term, answer.leader_id or "")
+
+    def append(self, body: bytes) -> int:
+        """Append one body; returns its index once committed (errors: `append_batch`)."""
+        return self.append_batch((body,)).first_index
+
+    def append_many(self, bodies: Sequence[bytes]) -> int:
+        """Append `bodies` as one request, once committed.
+
+        Returns:
+            The index of the first body; the batch occupies first..first+len(bodies)-1
+            (as the store's `append_many`). `append_batch` also gives the term and leader.
+
+        Raises:
+            See `append_batch`.
+        """
+        return self.append_batch(bodies).first_index
+
+    def leadership_transfer(self, transferee_id: str, term: int | None = None) -> int:
+        """Ask the leader to hand leadership to `transferee_id`; returns the new term.
+
+        Args:
+            transferee_id: the member that should lead.
+            term: the leader's current term (DLedger's `--term`; optional).
+
+        Raises:
+            DLedgerError: UNKNOWN_MEMBER, FALL_BEHIND_TOO_MUCH, TAKE_LEADERSHIP_FAILED,
+                LEADER_TRANSFERRING, NOT_LEADER..., or TIMEOUT/NETWORK_ERROR.
+        """
+        self.target(transferee_id)
+        timeout_s = max(self.timeout_s, TRANSFER_TIMEOUT_S)
+        request = pb.LeadershipTransferRequest(group=self.group, transferee_id=transferee_id)
+        leader = self.leader
+        if leader is not None:
+            request.transfer_id = leader.node_id
+        if term is not None:
+            request.term = term
+        answer = self._write("LeadershipTransfer", request, timeout_s, appends=False)
+        self.leader = self.target(transferee_id)
+        return int(answer.term)
+
+    def producer(self, **options: Any) -> Producer:
+        """A streaming `Producer` on this client's members (options: see `Producer`)."""
+        return Producer(self.members, **options)
+
+    # -- reads
+
+    def get(self, index: int, count: int = 1, *, node_id: str | None = None) -> list[Entry]:
+        """Committed entries from `index`, at most `count` (fewer when the committed
+        index is reached). Asks the leader (or `node_id`).
+
+        Raises:
+            DLedgerError: INDEX_OUT_OF_RANGE when `index` is not committed,
+                INDEX_LESS_THAN_LOCAL_BEGIN when it was deleted, NETWORK_ERROR/TIMEOUT.
+        """
+        return get_entries(self.members, index, count, node_id)
+
+    def metadata(self, node_id: str | None = None) -> NodeMetadata:
+        """What `node_id` (default: the leader, else the first member that answers)
+        knows of the group.
+
+        Raises:
+            DLedgerError: no member answered (NETWORK_ERROR/TIMEOUT) or it refused.
+        """
+        return member_metadata(self.members, node_id)
+
+    def status(self) -> list[NodeMetadata]:
+        """Every member's own view (asked in parallel), in `peers` order; members that
+        do not answer within the timeout come back with `reachable=False`."""
+        return member_status(self.members)
+
+    def read_committed(
+        self,
+        from_index: int = 0,
+        to_index: int | None = None,
+        max_batch_bytes: int = 1024 * 1024,
+        follow: bool = False,
+        node_id: str | None = None,
+        max_batch_count: int = 0,
+        *,
+        layout: int = PACKED,
+        retry: bool = True,
+    ) -> Iterator[ColumnBatch]:
+        """Committed entries [from_index, to_index) as column-wise batches (a server
+        stream). Without `follow` it ends at the serving member's committed index; with
+        `follow` it waits for new commits until `to_index` (or forever). A broken stream
+        resumes on another member (or the same `node_id`) from the next index.
+
+        Args:
+            layout: the wire layout of the batches: `dledger.transport.convert.PACKED`
+                (varints, smallest), or `FIXED_WIDTH`, which a reader maps into numpy and
+                Arrow without decoding one value at a time (what Spark tasks ask for).
+            retry: False to make one pass over the members (only `node_id` when given)
+                and raise at the first failure instead of retrying for `timeout_s` (a
+                Spark task moves on to the next member itself).
+
+        Raises:
+            DLedgerError: the member refused (INDEX_LESS_THAN_LOCAL_BEGIN...), sent a
+                malformed batch (INCONSISTENT_STATE), or no member could be reached for
+                `timeout_s` (with `retry=False`: the pass failed).
+        """
+        return read_committed(
+            self.members, from_index, to_index, max_batch_bytes, follow, node_id, max_batch_count, layout, retry
+        )
+
+    def iterate(
+        self, from_index: int = 0, to_index: int | None = None, follow: bool = False, *, node_id: str | None = None
+    ) -> Iterator[Entry]:
+        """Committed entries [from_index, to_index) one by one (full entries: magic and
+        body CRC included). For bulk reads `read_committed` is much faster."""
+        return iterate_entries(self.members, from_index, to_index, follow, node_id)

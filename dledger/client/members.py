@@ -1,0 +1,196 @@
+"""The members of one DLedger group as a client reaches them: their addresses, one gRPC
+channel (with its Ledger stubs) per member, and the leader last seen.
+
+`Members` is what the writers (`DLedgerClient`, `Producer`) and the readers
+(`dledger.client.reads`) share: it finds the leader (Metadata to every member), follows
+the leader hints of NOT_LEADER answers, and forgets a leader that failed.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from functools import partial
+from typing import Any
+
+from dledger.client.policy import Backoff, status_name
+from dledger.client.types import LedgerStubs, Target
+from dledger.clock import Clock, MonotonicClock
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import parse_peers
+from dledger.transport.convert import pb
+from dledger.transport.grpc_client import open_channel
+
+DISCOVER_FOR_READS_S = 1.0
+"""A read looks for the leader at most this long before it asks the members in order."""
+
+
+def _probe_done(answers: queue.Queue[tuple[Target, Any, BaseException | None]], target: Target, call: Any) -> None:
+    """A Metadata probe finished: queue (target, call, error); cancelled probes are dropped."""
+    if not call.cancelled():
+        answers.put((target, call, call.exception()))
+
+
+class Members:
+    """The members of one group, their channels and the leader hint (thread-safe).
+
+    Args:
+        peers: the group in DLedger's format, `"n0-host:port;n1-host:port"`.
+        group: the Raft group name.
+        timeout_s: the time budget of one operation, retries and redirects included.
+        clock: time source for deadlines and backoff (tests).
+
+    Raises:
+        dledger.config.ConfigError: `peers` cannot be parsed.
+        ValueError: `timeout_s` is not positive.
+    """
+
+    def __init__(self, peers: str, group: str, timeout_s: float, clock: Clock | None = None) -> None:
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.peers = parse_peers(peers)
+        self.group = group
+        self.timeout_s = timeout_s
+        self.clock: Clock = clock or MonotonicClock()
+        self.leader: Target | None = None
+        """The leader last seen (None until discovered, or after it failed or moved)."""
+        self._lock = threading.Lock()
+        self._stubs: dict[str, LedgerStubs] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """Close every channel. Idempotent; later calls fail with NETWORK_ERROR."""
+        with self._lock:
+            self._closed = True
+            stubs, self._stubs = list(self._stubs.values()), {}
+        for stub in stubs:
+            stub.channel.close()
+
+    def stubs(self, address: str) -> LedgerStubs:
+        """The (cached) Ledger stubs of `address`.
+
+        Raises:
+            DLedgerError: NETWORK_ERROR once closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise DLedgerError(ResponseCode.NETWORK_ERROR, "the client is closed")
+            stub = self._stubs.get(address)
+            if stub is None:
+                stub = self._stubs[address] = LedgerStubs(open_channel(address))
+            return stub
+
+    def target(self, node_id: str) -> Target:
+        """The member `node_id`.
+
+        Raises:
+            DLedgerError: UNKNOWN_MEMBER when it is not in `peers`.
+        """
+        address = self.peers.get(node_id)
+        if address is None:
+            raise DLedgerError(ResponseCode.UNKNOWN_MEMBER, f"{node_id!r} is not one of {', '.join(self.peers)}")
+        return Target(node_id, address)
+
+    def all(self) -> list[Target]:
+        """Every member, in `peers` order."""
+        return [Target(node_id, address) for node_id, address in self.peers.items()]
+
+    def deadline_ms(self, timeout_s: float | None = None) -> int:
+        """The clock's time `timeout_s` (default: the operation budget) from now."""
+        return self.clock.now_ms() + int((timeout_s or self.timeout_s) * 1000)
+
+    # -- the leader hint
+
+    def leader_hint(self, message: Any, current: Target) -> Target | None:
+        """The leader named in an answer, unless it is `current` or unknown."""
+        if not message.HasField("leader_id") or not message.leader_id:
+            return None
+        leader_id = message.leader_id
+        address = self.peers.get(leader_id) or message.leader_address
+        if not address or (leader_id == current.node_id and address == current.address):
+            return None
+        return Target(leader_id, address)
+
+    def redirect(self, answer: Any, current: Target) -> Target | None:
+        """`current` answered NOT_LEADER: remember the leader it names (None when it
+        names none, or itself) and return it."""
+        hint = self.leader_hint(answer, current)
+        self.leader = hint
+        return hint
+
+    def forget(self, target: Target) -> None:
+        """`target` could not be reached: it is no longer taken for the leader."""
+        if self.leader == target:
+            self.leader = None
+
+    # -- leader discovery
+
+    def discover(self, deadline_ms: int | None = None) -> Target:
+        """Ask every member (Metadata, in parallel) who leads; remember and return it.
+
+        A member that reports itself LEADER wins; otherwise the leader named in the
+        answer with the highest term. Retries with backoff until the deadline.
+
+        Raises:
+            DLedgerError: NETWORK_ERROR when no member ever answered, NOT_LEADER when
+                some did but none knew a leader (an election is running).
+        """
+        deadline = deadline_ms if deadline_ms is not None else self.deadline_ms()
+        backoff = Backoff(self.clock, first_ms=20, max_ms=300)
+        answered_ever: dict[str, None] = {}  # the last round runs on what is left (50 ms at least)
+        while True:
+            found, answered, errors = self._probe(max(0.05, (deadline - self.clock.now_ms()) / 1000))
+            if found is not None:
+                self.leader = found
+                return found
+            answered_ever.update(dict.fromkeys(answered))
+            if not backoff.sleep(deadline):
+                if answered_ever:
+                    raise DLedgerError(ResponseCode.NOT_LEADER, f"no leader known to {', '.join(answered_ever)}")
+                raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(errors))
+
+    def _probe(self, timeout_s: float) -> tuple[Target | None, list[str], list[str]]:
+        """One Metadata round over all members: (leader or None, who answered, errors)."""
+        answers: queue.Queue[tuple[Target, Any, BaseException | None]] = queue.Queue()
+        request = pb.MetadataRequest(group=self.group)
+        calls = []
+        for target in self.all():
+            call = self.stubs(target.address).Metadata.future(request, timeout=timeout_s)
+            call.add_done_callback(partial(_probe_done, answers, target))
+            calls.append(call)
+        best: tuple[int, Target] | None = None
+        answered: list[str] = []
+        errors: list[str] = []
+        try:
+            for _ in calls:
+                target, call, error = answers.get()
+                if error is not None:
+                    errors.append(f"{target.node_id} ({target.address}): {status_name(error)}")
+                    continue
+                message = call.result()
+                if message.code != ResponseCode.SUCCESS:
+                    errors.append(f"{target.node_id}: {ResponseCode.of(message.code).name}")
+                    continue
+                answered.append(target.node_id)
+                if message.role == "LEADER":
+                    return Target(message.self_id or target.node_id, target.address), answered, errors
+                hint = self.leader_hint(message, Target("", ""))
+                if hint is not None and (best is None or message.term > best[0]):
+                    best = (message.term, hint)
+        finally:
+            for call in calls:
+                call.cancel()
+        return (best[1] if best else None), answered, errors
+
+    def read_targets(self, node_id: str | None) -> list[Target]:
+        """Whom a read asks, in order: `node_id` only, or the leader then the others."""
+        if node_id is not None:
+            return [self.target(node_id)]
+        leader = self.leader
+        if leader is None:
+            try:
+                leader = self.discover(self.deadline_ms(min(self.timeout_s, DISCOVER_FOR_READS_S)))
+            except DLedgerError:
+                leader = None
+        rest = [t for t in self.all() if leader is None or t.address != leader.address]
+        return ([leader] if leader is not None else []) + rest
