@@ -14,8 +14,8 @@ from dledger._native import impl
 from dledger.codes import DLedgerError
 from dledger.embedded import infer_segment_sizes, resolve_node_dir
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
+from dledger.store.layout import is_segment_name
 from dledger.store.mmap_store import MmapLogStore, StoreConfig
-from dledger.store.segment_list import is_segment_name
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)

@@ -28,9 +28,9 @@ from dledger.embedded import resolve_node_dir
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds, SegmentSpan, check_data_loss, plan_local
 from dledger.store import kvfile
-from dledger.store.mmap_store import CHECKPOINT_FILE, RESET_FILE, StoreConfig
+from dledger.store.layout import CHECKPOINT_FILE, RESET_FILE, is_segment_name
+from dledger.store.mmap_store import StoreConfig
 from dledger.store.recovery import first_entry_header
-from dledger.store.segment_list import is_segment_name
 
 log = logging.getLogger(__name__)
 

@@ -24,13 +24,11 @@ from dledger.service_thread import PeriodicPass, ServiceThread, start_passes
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_FILE = "checkpoint"
-RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
 
 
 @dataclass(frozen=True)
@@ -171,8 +169,8 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
         elif not self.node_dir.is_dir():
             raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a store directory")
-        self.data_list = SegmentList(self.node_dir / "data", cfg.data_file_size, ro, keep_fds=self.write_through)
-        self.index_list = SegmentList(self.node_dir / "index", cfg.index_file_size, ro)
+        self.data_list = SegmentList(self.node_dir / DATA_DIR, cfg.data_file_size, ro, keep_fds=self.write_through)
+        self.index_list = SegmentList(self.node_dir / INDEX_DIR, cfg.index_file_size, ro)
         self._init_core(self.data_list.table, self.index_list.table, self._roll)
         self.data_list.load()
         self._load_index()
@@ -227,7 +225,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
                 raise
             log.warning("index files unusable (%s); rebuilding the index from the data", exc)
             self.index_list.close()
-            for path in (self.node_dir / "index").glob("*"):
+            for path in (self.node_dir / INDEX_DIR).glob("*"):
                 path.unlink()
             self.index_list.load()
 
