@@ -19,27 +19,43 @@ import os
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.service_thread import ServiceThread, start_passes
 from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
 
 
-class _AutoCommit:
-    """Every appended entry is committed (a one-node group)."""
+class _LocalLogBase(MmapLogStore):
+    """What both local logs add to the file store: every appended entry is committed
+    (a one-node group), and the log owns the threads that run its periodic passes
+    (flush and checkpoint, warm-ahead, retention), started by `open_log` and stopped
+    by `close()` before the log is flushed and closed."""
 
-    end_index: int
+    _pass_threads: tuple[ServiceThread, ...] = ()
 
     @property
     def committed_index(self) -> int:
-        return self.end_index
+        """The end of the log: everything appended is committed."""
+        return int(self.end_index)
 
     def update_committed_index(self, index: int) -> None:
         """Committed always follows the end of the log."""
 
+    def _start_pass_threads(self) -> None:
+        if not self._pass_threads:
+            self._pass_threads = tuple(start_passes(self.periodic_passes()))
 
-class LocalLog(_AutoCommit, MmapLogStore):
+    def close(self) -> None:
+        """Stop the pass threads, then flush, write the checkpoint and unmap."""
+        threads, self._pass_threads = self._pass_threads, ()
+        for thread in threads:
+            thread.stop()
+        super().close()
+
+
+class LocalLog(_LocalLogBase):
     """A local log with async flushing (acknowledged before fsync, flushed every 10 ms)."""
 
 
-class SyncLocalLog(_AutoCommit, SyncMmapLogStore):
+class SyncLocalLog(_LocalLogBase, SyncMmapLogStore):
     """A local log whose appends return once durable (group commit)."""
 
 
@@ -69,7 +85,8 @@ def infer_segment_sizes(node_dir: str | os.PathLike[str]) -> tuple[int | None, i
 
 
 def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) -> MmapLogStore:
-    """Open (creating if needed) a local log in `path` and recover it.
+    """Open (creating if needed) a local log in `path`, recover it and start its
+    background passes (stopped by `close()`).
 
     Args:
         path: the node directory; created when missing. A storeBaseDir holding exactly
@@ -91,5 +108,5 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     cls = SyncLocalLog if config.flush_mode == "sync" else LocalLog
     log = cls(node_dir, config)
     log.term = max(1, log.end_term)
-    log.start()
+    log._start_pass_threads()
     return log
