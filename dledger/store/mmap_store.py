@@ -26,7 +26,7 @@ from dledger.service_thread import PeriodicPass
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
-from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, infer_segment_sizes
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 from dledger.store.warm import WarmAhead
@@ -108,6 +108,23 @@ class StoreConfig:
         if self.data_writes == "auto":
             return self.flush_mode == "sync"
         return self.data_writes == "pwrite"
+
+
+def sized_config(
+    node_dir: str | os.PathLike[str],
+    data_file_size: int | None = None,
+    index_file_size: int | None = None,
+    read_only: bool = False,
+) -> StoreConfig:
+    """The default options with the segment sizes given, else those of the files already
+    in `node_dir` (an existing store must be opened with its own sizes), else the defaults."""
+    data_size, index_size = infer_segment_sizes(node_dir)
+    defaults = StoreConfig()
+    return StoreConfig(
+        data_file_size=data_file_size or data_size or defaults.data_file_size,
+        index_file_size=index_file_size or index_size or defaults.index_file_size,
+        read_only=read_only,
+    )
 
 
 class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
