@@ -102,8 +102,10 @@ class Dledger(Backend):
         self.rounds = 20 if warm else 7
         self.warmup_rounds = 1 if warm else 0
         self.store: Any = None
+        self.threads: list[Any] = []
 
     def open(self, path: Path) -> None:
+        from dledger.service_thread import start_passes
         from dledger.store.mmap_store import MmapLogStore, StoreConfig
 
         cfg = StoreConfig(
@@ -115,8 +117,12 @@ class Dledger(Backend):
         )
         self.store = MmapLogStore.open(str(path / "dledger-n0"), cfg)
         self.store.term = TERM
+        self.threads = start_passes(self.store.periodic_passes())  # flush, warm-ahead, retention
 
     def close(self) -> None:
+        for thread in self.threads:
+            thread.stop()
+        self.threads = []
         self.store.close()
         self.store = None
 

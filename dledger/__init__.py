@@ -10,11 +10,12 @@ The embedded store::
 
 from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
+from dledger.config import StoreConfig
 from dledger.embedded import LocalLog, open_log
 from dledger.entry import Entry
 from dledger.raft.log import LogStore
 from dledger.store.memory import MemoryLogStore
-from dledger.store.mmap_store import MmapLogStore, StoreConfig
+from dledger.store.mmap_store import MmapLogStore
 
 __version__ = "0.1.0"
 

@@ -16,60 +16,50 @@ and `checkpoint` is kept current, so offline readers (Spark, `dledger check`) se
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from dledger.codes import DLedgerError, ResponseCode
-from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
+from dledger.service_thread import ServiceThread, start_passes
+from dledger.store import MmapLogStore, StoreConfig, SyncMmapLogStore, resolve_node_dir, sized_config
 
 
-class _AutoCommit:
-    """Every appended entry is committed (a one-node group)."""
+class _LocalLogBase(MmapLogStore):
+    """What both local logs add to the file store: every appended entry is committed
+    (a one-node group), and the log owns the threads that run its periodic passes
+    (flush and checkpoint, warm-ahead, retention), started by `open_log` and stopped
+    by `close()` before the log is flushed and closed."""
 
-    end_index: int
+    _pass_threads: tuple[ServiceThread, ...] = ()
 
     @property
     def committed_index(self) -> int:
-        return self.end_index
+        """The end of the log: everything appended is committed."""
+        return int(self.end_index)
 
     def update_committed_index(self, index: int) -> None:
         """Committed always follows the end of the log."""
 
+    def _start_pass_threads(self) -> None:
+        if not self._pass_threads:
+            self._pass_threads = tuple(start_passes(self.periodic_passes()))
 
-class LocalLog(_AutoCommit, MmapLogStore):
+    def close(self) -> None:
+        """Stop the pass threads, then flush, write the checkpoint and unmap."""
+        threads, self._pass_threads = self._pass_threads, ()
+        for thread in threads:
+            thread.stop()
+        super().close()
+
+
+class LocalLog(_LocalLogBase):
     """A local log with async flushing (acknowledged before fsync, flushed every 10 ms)."""
 
 
-class SyncLocalLog(_AutoCommit, SyncMmapLogStore):
+class SyncLocalLog(_LocalLogBase, SyncMmapLogStore):
     """A local log whose appends return once durable (group commit)."""
 
 
-def resolve_node_dir(path: str | os.PathLike[str]) -> Path:
-    """The node directory (`dledger-<selfId>`, holding data/, index/, checkpoint) for
-    `path`: `path` itself, or the single `dledger-*` directory inside a storeBaseDir."""
-    root = Path(path)
-    if (root / "data").is_dir() or (root / "checkpoint").exists() or (root / "index").is_dir():
-        return root
-    if root.is_dir():
-        nodes = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith("dledger-"))
-        if len(nodes) == 1:
-            return nodes[0]
-        if len(nodes) > 1:
-            names = ", ".join(p.name for p in nodes)
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds several node directories: {names}")
-    return root
-
-
-def infer_segment_sizes(node_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
-    """Segment sizes of an existing store, read off its files (None where there are none)."""
-    sizes: list[int | None] = []
-    for sub in ("data", "index"):
-        files = sorted(Path(node_dir, sub).glob("[0-9]" * 20)) if Path(node_dir, sub).is_dir() else []
-        sizes.append(max(f.stat().st_size for f in files) if files else None)
-    return sizes[0], sizes[1]
-
-
 def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) -> MmapLogStore:
-    """Open (creating if needed) a local log in `path` and recover it.
+    """Open (creating if needed) a local log in `path`, recover it and start its
+    background passes (stopped by `close()`).
 
     Args:
         path: the node directory; created when missing. A storeBaseDir holding exactly
@@ -82,14 +72,9 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     """
     node_dir = resolve_node_dir(path)
     if config is None:
-        data_size, index_size = infer_segment_sizes(node_dir)
-        defaults = StoreConfig()
-        config = StoreConfig(
-            data_file_size=data_size or defaults.data_file_size,
-            index_file_size=index_size or defaults.index_file_size,
-        )
+        config = sized_config(node_dir)
     cls = SyncLocalLog if config.flush_mode == "sync" else LocalLog
     log = cls(node_dir, config)
     log.term = max(1, log.end_term)
-    log.start()
+    log._start_pass_threads()
     return log

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from dledger.embedded import open_log
-from dledger.store.mmap_store import StoreConfig
+from dledger.store import StoreConfig
 
 console = Console(highlight=False)
 

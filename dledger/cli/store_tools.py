@@ -10,12 +10,16 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from dledger._native import impl
 from dledger.codes import DLedgerError
-from dledger.embedded import infer_segment_sizes, resolve_node_dir
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
-from dledger.store.mmap_store import MmapLogStore, StoreConfig
-from dledger.store.segment_list import is_segment_name
+from dledger.store import (
+    MmapLogStore,
+    decode_entry_header,
+    decode_index_unit,
+    is_segment_name,
+    resolve_node_dir,
+    sized_config,
+)
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -68,8 +72,8 @@ def read_file(directory: Path, pos: int, size: int, index: int, body: bool) -> N
         raw = _read_span(files, index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
         if len(raw) < INDEX_UNIT_SIZE:
             raise click.ClickException(f"index {index} is outside the index files")
-        magic, upos, usize, uindex, uterm = impl.decode_index_unit(raw)
-        console.print(f"index unit {index}: magic={magic} pos={upos} size={usize} index={uindex} term={uterm}")
+        u = decode_index_unit(raw)
+        console.print(f"index unit {index}: magic={u.magic} pos={u.pos} size={u.size} index={u.index} term={u.term}")
         return
     end = int(files[-1].name) + seg
     cur = max(pos, int(files[0].name))
@@ -94,13 +98,13 @@ def read_file(directory: Path, pos: int, size: int, index: int, body: bool) -> N
         if len(head) < HEADER_SIZE or length < HEADER_SIZE:
             console.print(f"pos={cur} invalid header magic={magic} size={length}")
             break
-        _, _, e_index, e_term, e_pos, channel, chain_crc, body_crc, body_size = impl.decode_header(head)
+        h = decode_entry_header(head)
         line = (
-            f"pos={cur} magic={magic} size={length} index={e_index} term={e_term} entry_pos={e_pos} "
-            f"channel={channel} chainCrc={chain_crc} bodyCrc={body_crc} bodySize={body_size}"
+            f"pos={cur} magic={magic} size={length} index={h.index} term={h.term} entry_pos={h.pos} "
+            f"channel={h.channel} chainCrc={h.chain_crc} bodyCrc={h.body_crc} bodySize={h.body_size}"
         )
         if body:
-            line += f" body={_read_span(files, cur + HEADER_SIZE, max(0, body_size))!r}"
+            line += f" body={_read_span(files, cur + HEADER_SIZE, max(0, h.body_size))!r}"
         console.print(line)
         cur += length
 
@@ -121,13 +125,7 @@ def check(node_dir: Path, data_file_size: int | None, index_file_size: int | Non
         raise click.UsageError(exc.message) from exc
     if not node.is_dir():
         raise click.UsageError(f"{node} is not a directory")
-    data_size, index_size = infer_segment_sizes(node)
-    defaults = StoreConfig()
-    config = StoreConfig(
-        data_file_size=data_file_size or data_size or defaults.data_file_size,
-        index_file_size=index_file_size or index_size or defaults.index_file_size,
-        read_only=True,
-    )
+    config = sized_config(node, data_file_size, index_file_size, read_only=True)
     try:
         store = MmapLogStore.open(node, config)
     except DLedgerError as exc:

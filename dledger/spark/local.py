@@ -1,46 +1,22 @@
-"""Offline access to a store directory for the Spark source (no Spark here).
+"""Offline reads of a store directory for the Spark source (no Spark here): planning
+the tasks of a read and reading their ranges as column batches.
 
-A store is opened as a `StoreView`: its segment files are mapped read-only and its
-bounds come from `checkpoint` (or `checkpoint.bak`, which Java's shutdown race can leave
-alone) and the first entry of the first data segment. There is no recovery scan, nothing
-is ever written, created, extended or deleted, and reads never go past the committed
-index, so the directory of a running member (or a read-only copy, or a store written by
-Java DLedger) can be read while its owner works on it. Every entry read is checked
-against its index unit and its body CRC by the store core.
+The store is opened as a `dledger.store.StoreView`: its segments mapped read-only, its
+bounds from the checkpoint, no recovery, nothing ever written, and no read past the
+committed index (see `dledger.store.view`), so a running member's directory can be read.
 """
 
 from __future__ import annotations
 
-import logging
-import mmap
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from dledger._native import impl
-from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.codes import DLedgerError
 from dledger.columns import ColumnBatch
-from dledger.embedded import resolve_node_dir
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds, SegmentSpan, check_data_loss, plan_local
-from dledger.store import kvfile
-from dledger.store.mmap_store import CHECKPOINT_FILE, RESET_FILE, StoreConfig
-from dledger.store.recovery import first_entry_header
-from dledger.store.segment_list import is_segment_name
-
-log = logging.getLogger(__name__)
-
-INDEX_UNIT = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
-"""One 32-byte index unit (big-endian; pos comes before size, unlike the entry header)."""
-assert INDEX_UNIT.itemsize == INDEX_UNIT_SIZE
-
-OPEN_ATTEMPTS = 3
-"""Listing and mapping a directory is redone (at once) when a segment file disappears in
-between: retention deleting the oldest segment of a running member."""
+from dledger.store import StoreView, holds_store, resolve_node_dir
 
 
 class StoreNotFoundError(FileNotFoundError):
@@ -58,7 +34,7 @@ def node_dir_of(path: str | os.PathLike[str]) -> Path:
         node = resolve_node_dir(Path(path).absolute())
     except DLedgerError as exc:
         raise StoreNotFoundError(exc.message) from None
-    if not node.is_dir() or not any((node / name).exists() for name in ("data", "index", CHECKPOINT_FILE)):
+    if not holds_store(node):
         raise StoreNotFoundError(
             f"{path} is not a DLedger store: expected a node directory dledger-<selfId> holding data/, index/ "
             "and checkpoint, or a storeBaseDir holding exactly one such directory"
@@ -66,166 +42,8 @@ def node_dir_of(path: str | os.PathLike[str]) -> Path:
     return node
 
 
-def _map_segments(directory: Path, default_size: int) -> Any:
-    """A read-only `MappedTable` of the segment files in `directory`.
-
-    The segment size is the size of the largest file. A last file shorter than that
-    holds no entry (a running member is creating it: the file exists before it has its
-    size, and nothing is written into it before that) and is left out; any other odd
-    size, a misnamed file or a gap is a CorruptStoreError.
-    """
-    names = sorted(n for n in os.listdir(directory) if is_segment_name(n)) if directory.is_dir() else []
-    sizes = [(directory / n).stat().st_size for n in names]
-    file_size = max(sizes, default=0) or default_size
-    table = impl.MappedTable(file_size)
-    try:
-        for k, (name, size) in enumerate(zip(names, sizes, strict=True)):
-            path = directory / name
-            if size != file_size:
-                if k == len(names) - 1:
-                    log.debug("leaving out %s: %d of %d bytes (being created)", path, size, file_size)
-                    break
-                raise CorruptStoreError(str(path), size, f"segment is {size} bytes, the others {file_size}")
-            offset = int(name)
-            if offset % file_size or (table.count and offset != table.end_offset):
-                raise CorruptStoreError(str(path), 0, f"segment name does not follow the segment size {file_size}")
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                mapped = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
-            table.push(mapped, offset)
-    except BaseException:
-        _unmap(table)
-        raise
-    return table
-
-
-def _unmap(table: Any) -> None:
-    while table.count:
-        table.pop_last()
-
-
-def _read_only_roller(kind: int, offset: int) -> None:  # pragma: no cover - reads never roll
-    raise DLedgerError(ResponseCode.DISK_ERROR, "store is read-only")
-
-
-class StoreView:
-    """A read-only view of a node directory's committed entries (see the module doc).
-
-    Attributes:
-        node_dir: the node directory.
-        begin_index: the first entry kept (-1 when there is none).
-        committed_index: the committed index (the checkpoint's, never past its endIndex).
-        end_index: the last entry readable here: the committed index.
-        write_pos: the data position just after the last committed entry.
-        data_table, index_table: the read-only mapped segments.
-    """
-
-    def __init__(self, node_dir: Path, data_table: Any, index_table: Any) -> None:
-        self.node_dir = node_dir
-        self.data_table = data_table
-        self.index_table = index_table
-        self._core = impl.LogCore()
-        self._core._init_core(data_table, index_table, _read_only_roller)
-        self._core.state = impl.STATE_READ_ONLY
-        self.begin_index = -1
-        self.committed_index = -1
-        self.write_pos = 0
-
-    @classmethod
-    def open(cls, node_dir: Path) -> StoreView:
-        """Map `node_dir` read-only and find its bounds.
-
-        Raises:
-            DLedgerError: DISK_ERROR when the last committed entry cannot be read.
-            CorruptStoreError: segment files of odd sizes or names.
-        """
-        for attempt in range(OPEN_ATTEMPTS):
-            try:
-                return cls._open(node_dir)
-            except FileNotFoundError:
-                if attempt == OPEN_ATTEMPTS - 1:
-                    raise
-                log.info("a segment of %s disappeared while it was opened; listing it again", node_dir)
-        raise AssertionError("unreachable")
-
-    @classmethod
-    def _open(cls, node_dir: Path) -> StoreView:
-        defaults = StoreConfig()
-        data = _map_segments(node_dir / "data", defaults.data_file_size)
-        try:
-            index = _map_segments(node_dir / "index", defaults.index_file_size)
-        except BaseException:
-            _unmap(data)
-            raise
-        view = cls(node_dir, data, index)
-        try:
-            view._find_bounds()
-        except BaseException:
-            view.close()
-            raise
-        return view
-
-    def _find_bounds(self) -> None:
-        table = self.data_table
-        begin = -1
-        for k in range(int(table.count)):
-            header = first_entry_header(table, int(table.first_offset) + k * int(table.file_size))
-            if header is not None:
-                begin = int(header[2])
-                break
-        committed = checkpoint_committed(self.node_dir)
-        if begin < 0:
-            # no entry is kept: everything up to the last reset was committed and deleted
-            before_begin = kvfile.read_int(kvfile.read(self.node_dir / RESET_FILE), "beforeBeginIndex", -1)
-            self.committed_index = max(committed, before_begin)
-            return
-        committed = max(committed, begin - 1)  # a deleted prefix was committed
-        self.begin_index, self.committed_index = begin, committed
-        if committed < begin:
-            return
-        core = self._core
-        core._set_state(begin, committed, -1, 0)
-        try:
-            last = core.get(committed)
-        except DLedgerError as exc:
-            raise DLedgerError(
-                ResponseCode.DISK_ERROR,
-                f"{self.node_dir}: entry {committed} is committed (checkpoint) but cannot be read: {exc.message}",
-            ) from None
-        self.write_pos = int(last.pos) + HEADER_SIZE + len(last.body)
-        core._set_state(begin, committed, int(last.term), self.write_pos)
-
-    @property
-    def end_index(self) -> int:
-        """The last readable entry (the committed index)."""
-        return self.committed_index
-
-    def get(self, index: int) -> Entry:
-        """The committed entry at `index` (DLedgerError INDEX_OUT_OF_RANGE outside)."""
-        entry: Entry = self._core.get(index)
-        return entry
-
-    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
-        """Committed entries from `from_index` column-wise (see ColumnBatch)."""
-        return ColumnBatch.from_raw(self._core.read_columns(from_index, max_count, max_bytes))
-
-    def close(self) -> None:
-        """Unmap the segments (idempotent)."""
-        self._core._set_state(-1, -1, -1, 0)
-        _unmap(self.data_table)
-        _unmap(self.index_table)
-
-    def __enter__(self) -> StoreView:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def open_store(node_dir: Path) -> StoreView:
-    """Open a node directory read-only (see `StoreView`)."""
+    """Open a node directory read-only (see `dledger.store.StoreView`)."""
     return StoreView.open(node_dir)
 
 
@@ -235,27 +53,9 @@ def bounds_of(store: StoreView) -> LogBounds:
     return LogBounds(int(store.begin_index), int(store.end_index), int(store.committed_index))
 
 
-def checkpoint_committed(node_dir: Path) -> int:
-    """The committed index recorded in `checkpoint` (or `checkpoint.bak`), -1 without one,
-    never above the `endIndex` recorded with it (Java DLedger can leave a committed index
-    past the end after a truncate, DLedger #316). Cheap: streams use it to see new entries
-    without opening the store."""
-    values = kvfile.read(node_dir / CHECKPOINT_FILE)
-    committed = kvfile.read_int(values, "committedIndex", -1)
-    end = kvfile.read_int(values, "endIndex", committed)
-    return min(committed, end)
-
-
 def segment_spans(store: StoreView) -> list[SegmentSpan]:
     """Every data segment that starts with an entry, with that entry's index."""
-    table = store.data_table
-    spans: list[SegmentSpan] = []
-    for k in range(int(table.count)):
-        start = int(table.first_offset) + k * int(table.file_size)
-        header = first_entry_header(table, start)
-        if header is not None and (not spans or int(header[2]) > spans[-1].first_index):
-            spans.append(SegmentSpan(int(header[2]), start))
-    return spans
+    return [SegmentSpan(first_index, start) for first_index, start in store.segment_starts()]
 
 
 def pos_function(store: StoreView) -> Callable[[int], int]:
@@ -358,36 +158,10 @@ def read_range(
         index = start
         while index < end:
             count = min(batch_rows, end - index)
-            batch = store.read_columns(index, count, batch_bytes) if with_bodies else read_meta(store, index, count)
+            batch = store.read_columns(index, count, batch_bytes) if with_bodies else store.read_meta(index, count)
             if batch.count == 0:
                 raise DataLossError(f"entry {index} of {node_dir} could not be read")
             yield batch
             index += batch.count
     finally:
         store.close()
-
-
-def read_meta(store: StoreView, start: int, count: int) -> ColumnBatch:
-    """index, term, pos and magic of entries [start, start+count) straight from the
-    index file (no data is touched); stops at the end of the index segment holding `start`."""
-    table = store.index_table
-    file_size = int(table.file_size)
-    offset = start * INDEX_UNIT_SIZE
-    in_segment = (file_size - (offset - int(table.first_offset)) % file_size) // INDEX_UNIT_SIZE
-    count = max(0, min(count, in_segment, int(store.end_index) + 1 - start))
-    if count == 0 or start < int(store.begin_index):
-        return ColumnBatch.empty()
-    units = np.frombuffer(table.read(offset, count * INDEX_UNIT_SIZE), dtype=INDEX_UNIT)
-    index = units["index"].astype(np.int64)
-    if np.any(index != np.arange(start, start + count, dtype=np.int64)):
-        raise DLedgerError(
-            ResponseCode.DISK_ERROR, f"index units {start}..{start + count - 1} of {store.node_dir} are inconsistent"
-        )
-    return ColumnBatch(
-        index,
-        units["term"].astype(np.int64),
-        units["pos"].astype(np.int64),
-        np.zeros(count + 1, np.int32),
-        bytearray(),
-        units["magic"].astype(np.int32),
-    )

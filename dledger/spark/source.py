@@ -44,14 +44,7 @@ from dledger.spark.live import (
     plan_tasks,
     read_task,
 )
-from dledger.spark.local import (
-    LocalTask,
-    bounds_of,
-    checkpoint_committed,
-    node_dir_of,
-    open_store,
-    plan_store,
-)
+from dledger.spark.local import LocalTask, bounds_of, node_dir_of, open_store, plan_store
 from dledger.spark.options import (
     LOCAL_BATCH_BYTES,
     LOCAL_BATCH_ROWS,
@@ -71,6 +64,7 @@ from dledger.spark.planning import (
     resolve_end,
     resolve_start,
 )
+from dledger.store import checkpoint_committed
 
 FORMAT = "dledger"
 

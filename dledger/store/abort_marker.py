@@ -5,13 +5,13 @@ acknowledged; the Raft core then holds its vote (`dledger.raft.vote_hold`)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
-from dledger.store.kvfile import fsync_dir
+from dledger.store import kvfile
+from dledger.store.layout import ABORT_FILE
 
-ABORT_FILE = "abort"
+__all__ = ["ABORT_FILE", "AbortMarker"]
 
 
 class AbortMarker:
@@ -30,16 +30,10 @@ class AbortMarker:
         if self.path.exists():
             return True
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fsync_dir(self.path.parent)
+        kvfile.write_synced(self.path, b"")
+        kvfile.fsync_dir(self.path.parent)
         return False
 
     def clear(self) -> None:
         """Remove the marker after a clean shutdown (the store is flushed and closed)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-            fsync_dir(self.path.parent)
+        kvfile.remove_durably(self.path)

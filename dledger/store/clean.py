@@ -16,13 +16,12 @@ import logging
 import math
 import os
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from dledger._native import impl
 from dledger.store.recovery import first_entry_header
-
-if TYPE_CHECKING:
-    from dledger.store.mmap_store import MmapLogStore, StoreConfig
+from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +40,57 @@ def disk_used_ratio(path: str | os.PathLike[str]) -> float:
     return math.ceil(used * 100 / (used + avail)) / 100
 
 
+class RetentionOptions(Protocol):
+    """The retention options (StoreConfig's) the service reads."""
+
+    @property
+    def file_reserved_hours(self) -> int: ...
+
+    @property
+    def delete_when(self) -> str: ...
+
+    @property
+    def disk_space_ratio_to_check_expired(self) -> float: ...
+
+    @property
+    def disk_space_ratio_to_force_clean(self) -> float: ...
+
+    @property
+    def enable_disk_force_clean(self) -> bool: ...
+
+
+class CleanedStore(Protocol):
+    """What the service uses of the store it cleans (MmapLogStore)."""
+
+    state: int
+    """The compiled core's write state (impl.STATE_*): the service moves it between OK
+    and DISK_FULL."""
+
+    @property
+    def node_dir(self) -> Path: ...
+
+    @property
+    def data_list(self) -> SegmentList: ...
+
+    @property
+    def begin_index(self) -> int: ...
+
+    @property
+    def retention_floor(self) -> int: ...
+
+    def _acquire(self) -> None:
+        """Take the core lock (for multi-step changes)."""
+
+    def _release(self) -> None:
+        """Release the core lock."""
+
+    def delete_segments_before(self, pos: int) -> None: ...
+
+
 class CleanSpaceService:
     """One pass of retention and disk-full detection per `run_once()` call."""
 
-    def __init__(self, store: MmapLogStore, config: StoreConfig) -> None:
+    def __init__(self, store: CleanedStore, config: RetentionOptions) -> None:
         self.store = store
         self.config = config
         self.disk_full_ratio = min(config.disk_space_ratio_to_force_clean + 0.05, 0.95)

@@ -40,15 +40,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import INDEX_UNIT_SIZE
-
-if TYPE_CHECKING:
-    from dledger.store.mmap_store import StoreConfig
-    from dledger.store.segment_list import SegmentList
+from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +59,16 @@ class _Flush:
     to: int
     end_index: int
     shrinks: int
+
+
+class FlushOptions(Protocol):
+    """The options (StoreConfig's) the flush pass reads."""
+
+    @property
+    def checkpoint_interval_ms(self) -> int: ...
+
+    @property
+    def release_behind_bytes(self) -> int: ...
 
 
 class Durability:
@@ -83,7 +90,7 @@ class Durability:
     write_pos: int
     shrinks: int
     state: int
-    config: StoreConfig
+    config: FlushOptions
     data_list: SegmentList
     index_list: SegmentList
     failure: BaseException | None

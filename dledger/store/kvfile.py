@@ -1,4 +1,5 @@
-"""DLedger's small `key=value` metadata files (`checkpoint`, `currterm`), written atomically.
+"""DLedger's small `key=value` metadata files (`checkpoint`, `currterm`), written atomically,
+and the durable file operations of the store's marker files (`abort`).
 
 Java writes `f.tmp`, copies the old `f` to `f.bak`, deletes `f` and renames; nothing is
 fsynced. We keep the same files (so Java can read ours and we can read Java's) but make
@@ -21,6 +22,24 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_synced(path: str | os.PathLike[str], data: bytes) -> None:
+    """Create or replace `path` with `data` and fsync it (not its directory entry: a new
+    file also needs `fsync_dir` of its directory to survive a crash)."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def remove_durably(path: str | os.PathLike[str]) -> None:
+    """Delete `path` and fsync its directory; nothing when it does not exist."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    fsync_dir(Path(path).parent)
 
 
 def render(values: dict[str, str]) -> str:
@@ -46,19 +65,10 @@ def write_atomic(path: str | os.PathLike[str], values: dict[str, str]) -> None:
     """Replace `path` with `values`, durably and atomically (old version kept as .bak)."""
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
-    data = render(values).encode("ascii")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
+    write_synced(tmp, render(values).encode("ascii"))
     failpoints.hit(f"{target.name}_tmp_written")
     if target.exists():
-        bak = target.with_name(target.name + ".bak")
-        old = target.read_bytes()
-        with open(bak, "wb") as fh:
-            fh.write(old)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(target.with_name(target.name + ".bak"), target.read_bytes())
     os.replace(tmp, target)
     fsync_dir(target.parent)
 
@@ -76,6 +86,11 @@ def read(path: str | os.PathLike[str]) -> dict[str, str] | None:
         if values:
             return values
     return None
+
+
+def read_str(values: dict[str, str] | None, key: str, default: str = "") -> str:
+    """A value, or `default` when missing."""
+    return default if values is None else values.get(key, default)
 
 
 def read_int(values: dict[str, str] | None, key: str, default: int) -> int:

@@ -2,8 +2,10 @@
 
 The hot path (append, reads, scans) is inherited from the compiled `LogCore`, so
 `store.append(body)` is one call into C. This module adds the files around it: opening
-and recovery, the checkpoint, truncation and prefix deletion, the flush thread (async
-mode), group commit (sync mode), warm-ahead of the next segments and retention.
+and recovery, the checkpoint, truncation and prefix deletion, group commit (sync mode),
+and the background passes (async flush and checkpoint, warm-ahead of the next segments,
+retention) that the store's owner runs on its threads (`periodic_passes`): the store
+starts no thread of its own.
 """
 
 from __future__ import annotations
@@ -20,26 +22,45 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig as StoreConfig  # its home is dledger.config; re-exported
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
-from dledger.service_thread import PeriodicPass, ServiceThread, start_passes
+from dledger.service_thread import PeriodicPass
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, infer_segment_sizes
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
+from dledger.store.warm import WarmAhead
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "checkpoint"
-RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
+
+def sized_config(
+    node_dir: str | os.PathLike[str],
+    data_file_size: int | None = None,
+    index_file_size: int | None = None,
+    read_only: bool = False,
+) -> StoreConfig:
+    """The default options with the segment sizes given, else those of the files already
+    in `node_dir` (an existing store must be opened with its own sizes), else the defaults."""
+    data_size, index_size = infer_segment_sizes(node_dir)
+    defaults = StoreConfig()
+    return StoreConfig(
+        data_file_size=data_file_size or data_size or defaults.data_file_size,
+        index_file_size=index_file_size or index_size or defaults.index_file_size,
+        read_only=read_only,
+    )
 
 
 class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
     """The file store of one node: `<store_base_dir>/dledger-<selfId>/{data,index}` plus
     `checkpoint`. Use `MmapLogStore.open(node_dir, config)`.
 
-    Thread-safe: appends, reads, truncation and the background threads share the core's
-    lock; reads never see a partially written entry.
+    Thread-safe: appends, reads, truncation and the background passes share the core's
+    lock; reads never see a partially written entry. The passes (`periodic_passes`) are
+    run by the store's owner, which stops them before it closes the store.
     """
+
+    config: StoreConfig
 
     def __init__(self, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
         super().__init__()
@@ -62,24 +83,22 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         self._durable_end_index = -1
         self._checkpointed = (-2, -2)
         self._last_checkpoint_ms = 0.0
-        self._warmed_to = 0
-        self._index_warmed_to = 0
         self._checkpoint_lock = threading.Lock()
-        self._warm_lock = threading.Lock()
         self._init_durability()
-        self._threads: list[ServiceThread] = []
         self._closed = False
         self.failure: BaseException | None = None
+        self.cleaner = CleanSpaceService(self, cfg)
+        self.warmer = WarmAhead(self, cfg.warm_ahead_bytes)
         self._open_files()
 
     @classmethod
     def open(cls, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> MmapLogStore:
-        """Open (creating if needed) and recover the store in `node_dir`, then start its
-        flush, warm-ahead and retention threads (none when read-only)."""
+        """Open (creating it unless read-only) and recover the store in `node_dir`: a
+        `SyncMmapLogStore` when `config.flush_mode` is "sync". No thread is started: the
+        caller runs `periodic_passes()` (see `dledger.service_thread.start_passes`)."""
         cfg = config or StoreConfig()
         store_cls = SyncMmapLogStore if cfg.flush_mode == "sync" and cls is MmapLogStore else cls
-        store = store_cls(node_dir, cfg)
-        store.start()
+        store: MmapLogStore = store_cls(node_dir, cfg)
         return store
 
     # -- opening
@@ -95,8 +114,8 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
         elif not self.node_dir.is_dir():
             raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a store directory")
-        self.data_list = SegmentList(self.node_dir / "data", cfg.data_file_size, ro, keep_fds=self.write_through)
-        self.index_list = SegmentList(self.node_dir / "index", cfg.index_file_size, ro)
+        self.data_list = SegmentList(self.node_dir / DATA_DIR, cfg.data_file_size, ro, keep_fds=self.write_through)
+        self.index_list = SegmentList(self.node_dir / INDEX_DIR, cfg.index_file_size, ro)
         self._init_core(self.data_list.table, self.index_list.table, self._roll)
         self.data_list.load()
         self._load_index()
@@ -151,7 +170,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
                 raise
             log.warning("index files unusable (%s); rebuilding the index from the data", exc)
             self.index_list.close()
-            for path in (self.node_dir / "index").glob("*"):
+            for path in (self.node_dir / INDEX_DIR).glob("*"):
                 path.unlink()
             self.index_list.load()
 
@@ -161,22 +180,15 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
     def periodic_passes(self) -> list[PeriodicPass]:
         """The background work of an open store, for its owner to run: the flush pass
         (async flush and the checkpoint), warm-ahead of the next pages and segments,
-        and retention. None when read-only."""
+        and retention (`cleaner`). None when read-only."""
         if self.config.read_only:
             return []
         cfg = self.config
         passes = [PeriodicPass("dledger-flush", self._flush_once, cfg.flush_file_interval_ms, self._fail)]
         if cfg.warm_ahead_bytes > 0:
-            passes.append(PeriodicPass("dledger-warm", self._warm_once, 5, self._fail_warm))
-        self.cleaner = CleanSpaceService(self, cfg)
+            passes.append(PeriodicPass("dledger-warm", self.warmer.run_once, 5, self._fail_warm))
         passes.append(PeriodicPass("dledger-clean", self.cleaner.run_once, cfg.clean_interval_ms))
         return passes
-
-    def start(self) -> None:
-        """Start the background threads (flush, warm-ahead, retention); idempotent."""
-        if self.config.read_only or self._threads:
-            return
-        self._threads = start_passes(self.periodic_passes())
 
     # -- committed index and checkpoint
 
@@ -210,7 +222,9 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
             )
             self._checkpointed = (committed, end)
 
-    # -- durability: wait_durable, flush and the flush thread's pass are in flusher.py
+    # -- durability: wait_durable, flush and the flush pass are in flusher.py
+
+    # -- warm-ahead (warm.py)
 
     def _fail_warm(self, exc: BaseException) -> None:
         if isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL:
@@ -218,72 +232,10 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         else:
             self._fail(exc)
 
-    # -- warm-ahead
-
-    WARM_CHUNK_BYTES = 8 << 20
-
-    def _warm_once(self) -> None:
-        with self._warm_lock:
-            self._warm_ahead()
-
-    def _warm_ahead(self) -> None:
-        # Pre-fault the window ahead of the writer in chunks, always at least one chunk
-        # in front of it: faulting the very pages the writer is filling makes both wait
-        # on the same page locks (slower than no warming at all).
-        if self.data_list.table.count == 0:
-            return  # nothing mapped yet: the first append maps the first segment
-        window = self.config.warm_ahead_bytes
-        pos = int(self.write_pos)
-        if self.write_through:
-            # appends write through the file and allocate their own pages: only prepare
-            # the next segment (pages faulted in here would be mapped dirty)
-            self._warm_list(self.data_list, pos, window, prefault=False)
-        else:
-            chunk = min(self.WARM_CHUNK_BYTES, max(window // 2, 4096))
-            lo = max(self._warmed_to, pos + chunk)
-            while lo < pos + window and not self._closed:
-                self._warm_list(self.data_list, lo, chunk)
-                lo += chunk
-                self._warmed_to = lo
-                pos = int(self.write_pos)
-                lo = max(lo, pos + chunk)
-        self._warm_index(max(INDEX_UNIT_SIZE, window // 4), force=False)
-
-    def _warm_index(self, window: int, force: bool) -> None:
-        # the index advances 32 bytes per entry: warm it again only once the writer used
-        # half of the warmed window, not on every pass (each pass would fault the whole
-        # window, and map and fault the spare segment, over again)
-        pos = (self.end_index + 1) * INDEX_UNIT_SIZE
-        if force or pos + window // 2 > self._index_warmed_to:
-            self._warm_list(self.index_list, pos, window)
-            self._index_warmed_to = pos + window
-
-    def _warm_list(self, segments: SegmentList, pos: int, window: int, prefault: bool = True) -> None:
-        table = segments.table
-        if table.count == 0:
-            return
-        target = pos + window
-        end = table.end_offset
-        if prefault:
-            table.prefault(pos, min(target, end))
-        if target > end:
-            segments.prepare_next()
-            spare = segments.spare()
-            if spare is not None and prefault:
-                scratch = impl.MappedTable(segments.file_size)
-                scratch.push(spare[1], spare[0])
-                scratch.prefault(spare[0], min(target, spare[0] + segments.file_size))
-                scratch.pop_last()
-
     def wait_warm(self) -> None:
         """Pre-fault the whole warm-ahead window from the writer's position now, in the
         caller's thread (benchmarks and tests measuring the steady state)."""
-        with self._warm_lock:
-            pos = int(self.write_pos)
-            self._warm_list(self.data_list, pos, self.config.warm_ahead_bytes, prefault=not self.write_through)
-            if self.data_list.table.count:
-                self._warmed_to = max(self._warmed_to, pos + self.config.warm_ahead_bytes)
-            self._warm_index(max(INDEX_UNIT_SIZE, self.config.warm_ahead_bytes // 4), force=True)
+        self.warmer.warm_now()
 
     # -- reads
 
@@ -356,7 +308,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
         self._flushed_index = min(self._flushed_index, (self.end_index + 1) * INDEX_UNIT_SIZE)
         self._durable_end_index = min(self._durable_end_index, self.end_index)
         self._committed = min(self._committed, self.end_index)
-        self._warmed_to = self._index_warmed_to = 0
+        self.warmer.reset()
         # bytes rewritten from here on go back to the kernel again once far enough behind
         self._released_data = min(self._released_data, int(self.write_pos))
         self._released_index = min(self._released_index, (self.end_index + 1) * INDEX_UNIT_SIZE)
@@ -439,12 +391,12 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
             raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
 
     def close(self) -> None:
-        """Stop the threads, flush, write the checkpoint and unmap everything."""
+        """Flush, write the checkpoint and unmap everything. The owner stops the threads
+        running `periodic_passes()` first."""
         if self._closed:
             return
         self._closed = True
-        for thread in self._threads:
-            thread.stop()
+        self.warmer.stop()
         if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
             self.flush()
             self.write_checkpoint()

@@ -22,20 +22,9 @@ from dledger._native import impl
 from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.store import failpoints
 from dledger.store.kvfile import fsync_dir
+from dledger.store.layout import is_segment_name, offset_to_name
 
 log = logging.getLogger(__name__)
-
-NAME_DIGITS = 20
-
-
-def offset_to_name(offset: int) -> str:
-    """DLedgerUtils.offset2FileName: the offset in decimal, zero-padded to 20 digits."""
-    return f"{offset:0{NAME_DIGITS}d}"
-
-
-def is_segment_name(name: str) -> bool:
-    """True for a 20-digit segment file name."""
-    return len(name) == NAME_DIGITS and name.isdigit()
 
 
 class SegmentList:

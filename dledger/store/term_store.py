@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 
 from dledger.store import kvfile
+from dledger.store.layout import CURRTERM_FILE
 
-CURRTERM_FILE = "currterm"
+__all__ = ["CURRTERM_FILE", "FileTermStore"]
 
 
 class FileTermStore:
@@ -26,7 +27,7 @@ class FileTermStore:
         """The persisted (term, vote); (0, None) for a new member."""
         values = kvfile.read(self.path)
         term = kvfile.read_int(values, "currTerm", 0)
-        vote = (values or {}).get("voteLeader") or None
+        vote = kvfile.read_str(values, "voteLeader") or None
         return term, vote
 
     def persist(self, term: int, vote_for: str | None) -> None:

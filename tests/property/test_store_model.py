@@ -104,10 +104,14 @@ class StoreModel(RuleBasedStateMachine):
         self.reopen()
 
     @rule()
+    def flush_pass(self) -> None:
+        # what the owner's flush thread does every flush_file_interval_ms (async flush;
+        # no checkpoint is due), at any point of the sequence
+        self.store._flush_once()
+
+    @rule()
     def crash_and_reopen(self) -> None:
         # a process crash: the page cache survives, nothing is flushed or checkpointed
-        for thread in self.store._threads:
-            thread.stop()
         self.store.data_list.close()
         self.store.index_list.close()
         self.reopen()

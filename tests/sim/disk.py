@@ -37,7 +37,8 @@ import numpy as np
 
 from dledger._native import impl
 from dledger.store import mmap_store
-from dledger.store.segment_list import SegmentList, is_segment_name
+from dledger.store.layout import is_segment_name
+from dledger.store.segment_list import SegmentList
 
 PAGE = 4096
 KINDS = ("data", "index")

@@ -33,7 +33,6 @@ from dledger.spark.local import (
     LocalTask,
     StoreNotFoundError,
     bounds_of,
-    checkpoint_committed,
     node_dir_of,
     open_store,
     plan_store,
@@ -41,7 +40,7 @@ from dledger.spark.local import (
 )
 from dledger.spark.options import parse_read_options
 from dledger.spark.planning import DataLossError, IndexRange, LogBounds
-from dledger.store.mmap_store import StoreConfig
+from dledger.store import StoreConfig, checkpoint_committed
 from dledger.transport.convert import FIXED_WIDTH
 
 from .conftest import SCENARIOS, committed_entries, golden_root, small_store

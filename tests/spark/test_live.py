@@ -16,7 +16,7 @@ from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.clock import MonotonicClock
-from dledger.spark.local import checkpoint_committed
+from dledger.store import checkpoint_committed
 from tests.e2e.harness import free_ports
 
 pytestmark = pytest.mark.spark

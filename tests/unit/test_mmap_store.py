@@ -235,28 +235,25 @@ def test_warm_ahead_faults_the_index_again_only_as_the_writer_uses_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = StoreConfig(data_file_size=1 << 20, index_file_size=32 * 4096, warm_ahead_bytes=64 * 1024)
-    with MmapLogStore(tmp_path, config) as store:  # not started: no background warm thread
+    with MmapLogStore(tmp_path, config) as store:  # no thread runs the passes: the test does
         store.term = 1
         store.append(b"x")
         warmed: list[tuple[str, int, int]] = []
-        real = store._warm_list
+        real = store.warmer._warm_list
 
         def spy(segments: SegmentList, pos: int, window: int) -> None:
             warmed.append(("index" if segments is store.index_list else "data", pos, window))
             real(segments, pos, window)
 
-        monkeypatch.setattr(store, "_warm_list", spy)
-        with store._warm_lock:
-            store._warm_ahead()
+        monkeypatch.setattr(store.warmer, "_warm_list", spy)
+        store.warmer.run_once()
         assert [w for w in warmed if w[0] == "index"] == [("index", 32, 64 * 1024 // 4)]
         warmed.clear()
         for _ in range(5):  # idle passes: nothing new to fault
-            with store._warm_lock:
-                store._warm_ahead()
+            store.warmer.run_once()
         assert warmed == []
         window = 64 * 1024 // 4
         for _ in range(window // 2 // 32 + 1):  # the writer uses half the warmed index window
             store.append(b"x")
-        with store._warm_lock:
-            store._warm_ahead()
+        store.warmer.run_once()
         assert [w for w in warmed if w[0] == "index"] == [("index", (store.end_index + 1) * 32, window)]

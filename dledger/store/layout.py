@@ -1,0 +1,80 @@
+"""The layout of a node directory (DLedger's `storeBaseDir/dledger-<selfId>`).
+
+    dledger-<selfId>/
+        data/<20-digit start offset>     data segments (entries and blanks)
+        index/<20-digit start offset>    index segments (32-byte units)
+        checkpoint, checkpoint.bak       committedIndex, endIndex (key=value)
+        currterm, currterm.bak           currTerm, voteLeader
+        reset                            ours: the last prefix reset (Java ignores it)
+        abort                            ours: present while a member runs
+
+Only names and lookups live here: nothing in this module opens, maps or writes a file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dledger.codes import DLedgerError, ResponseCode
+
+DATA_DIR = "data"
+INDEX_DIR = "index"
+CHECKPOINT_FILE = "checkpoint"
+RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
+CURRTERM_FILE = "currterm"
+ABORT_FILE = "abort"
+NODE_DIR_PREFIX = "dledger-"
+
+NAME_DIGITS = 20
+"""Segment files are named by their start offset in the log, zero-padded to 20 digits."""
+
+
+def offset_to_name(offset: int) -> str:
+    """DLedgerUtils.offset2FileName: the offset in decimal, zero-padded to 20 digits."""
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def is_segment_name(name: str) -> bool:
+    """True for a 20-digit segment file name."""
+    return len(name) == NAME_DIGITS and name.isdigit()
+
+
+def resolve_node_dir(path: str | os.PathLike[str]) -> Path:
+    """The node directory (`dledger-<selfId>`, holding data/, index/, checkpoint) for
+    `path`: `path` itself, or the single `dledger-*` directory inside a storeBaseDir.
+
+    Returns `path` itself when it is neither (a new store is created there).
+
+    Raises:
+        DLedgerError: UNEXPECTED_ARGUMENT when `path` holds several node directories.
+    """
+    root = Path(path)
+    if (root / DATA_DIR).is_dir() or (root / CHECKPOINT_FILE).exists() or (root / INDEX_DIR).is_dir():
+        return root
+    if root.is_dir():
+        nodes = sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(NODE_DIR_PREFIX))
+        if len(nodes) == 1:
+            return nodes[0]
+        if len(nodes) > 1:
+            names = ", ".join(p.name for p in nodes)
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{root} holds several node directories: {names}")
+    return root
+
+
+def holds_store(node_dir: str | os.PathLike[str]) -> bool:
+    """True when `node_dir` is a directory with a data/ or index/ directory or a
+    checkpoint in it (what an existing store leaves)."""
+    node = Path(node_dir)
+    return node.is_dir() and any((node / name).exists() for name in (DATA_DIR, INDEX_DIR, CHECKPOINT_FILE))
+
+
+def infer_segment_sizes(node_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
+    """Segment sizes (data, index) of an existing store, read off its files (the size of
+    the largest file; None where there are none)."""
+    sizes: list[int | None] = []
+    for sub in (DATA_DIR, INDEX_DIR):
+        directory = Path(node_dir, sub)
+        files = sorted(directory.glob("[0-9]" * NAME_DIGITS)) if directory.is_dir() else []
+        sizes.append(max(f.stat().st_size for f in files) if files else None)
+    return sizes[0], sizes[1]
