@@ -25,6 +25,7 @@ from dledger.entry import (
     MAX_ENTRY_SIZE,
     MIN_BLANK_LEN,
     Entry,
+    ScanResult,
 )
 
 COMPILED = False
@@ -634,9 +635,7 @@ class LogCore:
 
     # -- recovery support
 
-    def scan(
-        self, start: int, prev_index: int, prev_term: int, check_crc: bool, check_index: bool
-    ) -> tuple[int, int, int, int, int, int, int, int, int]:
+    def scan(self, start: int, prev_index: int, prev_term: int, check_crc: bool, check_index: bool) -> ScanResult:
         """Walk and validate entries from data position `start` (see the compiled twin)."""
         fs = self._data.file_size
         cur, first, count, mismatch, mismatch_pos, reason = start, -1, 0, -1, -1, STOP_END
@@ -697,7 +696,7 @@ class LogCore:
             count += 1
             cur += size
             last_end = cur
-        return (cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos, last_end)
+        return ScanResult(cur, first, prev_index, prev_term, count, reason, mismatch, mismatch_pos, last_end)
 
     def _walk(self, start: int, from_index: int, to_index: int) -> Iterator[tuple[int, int, int, int, int, int]]:
         """(index, pos, magic, size, header index, term) of the entries from_index..to_index,

@@ -31,7 +31,7 @@ from typing import Any
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, ScanResult
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
@@ -190,12 +190,10 @@ class Recovery:
         start = table.first_offset + k * table.file_size
         if self._head_blank_is_damaged():
             # as if the scan had stopped at the first segment's first record
-            stop_pos, first, last, last_term, count, reason = table.first_offset, -1, -1, -1, 0, STOP_HEAD_BLANK
-            mismatch, mismatch_pos, last_end = -1, -1, -1
+            scan = ScanResult(table.first_offset, -1, -1, -1, 0, STOP_HEAD_BLANK, -1, -1, -1)
         else:
-            stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos, last_end = core.scan(  # type: ignore[attr-defined]
-                start, -1, -1, self.verify_crc, True
-            )
+            scan = core.scan(start, -1, -1, self.verify_crc, True)  # type: ignore[attr-defined]
+        stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos, last_end = scan
         if count and mismatch >= 0:
             conflict = self._first_unit_conflict(first, last, mismatch, mismatch_pos)
             if conflict is not None:
