@@ -16,13 +16,13 @@ def _load() -> ModuleType:
 
         return _store_py
     try:
-        from dledger import _store  # type: ignore[attr-defined]
+        from dledger import _store
     except ImportError as exc:  # pragma: no cover - only on a broken install
         raise ImportError(
             "dledger's compiled extension is missing: run `make install` (or `pip install -e .`), "
             "or set DLEDGER_NO_EXTENSIONS=1 to use the slow pure-Python store"
         ) from exc
-    return _store  # type: ignore[no-any-return]
+    return _store
 
 
 impl: ModuleType = _load()
