@@ -1,13 +1,18 @@
 """Chooses the compiled `dledger._store` or its pure-Python twin.
 
 The compiled module is used unless DLEDGER_NO_EXTENSIONS=1 is set; if it is missing
-(the package was not built) that is an error, not a silent slowdown.
+(the package was not built) that is an error, not a silent slowdown. Type checkers see
+`impl` as the compiled module, typed by `dledger/_store.pyi`: the twin has the same API
+(tests/unit/test_twin_api.py).
 """
 
 from __future__ import annotations
 
 import os
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+__all__ = ["impl"]
 
 
 def _load() -> ModuleType:
@@ -25,4 +30,7 @@ def _load() -> ModuleType:
     return _store
 
 
-impl: ModuleType = _load()
+if TYPE_CHECKING:
+    from dledger import _store as impl
+else:
+    impl = _load()

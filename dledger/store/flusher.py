@@ -79,9 +79,6 @@ class Durability:
 
     # provided by the core and by MmapLogStore
     write_through: bool
-    end_index: int
-    write_pos: int
-    shrinks: int
     state: int
     config: StoreConfig
     data_list: SegmentList
@@ -91,6 +88,15 @@ class Durability:
     _flushed_index: int
     _durable_end_index: int
     _last_checkpoint_ms: float
+
+    if TYPE_CHECKING:  # read-only attributes of the core
+
+        @property
+        def end_index(self) -> int: ...
+        @property
+        def write_pos(self) -> int: ...
+        @property
+        def shrinks(self) -> int: ...
 
     def _init_durability(self) -> None:
         self._durable_lock = threading.Lock()  # guards the fields below and publishing
