@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-BUILD_INPUTS := pyproject.toml setup.py dledger/_store.pyx $(wildcard native/*.h)
+BUILD_INPUTS := pyproject.toml setup.py dledger/_store.pyx $(wildcard dledger/*.pxd dledger/*.pxi native/*.h)
 PYTEST_ARGS ?=
 
 .PHONY: install sysdeps run test bench lint format typecheck check clean genproto

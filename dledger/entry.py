@@ -1,8 +1,10 @@
-"""The log entry and the on-disk layout constants (same values as native/dl_layout.h)."""
+"""The log entry, the on-disk layout constants (same values as native/dl_layout.h) and
+the result of a recovery scan."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 HEADER_SIZE = 48  # DLedger's BODY_OFFSET: magic, size, index, term, pos, channel, 2 CRCs, bodySize
 INDEX_UNIT_SIZE = 32
@@ -46,3 +48,31 @@ class Entry:
     def is_noop(self) -> bool:
         """True for the NOOP entry a new leader appends."""
         return self.magic == MAGIC_NOOP
+
+
+class ScanResult(NamedTuple):
+    """Where and why a validating walk of the data log (`LogCore.scan`) stopped.
+
+    Attributes:
+        stop_pos: data position the walk stopped at.
+        first_index: index of the first entry walked (-1 without entries).
+        last_index: index of the last valid entry (the `prev_index` given without entries).
+        last_term: term of the last valid entry (the `prev_term` given without entries).
+        entry_count: how many valid entries the walk passed.
+        stop_reason: why it stopped: one of the core's STOP_* codes.
+        mismatch_index: first index whose index unit disagrees with the data (-1 when all
+            agree or units were not checked).
+        mismatch_pos: data position of that entry (-1 without a mismatch).
+        last_end: where the last valid entry ends (-1 without entries); before
+            `stop_pos` when a blank follows it.
+    """
+
+    stop_pos: int
+    first_index: int
+    last_index: int
+    last_term: int
+    entry_count: int
+    stop_reason: int
+    mismatch_index: int
+    mismatch_pos: int
+    last_end: int

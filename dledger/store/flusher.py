@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
@@ -86,9 +86,6 @@ class Durability:
 
     # provided by the core and by MmapLogStore
     write_through: bool
-    end_index: int
-    write_pos: int
-    shrinks: int
     state: int
     config: FlushOptions
     data_list: SegmentList
@@ -98,6 +95,15 @@ class Durability:
     _flushed_index: int
     _durable_end_index: int
     _last_checkpoint_ms: float
+
+    if TYPE_CHECKING:  # read-only attributes of the core
+
+        @property
+        def end_index(self) -> int: ...
+        @property
+        def write_pos(self) -> int: ...
+        @property
+        def shrinks(self) -> int: ...
 
     def _init_durability(self) -> None:
         self._durable_lock = threading.Lock()  # guards the fields below and publishing

@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
@@ -30,6 +31,9 @@ from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FIL
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 from dledger.store.warm import WarmAhead
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ def sized_config(
     )
 
 
-class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
+class MmapLogStore(impl.LogCore, Durability):
     """The file store of one node: `<store_base_dir>/dledger-<selfId>/{data,index}` plus
     `checkpoint`. Use `MmapLogStore.open(node_dir, config)`.
 
@@ -239,7 +243,7 @@ class MmapLogStore(impl.LogCore, Durability):  # type: ignore[misc,name-defined]
 
     # -- reads
 
-    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:  # type: ignore[override]
         """Entries from `from_index` column-wise (see ColumnBatch)."""
         return ColumnBatch.from_raw(super().read_columns(from_index, max_count, max_bytes))
 
@@ -429,7 +433,7 @@ class SyncMmapLogStore(MmapLogStore):
         self.wait_durable()
         return index
 
-    def append_many(self, bodies: Sequence[bytes]) -> int:
+    def append_many(self, bodies: Iterable[bytes]) -> int:
         first = int(super().append_many(bodies))
         self.wait_durable()
         return first
@@ -439,7 +443,7 @@ class SyncMmapLogStore(MmapLogStore):
         self.wait_durable()
         return index
 
-    def append_encoded(self, run: bytes) -> int:
+    def append_encoded(self, run: ReadableBuffer) -> int:
         count = int(super().append_encoded(run))
         self.wait_durable()
         return count

@@ -31,7 +31,7 @@ from typing import Any
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, ScanResult
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ class Recovery:
 
     def __init__(
         self,
-        core: object,
+        core: impl.LogCore,
         data: SegmentList,
         index: SegmentList,
         verify_crc: bool,
@@ -184,18 +184,16 @@ class Recovery:
                 )
             if not index.read_only:
                 index.drop_all()
-            core._set_state(-1, -1, -1, 0)  # type: ignore[attr-defined]
+            core._set_state(-1, -1, -1, 0)
             return RecoveryReport(-1, -1, -1, 0, impl.STOP_END, "", -1, -1)
         k = self._start_segment()
         start = table.first_offset + k * table.file_size
         if self._head_blank_is_damaged():
             # as if the scan had stopped at the first segment's first record
-            stop_pos, first, last, last_term, count, reason = table.first_offset, -1, -1, -1, 0, STOP_HEAD_BLANK
-            mismatch, mismatch_pos, last_end = -1, -1, -1
+            scan = ScanResult(table.first_offset, -1, -1, -1, 0, STOP_HEAD_BLANK, -1, -1, -1)
         else:
-            stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos, last_end = core.scan(  # type: ignore[attr-defined]
-                start, -1, -1, self.verify_crc, True
-            )
+            scan = core.scan(start, -1, -1, self.verify_crc, True)
+        stop_pos, first, last, last_term, count, reason, mismatch, mismatch_pos, last_end = scan
         if count and mismatch >= 0:
             conflict = self._first_unit_conflict(first, last, mismatch, mismatch_pos)
             if conflict is not None:
@@ -234,10 +232,10 @@ class Recovery:
         if not index.read_only:
             if count and 0 <= mismatch <= last:
                 log.warning("rebuilding index units from index %d", mismatch)
-                core.write_units(mismatch_pos, mismatch, last)  # type: ignore[attr-defined]
+                core.write_units(mismatch_pos, mismatch, last)
                 rebuilt = mismatch
             self._trim_index(begin, last)
-        core._set_state(begin, last, last_term, write_pos)  # type: ignore[attr-defined]
+        core._set_state(begin, last, last_term, write_pos)
         return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt)
 
     def _head_blank_is_damaged(self) -> bool:
@@ -286,7 +284,7 @@ class Recovery:
         if mismatch > first:  # the entry before agreed with its unit in the scan
             unit = impl.decode_index_unit(self.index.table.read((mismatch - 1) * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
             prev_term, prev_end = int(unit[4]), int(unit[1]) + int(unit[2])
-        conflicts = self.core.unit_conflicts(mismatch_pos, mismatch, last, prev_term, prev_end)  # type: ignore[attr-defined]
+        conflicts = self.core.unit_conflicts(mismatch_pos, mismatch, last, prev_term, prev_end)
         for idx, pos, before_term, before_end, next_term in conflicts:
             header = impl.decode_header(self.data.table.read(pos, HEADER_SIZE))
             unit = impl.decode_index_unit(self.index.table.read(idx * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from dledger import _store_py
 from dledger._native import impl
 from dledger.codes import DLedgerError
+from dledger.entry import ScanResult
 from tests.property.strategies import DATA_SEG, INDEX_SEG, bodies, ops
 
 pytestmark = pytest.mark.property
@@ -95,7 +96,11 @@ def test_cores_agree_on_appends_reads_and_scans(ops: list[tuple[str, Any]], read
     ra = outcome(a.core.read_columns, read_from, 7, max_bytes)
     rb = outcome(b.core.read_columns, read_from, 7, max_bytes)
     assert ra == rb
-    assert a.core.scan(0, -1, -1, True, True) == b.core.scan(0, -1, -1, True, True)
+    scans = [h.core.scan(0, -1, -1, True, True) for h in (a, b)]
+    assert scans[0] == scans[1]
+    assert all(type(scan) is ScanResult for scan in scans)
+    assert scans[0].entry_count == (a.core.end_index + 1 if a.core.end_index >= 0 else 0)
+    assert scans[0].last_index == a.core.end_index and scans[0].stop_reason == impl.STOP_END
 
 
 @settings(max_examples=100, deadline=None)
