@@ -60,9 +60,10 @@ class RaftDriver:
         core: the member's core.
         send: where outbound requests go.
         wake: told the name of a pass an event gave work (default: nobody).
-        eager: run an incoming push's handling and a push answer's next dispatch at once
-            (a threaded shell); otherwise they wait for their passes (a stepped shell,
-            whose schedule is every pass in every step).
+        eager: run the follow-ups of an event at once, in the caller's thread (a
+            threaded shell): an incoming push's handling, the next push after an
+            answer, a group of one's commit, a transfer's elector pass. Otherwise they
+            are left to their passes (a stepped shell runs every pass each step).
     """
 
     def __init__(self, core: RaftCore, send: SendHook, wake: WakeHook = _nobody, *, eager: bool = False) -> None:
