@@ -1,10 +1,11 @@
 """Raft core throughput: committed entries/s of a 3-node cluster of RaftCores on warm
 MmapLogStores, without a network (the cost of the Python core per entry).
 
-A lean driver hands each request straight to the target core's `handle_request` and the
-answer back to the sender's `on_response`: the real request/response path of RaftCore,
-minus the fault machinery of InMemoryNetwork. One *pump* = the leader's dispatcher pass
-for each follower, the followers' entry handlers, the answers, and the quorum pass.
+Each core is driven by a RaftDriver whose send hook hands each request straight to the
+target's `deliver`, runs the target's entry handler and gives the answer back to the
+sender's `on_response`: the real request/response path of RaftCore, minus the fault
+machinery of InMemoryNetwork. One *pump* = the leader's dispatcher pass for each
+follower, the followers' entry handlers, the answers, and the quorum pass.
 Before each pump the clients submit `PER_PUMP` entries: one `append` of 256 bodies
 (batched) or 256 `append`s of one body (single, 256 concurrent clients). A round ends
 when everything it appended is committed on the leader.
@@ -13,6 +14,7 @@ when everything it appended is committed on the leader.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from bench._common import DATA_FILE_SIZE, INDEX_FILE_SIZE, WARM_AHEAD_BYTES, mak
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.dispatcher import DispatchState
+from dledger.raft.driver import RaftDriver
 from dledger.raft.elector import Outbound
 from dledger.raft.member_state import MemoryTermStore
 from dledger.store.mmap_store import MmapLogStore, StoreConfig
@@ -52,28 +55,30 @@ class LeanCluster:
             )
             for k, n in enumerate(IDS)
         }
+        self.drivers = {n: RaftDriver(core, self._sender(n)) for n, core in self.cores.items()}
         self.now = 0
         self._elect("n0")
         self.leader = self.cores["n0"]
-        self.followers = [(n, self.cores[n]) for n in IDS if n != "n0"]
+        self.followers = [n for n in IDS if n != "n0"]
 
-    def deliver(self, src: str, outbound: list[Outbound]) -> None:
-        """Hand every request to its target and its answer back to `src`."""
-        sender, now = self.cores[src], self.now
-        for ob in outbound:
-            target = self.cores[ob.target_id]
-            answer = target.handle_request(ob.request, now)
-            while target.tick_handler(now):
-                pass
-            sender.on_response(ob.target_id, ob.request, answer.result(), now)
+    def _sender(self, src: str) -> Callable[[Outbound], None]:
+        """`src`'s send hook: hand the request to its target and the answer back."""
+
+        def send(ob: Outbound) -> None:
+            now, target = self.now, self.drivers[ob.target_id]
+            answer = target.deliver(ob.request, now)
+            target.handler_pass(now)
+            self.drivers[src].on_response(ob.target_id, ob.request, answer.result(), now)
+
+        return send
 
     def _elect(self, leader: str) -> None:
         self.now = 1
-        self.deliver(leader, self.cores[leader].tick_elector(self.now))  # n0 stands first
+        self.drivers[leader].elector_pass(self.now)  # n0 stands first
         for _ in range(1000):
             self.now += 10
-            for n, core in self.cores.items():
-                self.deliver(n, core.tick(self.now))
+            for driver in self.drivers.values():
+                driver.tick(self.now)
             lead = self.cores[leader]
             if (
                 lead.member_state.is_leader
@@ -84,14 +89,10 @@ class LeanCluster:
         raise AssertionError("no leader")
 
     def pump(self) -> None:
-        now, leader = self.now, self.leader
-        for peer, follower in self.followers:
-            for ob in leader.tick_dispatcher(peer, now):
-                answer = follower.handle_request(ob.request, now)
-                while follower.tick_handler(now):
-                    pass
-                leader.on_response(peer, ob.request, answer.result(), now)
-        leader.tick_quorum(now)
+        now, leader = self.now, self.drivers["n0"]
+        for peer in self.followers:
+            leader.dispatcher_pass(peer, now)
+        leader.quorum_pass(now)
 
     def drain(self, last: int) -> None:
         """Pump until `last` is committed on the leader."""

@@ -9,14 +9,13 @@ Prometheus scrapes. Each node has its own registry, so several nodes can share a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from dledger.node import DLedgerNode, NodeStatus
+from dledger.node_status import NodeStatus
 
 LATENCY_BUCKETS_US = (
     1, 3, 5, 10, 30, 50, 100, 300, 500,
@@ -116,7 +115,16 @@ class _StatusCollector(Collector):
         yield lag
 
 
-def start_metrics_server(node: DLedgerNode, port: int, addr: str = "127.0.0.1") -> Any:
+class MetricsOwner(Protocol):
+    """What `start_metrics_server` serves: the owner of a `NodeMetrics` (a DLedgerNode)."""
+
+    @property
+    def metrics(self) -> NodeMetrics:
+        """The owner's metrics."""
+        ...
+
+
+def start_metrics_server(node: MetricsOwner, port: int, addr: str = "127.0.0.1") -> Any:
     """Serve `node`'s metrics at http://addr:port/metrics; returns the HTTP server."""
     server, _thread = start_http_server(port, addr=addr, registry=node.metrics.registry)
     return server

@@ -1,10 +1,11 @@
 """DLedgerNode: one member of a Raft group, the threaded shell around RaftCore.
 
 The node owns the store, the term store, the Raft core, the transport and the
-state-machine caller. Raft decisions stay in `RaftCore`; here are only threads, locks
-and I/O: an elector thread, one dispatcher thread per peer, an entry-handler thread, a
-quorum-ack thread and a state-machine caller, each a `ServiceThread` whose body is one
-pass of the matching core method. One lock guards the core (DLedger's
+state-machine caller. Raft decisions stay in `RaftCore` and the loop around it (passes,
+answers, follow-ups) in `RaftDriver`; here are only threads, locks, the clock and I/O:
+an elector thread, one dispatcher thread per peer, an entry-handler thread, a quorum-ack
+thread and a state-machine caller, each a `ServiceThread` whose body is one pass of the
+driver, plus the store's own periodic passes. One lock guards the core (DLedger's
 `synchronized (memberState)`); requests are sent, and the disk is synced, outside it.
 """
 
@@ -19,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from typing import TypeGuard
 
 from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError, ResponseCode
@@ -29,6 +31,7 @@ from dledger.metrics import NodeMetrics
 from dledger.node_status import NodeStatus
 from dledger.node_store import open_node_store
 from dledger.raft.core import RaftCore
+from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
 from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore, TermStore
 from dledger.raft.member_state import Role
@@ -36,7 +39,6 @@ from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, 
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.statemachine import StateMachine, StateMachineCaller
 from dledger.store.abort_marker import AbortMarker
-from dledger.store.mmap_store import MmapLogStore
 from dledger.store.term_store import FileTermStore
 from dledger.transport.base import Transport
 
@@ -46,6 +48,8 @@ __all__ = ["DLedgerNode", "NodeStatus"]
 
 IDLE_PASS_MS = 10
 """How often the service threads run when nobody wakes them."""
+SM_CALLER = "sm-caller"
+"""The state-machine caller's thread, beside the driver's passes."""
 
 
 @dataclass(slots=True)
@@ -53,6 +57,10 @@ class _ClientAppend:
     bodies: list[bytes]
     future: Future[int] | None = None  # set by whoever appends it
     error: DLedgerError | None = None
+
+
+def _is_append_push(request: RequestOrResponse) -> TypeGuard[PushEntryRequest]:
+    return isinstance(request, PushEntryRequest) and request.type is PushType.APPEND
 
 
 class DLedgerNode:
@@ -84,11 +92,14 @@ class DLedgerNode:
         self.clock: Clock = clock or MonotonicClock()
         self.store: LogStore = store if store is not None else open_node_store(config)
         self.term_store: TermStore = term_store or FileTermStore(config.default_path)
-        # a file store remembers whether its last run ended cleanly
-        self._abort_marker = AbortMarker(config.default_path) if isinstance(self.store, MmapLogStore) else None
+        # a store on disk remembers whether its last run ended cleanly
+        node_dir = self.store.node_dir
+        self._abort_marker = AbortMarker(node_dir) if node_dir is not None else None
         unclean = self._abort_marker.arm() if self._abort_marker is not None else False
         self.core = RaftCore(config, self.store, self.term_store, rng or random.Random(), unclean_restart=unclean)
-        self.sync_mode = config.store.flush_mode == "sync" and isinstance(self.store, MmapLogStore)
+        self._outbox: list[Outbound] = []  # what the driver sent under the lock: it goes out after it
+        self.driver = RaftDriver(self.core, self._outbox.append, self._wake, eager=True)
+        self.sync_mode = config.store.flush_mode == "sync"
         self._lock = threading.RLock()
         self._commit_cond = threading.Condition(self._lock)
         self._appends: deque[_ClientAppend] = deque()
@@ -101,7 +112,7 @@ class DLedgerNode:
         self._role = self.core.member_state.role
         self._started = False
         self._stopped = False
-        self._threads: dict[str, ServiceThread] = {}
+        self._threads: dict[str, ServiceThread] = {}  # by pass name (dledger.raft.driver)
         self._store_threads: list[ServiceThread] = []
         self._push_sent_us: dict[tuple[str, int], float] = {}
         self.metrics = NodeMetrics(config.group, config.self_id)
@@ -112,7 +123,7 @@ class DLedgerNode:
     # -- lifecycle
 
     def start(self) -> None:
-        """Start the store's background threads and the node's service threads."""
+        """Start the store's periodic passes and the node's service threads."""
         if self._started:
             return
         if self.transport is None:
@@ -120,17 +131,16 @@ class DLedgerNode:
         self._started = True
         self._store_threads = start_passes(self.store.periodic_passes())
         elector_ms = max(1, min(IDLE_PASS_MS, self.config.min_vote_interval_ms // 4 or 1))
-        threads = [ServiceThread(f"dledger-elector-{self.config.self_id}", self._elector_pass, elector_ms)]
-        threads += [
-            ServiceThread(f"dledger-dispatch-{peer}", partial(self._dispatcher_pass, peer), IDLE_PASS_MS)
-            for peer in self.core.member_state.other_peer_ids
-        ]
-        threads.append(ServiceThread("dledger-entry-handler", self._handler_pass, IDLE_PASS_MS))
-        threads.append(ServiceThread("dledger-quorum-ack", self._quorum_pass, IDLE_PASS_MS))
+        threads = {ELECTOR: ServiceThread(f"dledger-elector-{self.config.self_id}", self._elector_pass, elector_ms)}
+        for peer in self.core.member_state.other_peer_ids:
+            body = partial(self._dispatcher_pass, peer)
+            threads[dispatch_pass(peer)] = ServiceThread(f"dledger-dispatch-{peer}", body, IDLE_PASS_MS)
+        threads[HANDLER] = ServiceThread("dledger-entry-handler", self._handler_pass, IDLE_PASS_MS)
+        threads[QUORUM] = ServiceThread("dledger-quorum-ack", self._quorum_pass, IDLE_PASS_MS)
         if self.caller is not None:
-            threads.append(ServiceThread("dledger-sm-caller", self.caller.run_until_idle, 5 * IDLE_PASS_MS))
-        self._threads = {t.name: t for t in threads}
-        for thread in threads:
+            threads[SM_CALLER] = ServiceThread("dledger-sm-caller", self.caller.run_until_idle, 5 * IDLE_PASS_MS)
+        self._threads = threads
+        for thread in threads.values():
             thread.start()
 
     def shutdown(self) -> None:
@@ -161,72 +171,51 @@ class DLedgerNode:
 
     # -- service thread bodies
 
-    def _now(self) -> int:
-        return self.clock.now_ms()
-
     @contextmanager
     def _step(self) -> Iterator[int]:
-        """Hold the core lock for one step (yielding `now_ms`), then tell waiters and
-        threads what the step moved: a new role, a higher commit index."""
+        """Hold the core lock for one step of the driver (yielding `now_ms`), then tell
+        waiters and threads what the step moved (a new role, a higher commit index) and,
+        once the lock is released, send the requests the step produced."""
         with self._lock:
             member = self.core.member_state
             committed_before = member.committed_index
-            yield self._now()
+            yield self.clock.now_ms()
             if member.role is not self._role:
                 self._role = member.role
                 if member.is_leader:
-                    self._wake_dispatchers()
+                    for peer in member.other_peer_ids:
+                        self._wake(dispatch_pass(peer))
             if member.committed_index != committed_before:
                 self._commit_cond.notify_all()
-                self._wake("dledger-sm-caller")
+                self._wake(SM_CALLER)
+            out = self._outbox[:]
+            self._outbox.clear()
+        self._send(out)
 
     def _elector_pass(self) -> None:
         with self._step() as now:
-            out = self.core.tick_elector(now)
-        self._send(out)
+            self.driver.elector_pass(now)
 
     def _dispatcher_pass(self, peer: str) -> float | None:
         """The dispatcher thread's pass; returns the time left of a hold on a small
         backlog (its thread runs again then) or None."""
-        with self._lock:
-            if not self.core.member_state.is_leader:
-                return None
-            now = self._now()
-            out = self.core.tick_dispatcher(peer, now)
-            hold_until = self.core.dispatchers[peer].hold_until_ms
-        self._send(out)
-        return hold_until - now if hold_until > now else None
-
-    def _tick_dispatcher(self, peer: str, now: int) -> list[Outbound]:
-        """Under the lock, from any thread: one dispatcher's pass. When the pass begins
-        to hold a small backlog, its thread is woken to time the end of the hold."""
-        dispatcher = self.core.dispatchers.get(peer)
-        if dispatcher is None:
-            return []
-        held_before = dispatcher.hold_until_ms
-        out = self.core.tick_dispatcher(peer, now)
-        if held_before < 0 <= dispatcher.hold_until_ms:
-            self._wake(f"dledger-dispatch-{peer}")
-        return out
+        with self._step() as now:
+            return self.driver.dispatcher_pass(peer, now)
 
     def _handler_pass(self) -> None:
         with self._step() as now:
-            while self.core.tick_handler(now):
-                pass
+            self.driver.handler_pass(now)
 
     def _quorum_pass(self) -> None:
         with self._step() as now:
-            self.core.tick_quorum(now)
+            self.driver.quorum_pass(now)
             self.store.set_retention_floor(self.core.retention_floor())
 
     def _wake(self, name: str) -> None:
+        """The driver's wake hook: run the thread of pass `name` now."""
         thread = self._threads.get(name)
         if thread is not None:
             thread.wakeup()
-
-    def _wake_dispatchers(self) -> None:
-        for peer in self.core.member_state.other_peer_ids:
-            self._wake(f"dledger-dispatch-{peer}")
 
     # -- peer traffic
 
@@ -236,7 +225,7 @@ class DLedgerNode:
             return
         for item in out:
             request = item.request
-            if isinstance(request, PushEntryRequest) and request.type is PushType.APPEND:
+            if _is_append_push(request):
                 self._push_sent_us[(item.target_id, request.first_index)] = perf_us()
             try:
                 future = transport.send(item.target_id, request)
@@ -254,33 +243,24 @@ class DLedgerNode:
             response = future.result()
         if self._stopped:
             return
-        if isinstance(request, PushEntryRequest) and request.type is PushType.APPEND:
+        if _is_append_push(request):
             sent_us = self._push_sent_us.pop((target_id, request.first_index), None)
             if sent_us is not None and response is not None and response.ok:
                 self.metrics.observe_replicate(target_id, perf_us() - sent_us, len(request.entries), request.count)
-        out: list[Outbound] = []
         with self._step() as now:
-            self.core.on_response(target_id, request, response, now)
-            if isinstance(request, PushEntryRequest) and self.core.member_state.is_leader:
-                out = self._tick_dispatcher(target_id, now)  # keep the pipeline full
-        if not isinstance(request, PushEntryRequest):
-            self._wake(f"dledger-elector-{self.config.self_id}")
-        self._send(out)
+            self.driver.on_response(target_id, request, response, now)
 
     def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
         """Answer a Vote, HeartBeat, Push or LeadershipTransfer request from a peer."""
         with self._step() as now:
-            answer = self.core.handle_request(request, now)
-            if isinstance(request, PushEntryRequest):
-                while self.core.tick_handler(now):
-                    pass
-        if not (self.sync_mode and isinstance(request, PushEntryRequest) and request.type is PushType.APPEND):
+            answer = self.driver.deliver(request, now)
+        pool = self._ack_pool
+        if pool is None or not _is_append_push(request):
             return answer
-        return self._after_durable(answer)
+        return self._after_durable(answer, pool)
 
-    def _after_durable(self, answer: Future[RequestOrResponse]) -> Future[RequestOrResponse]:
+    def _after_durable(self, answer: Future[RequestOrResponse], pool: ThreadPoolExecutor) -> Future[RequestOrResponse]:
         """sync mode: a follower acknowledges an APPEND only once it is on disk."""
-        assert self._ack_pool is not None and isinstance(self.store, MmapLogStore)
         store = self.store
         if answer.done():
             store.wait_durable()
@@ -295,7 +275,7 @@ class DLedgerNode:
             except BaseException as exc:
                 durable.set_exception(exc)
 
-        answer.add_done_callback(lambda f: self._ack_pool.submit(finish, f))  # type: ignore[union-attr]
+        answer.add_done_callback(lambda f: pool.submit(finish, f))
         return durable
 
     def _observe_apply(self, latency_us: float, count: int) -> None:
@@ -325,30 +305,21 @@ class DLedgerNode:
         start_us = perf_us()
         request = _ClientAppend(bodies if isinstance(bodies, list) else list(bodies))
         self._appends.append(request)
-        out: list[Outbound] = []
         with self._step() as now:
             if self._drain_appends(now) and not self.sync_mode:
-                out = self._tick_dispatchers(now)
+                self.driver.dispatch_all(now)
         future = request.future
         if future is None:
             raise request.error or DLedgerError(ResponseCode.INTERNAL_ERROR, "append not processed")
         if self.sync_mode:
             self.store.wait_durable()
-            with self._lock:  # sync: the followers get it once the leader's copy is durable
-                out = self._tick_dispatchers(self._now())
-        self._send(out)
+            with self._step() as now:  # sync: the followers get it once the leader's copy is durable
+                self.driver.dispatch_all(now)
         metrics = self.metrics
         metrics.append_batch_count.observe(len(request.bodies))
         metrics.append_batch_bytes.observe(sum(map(len, request.bodies)))
         future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
         return future
-
-    def _tick_dispatchers(self, now: int) -> list[Outbound]:
-        """Under the lock: every dispatcher's pass (what to push now)."""
-        out: list[Outbound] = []
-        for peer in self.core.member_state.other_peer_ids:
-            out += self._tick_dispatcher(peer, now)
-        return out
 
     def _drain_appends(self, now: int) -> bool:
         """Under the lock: append every queued client request as one batch; True when
@@ -359,9 +330,7 @@ class DLedgerNode:
         if not batch:
             return False  # another caller appended ours already
         try:
-            futures = self.core.append_requests([request.bodies for request in batch], now)
-            if len(self.core.member_state.peer_ids) == 1:
-                self.core.tick_quorum(now)  # a group of one commits at once
+            futures = self.driver.append_requests([request.bodies for request in batch], now)
         except DLedgerError as exc:
             for request in batch:
                 request.error = exc
@@ -442,11 +411,8 @@ class DLedgerNode:
             DLedgerError: NOT_LEADER, UNKNOWN_MEMBER, FALL_BEHIND_TOO_MUCH... (the
                 future fails with TAKE_LEADERSHIP_FAILED / TIMEOUT when it does not happen).
         """
-        with self._lock:
-            now = self._now()
-            answer = self.core.leadership_transfer(transferee_id, now)
-            out = self.core.tick_elector(now)
-        self._send(out)
+        with self._step() as now:
+            answer = self.driver.leadership_transfer(transferee_id, now)
         result: Future[int] = Future()
 
         def done(f: Future[LeadershipTransferResponse]) -> None:

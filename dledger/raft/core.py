@@ -1,13 +1,13 @@
 """RaftCore: one member's Raft logic in one object (elector, leadership transfer,
 dispatchers, entry handler, quorum-ack checker), still without I/O.
 
-A shell drives it with the per-service passes, each one DLedger thread's loop body:
+It is driven by the per-service passes, each one DLedger thread's loop body:
 `tick_elector` (state maintainer: votes, heartbeats, leadership transfer, preferred
 leader), `tick_dispatcher(peer)` (one EntryDispatcher), `tick_handler` (one unit of the
-EntryHandler), `tick_quorum` (QuorumAckChecker); `tick` runs them all. The returned
-requests are sent by the shell and their answers fed back through `on_response`;
-incoming requests go to `handle_request`. Not thread-safe: a threaded shell calls every
-method under one lock (DLedger's `synchronized (memberState)`).
+EntryHandler), `tick_quorum` (QuorumAckChecker). The returned requests are sent and
+their answers fed back through `on_response`; incoming requests go to `handle_request`.
+Every shell does that through `dledger.raft.driver.RaftDriver`. Not thread-safe: a
+threaded shell calls every method under one lock (DLedger's `synchronized (memberState)`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from dledger.raft.messages import (
 )
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.raft.transfer import LeadershipTransfer
-
-MAX_HANDLER_STEPS_PER_TICK = 10_000
 
 
 def _nothing_incoming() -> int:
@@ -220,18 +218,6 @@ class RaftCore:
         """The QuorumAckChecker: advance the commit index, complete or time out client
         futures. Returns True when the commit index moved."""
         return self.quorum.check(now_ms)
-
-    def tick(self, now_ms: int) -> list[Outbound]:
-        """Every pass once (the handler until idle): returns the requests to send."""
-        out = self.tick_elector(now_ms)
-        steps = 0
-        while steps < MAX_HANDLER_STEPS_PER_TICK and self.handler.run_once(now_ms):
-            steps += 1
-        if self.member_state.is_leader:
-            for peer in self.dispatchers:
-                out.extend(self.tick_dispatcher(peer, now_ms))
-            self.quorum.check(now_ms)
-        return out
 
     def on_response(self, target_id: str, req: RequestOrResponse, resp: RequestOrResponse | None, now_ms: int) -> bool:
         """Feed back the answer to a request from a pass (None: network error).

@@ -1,5 +1,6 @@
-"""A deterministic single-threaded cluster: RaftCore members over the in-memory network,
-driven by a ManualClock (no threads, no sleeps), on MemoryLogStore or MmapLogStore."""
+"""A deterministic single-threaded cluster: RaftCore members, each driven by a
+RaftDriver, over the in-memory network and a ManualClock (no threads, no sleeps), on
+MemoryLogStore or MmapLogStore."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any, Protocol
 from dledger.clock import ManualClock
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
+from dledger.raft.driver import RaftDriver
+from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore
 from dledger.raft.member_state import MemoryTermStore, Role
 from dledger.raft.messages import RequestOrResponse
@@ -117,9 +120,13 @@ class Member:
     config: DLedgerConfig
     store: LogStore
     term_store: MemoryTermStore
-    core: RaftCore
+    driver: RaftDriver
     alive: bool = True
     commit_history: list[int] = field(default_factory=list)
+
+    @property
+    def core(self) -> RaftCore:
+        return self.driver.core
 
 
 class Cluster:
@@ -141,16 +148,22 @@ class Cluster:
         for k, node_id in enumerate(self.ids):
             config = DLedgerConfig(group="g", self_id=node_id, peers=peers, **self.options)
             store, term_store = self.stores.open(node_id), MemoryTermStore()
-            self.members[node_id] = Member(node_id, config, store, term_store, self._core(config, store, term_store, k))
+            member = Member(node_id, config, store, term_store, self._driver(node_id, config, store, term_store, k))
+            self.members[node_id] = member
             self._register(node_id)
         self.leaders_by_term: dict[int, set[str]] = {}
 
-    def _core(self, config: DLedgerConfig, store: LogStore, term_store: MemoryTermStore, salt: int) -> RaftCore:
-        return RaftCore(config, store, term_store, random.Random(self.seed * 1000 + salt + self.clock.now_ms()))
+    def _driver(
+        self, node_id: str, config: DLedgerConfig, store: LogStore, term_store: MemoryTermStore, salt: int
+    ) -> RaftDriver:
+        rng = random.Random(self.seed * 1000 + salt + self.clock.now_ms())
+        core = RaftCore(config, store, term_store, rng)
+        driver = RaftDriver(core, lambda outbound: self._send(node_id, driver, outbound))
+        return driver
 
     def _register(self, node_id: str) -> None:
         member = self.members[node_id]
-        self.net.register(node_id, lambda req: member.core.handle_request(req, self.clock.now_ms()))
+        self.net.register(node_id, lambda req: member.driver.deliver(req, self.clock.now_ms()))
 
     @property
     def now(self) -> int:
@@ -162,20 +175,20 @@ class Cluster:
         self.clock.advance(self.step_ms)
         now = self.now
         for member in self.members.values():
-            if not member.alive:
-                continue
-            for ob in member.core.tick(now):
-                self._send(member, ob.target_id, ob.request)
+            if member.alive:
+                member.driver.tick(now)
         self.net.step()
         self._check_invariants()
 
-    def _send(self, member: Member, target: str, request: RequestOrResponse) -> None:
-        core = member.core
-        fut = self.net.send(member.node_id, target, request)
+    def _send(self, node_id: str, driver: RaftDriver, outbound: Outbound) -> None:
+        """The send hook of `node_id`'s `driver`: answers go back to it while it runs."""
+        target, request = outbound.target_id, outbound.request
+        fut = self.net.send(node_id, target, request)
 
         def done(f: Future[RequestOrResponse]) -> None:
-            if member.alive and member.core is core:
-                core.on_response(target, request, None if f.exception() else f.result(), self.now)
+            member = self.members[node_id]
+            if member.alive and member.driver is driver:
+                driver.on_response(target, request, None if f.exception() else f.result(), self.now)
 
         fut.add_done_callback(done)
 
@@ -257,7 +270,8 @@ class Cluster:
             member.term_store = MemoryTermStore()
         else:
             member.store = self.stores.reopen(node_id, member.store)
-        member.core = self._core(member.config, member.store, member.term_store, self.ids.index(node_id) + 7)
+        salt = self.ids.index(node_id) + 7
+        member.driver = self._driver(node_id, member.config, member.store, member.term_store, salt)
         member.alive = True
         self._register(node_id)
 
@@ -268,7 +282,7 @@ class Cluster:
     def append(self, *bodies: bytes, via: str | None = None) -> Future[int]:
         leader = via or self.leader()
         assert leader is not None
-        return self.core(leader).append(list(bodies), self.now)
+        return self.members[leader].driver.append(list(bodies), self.now)
 
     def bodies(self, node_id: str, committed_only: bool = True) -> list[bytes]:
         member = self.members[node_id]

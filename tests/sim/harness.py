@@ -21,6 +21,8 @@ from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.raft.core import RaftCore
+from dledger.raft.driver import HANDLER, MAX_HANDLER_STEPS_PER_PASS, RaftDriver
+from dledger.raft.elector import Outbound
 from dledger.raft.messages import RequestOrResponse
 from dledger.store.mmap_store import MmapLogStore, StoreConfig, SyncMmapLogStore
 from dledger.store.term_store import FileTermStore
@@ -98,7 +100,8 @@ class Stats:
 
 
 class SimNode:
-    """One member: its directory, disk image and (while up) store, term store and core."""
+    """One member: its directory, disk image and (while up) store, term store, core and
+    the driver around the core."""
 
     def __init__(self, sim: Simulation, node_id: str, salt: int, peers: str) -> None:
         self.sim = sim
@@ -116,7 +119,7 @@ class SimNode:
             **TIMING,
         )
         self.store: MmapLogStore | None = None
-        self.core: RaftCore | None = None
+        self.driver: RaftDriver | None = None
         self.incarnation = 0
         self.restart_at = -1
         self.next_flush_ms = 0
@@ -135,8 +138,13 @@ class SimNode:
         self.down_log: dict[int, tuple[int, int]] = {}
 
     @property
+    def core(self) -> RaftCore | None:
+        """The member's core while it is up."""
+        return self.driver.core if self.driver is not None else None
+
+    @property
     def up(self) -> bool:
-        return self.core is not None
+        return self.driver is not None
 
     def open(self) -> None:
         sim = self.sim
@@ -150,11 +158,13 @@ class SimNode:
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
         # every restart follows a crash or a power loss: never a clean shutdown
-        self.core = RaftCore(self.config, store, FileTermStore(self.dir), rng, unclean_restart=self.incarnation > 1)
+        core = RaftCore(self.config, store, FileTermStore(self.dir), rng, unclean_restart=self.incarnation > 1)
+        driver = RaftDriver(core, lambda outbound: sim._send(self, driver, outbound))
+        self.driver = driver
         now = sim.now
         self.next_flush_ms = now + rng.randrange(sim.store_config.flush_file_interval_ms)
         self.next_checkpoint_ms = now + sim.store_config.checkpoint_interval_ms
-        self.last_commit = self.core.member_state.committed_index
+        self.last_commit = core.member_state.committed_index
         self.verified = self.seen_end = self.led_term = self.agree = -1
         if self.divergent_at >= 0:
             self.divergent_at = -1  # look again: it may have truncated the old history
@@ -177,11 +187,10 @@ class SimNode:
                 f"{self.node_id} power loss #{event}: end {before} (durable {durable}) recovered as {store.end_index}"
             )
             self.loss_window = None
-        core = self.core
 
         def handler(req: RequestOrResponse) -> Future[RequestOrResponse]:
             try:
-                return core.handle_request(req, sim.now)
+                return driver.deliver(req, sim.now)
             except SimCrash:
                 self.disk.crashed = True
                 return Future()
@@ -210,7 +219,7 @@ class SimNode:
             self.down_log[i] = (entry.term, uid_of(entry.body))
         store.data_list.close()
         store.index_list.close()
-        self.store = self.core = None
+        self.store = self.driver = None
         for op in self.pending:
             if op.status == "pending":
                 op.status = "info"
@@ -332,14 +341,11 @@ class Simulation:
         self.check()
 
     def _tick(self, node: SimNode, now: int) -> None:
-        core = node.core
-        assert core is not None
+        driver = node.driver
+        assert driver is not None
+        core = driver.core
         was_leader = core.member_state.is_leader
-        if hasattr(core, "tick_elector"):
-            self._passes(node, core, now)
-        else:
-            for ob in core.tick(now):
-                self._send(node, core, ob.target_id, ob.request)
+        self._passes(driver, now)
         if core.member_state.is_leader and not was_leader:
             self.stats.elections += 1
             if self.faults_on and self.rng.random() < 0.2:
@@ -351,41 +357,32 @@ class Simulation:
                     self._take_down(voter, power_loss=False, restart_in=0)
             self.log(f"{node.node_id} leader of term {core.member_state.current_term} (end {node.store.end_index})")  # type: ignore[union-attr]
 
-    def _passes(self, node: SimNode, core: RaftCore, now: int) -> None:
+    def _passes(self, driver: RaftDriver, now: int) -> None:
         """The member's service threads, one pass each, in a random order; while faults
         are on, a thread sometimes misses its turn (descheduled) and the entry handler
         sometimes gets through only part of its queue."""
         rng = self.rng
-        passes: list[str] = ["elector", "handler", "quorum", *core.dispatchers]
+        passes = list(driver.passes)
         rng.shuffle(passes)
         for name in passes:
             if self.faults_on and rng.random() < 0.05:
                 continue
-            if name == "elector":
-                outs = core.tick_elector(now)
-            elif name == "handler":
-                budget = rng.choice((1, 2, 8)) if self.faults_on and rng.random() < 0.1 else 10_000
-                while budget and core.tick_handler(now):
-                    budget -= 1
-                continue
-            elif name == "quorum":
-                core.tick_quorum(now)
-                continue
-            else:
-                outs = core.tick_dispatcher(name, now)
-            for ob in outs:
-                self._send(node, core, ob.target_id, ob.request)
+            budget = None
+            if name == HANDLER:
+                budget = rng.choice((1, 2, 8)) if self.faults_on and rng.random() < 0.1 else MAX_HANDLER_STEPS_PER_PASS
+            driver.run_pass(name, now, handler_budget=budget)
 
-    def _send(self, node: SimNode, core: RaftCore, target: str, request: RequestOrResponse) -> None:
+    def _send(self, node: SimNode, driver: RaftDriver, outbound: Outbound) -> None:
+        """The send hook of `node`'s `driver`: answers go back to it while it runs (the
+        quorum check an acknowledgement allows runs in `on_response`)."""
+        target, request = outbound.target_id, outbound.request
         fut = self.net.send(node.node_id, target, request)
 
         def respond() -> None:
-            resp = None if fut.exception() else fut.result()
-            if core.on_response(target, request, resp, self.now) and hasattr(core, "tick_quorum"):
-                core.tick_quorum(self.now)  # what waking the quorum-ack thread does
+            driver.on_response(target, request, None if fut.exception() else fut.result(), self.now)
 
         def done(f: Future[RequestOrResponse]) -> None:
-            if node.core is core and not node.disk.crashed:
+            if node.driver is driver and not node.disk.crashed:
                 self._guard(node, respond)
 
         fut.add_done_callback(done)
@@ -439,14 +436,15 @@ class Simulation:
 
     def append(self, node: SimNode, bodies: list[bytes]) -> Op:
         """One client request to `node`; its outcome is recorded in the op."""
-        core = node.core
-        assert core is not None
+        driver = node.driver
+        assert driver is not None
+        core = driver.core
         op = Op([uid_of(b) for b in bodies], node.node_id, self.now)
         for uid in op.uids:
             self.checker.ops[uid] = op
         self.stats.ops += 1
         try:
-            fut = core.append(bodies, self.now)
+            fut = driver.append(bodies, self.now)
         except DLedgerError as exc:
             op.status = "fail" if exc.code in DEFINITE_FAILURES else "info"
             return op
