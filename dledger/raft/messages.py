@@ -8,6 +8,14 @@ from typing import TypedDict
 
 from dledger.codes import ResponseCode
 
+MAX_TERM = 1 << 62
+"""The highest term a member accepts, stores or starts. A real group never gets near it
+(a new term each millisecond takes 146 million years), and the headroom keeps `term + 1`
+far from int64's edge: a request or a `currterm` file above it is refused, never stored."""
+
+MAX_INDEX = 1 << 62
+"""The highest log index a request may name (int64 with the same headroom)."""
+
 
 class VoteResult(IntEnum):
     """`VoteResponse.RESULT`, in DLedger's ordinal order."""
