@@ -125,10 +125,10 @@ class LedgerService:
     def _start_append(self, request: Any, method: str, context: Any) -> Future[int] | Any:
         """Validate `request` and hand it to the node: the node's future, or a finished
         error response."""
-        refusal = self.core.refuse(method, self.core.validator.append(request), context)
+        bodies = list(request.bodies)
+        refusal = self.core.refuse(method, self.core.validator.append(request, bodies), context)
         if refusal is not None:
             return self._append_error(request, *refusal)
-        bodies = list(request.bodies)
         try:
             return self.node.append(bodies)
         except DLedgerError as exc:

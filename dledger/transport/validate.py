@@ -225,21 +225,21 @@ class RequestValidator:
 
     # -- the Ledger service
 
-    def append(self, request: Any) -> Refusal | None:
-        """Ledger.Append / AppendStream (an `AppendRequest`)."""
+    def append(self, request: Any, bodies: list[bytes] | None = None) -> Refusal | None:
+        """Ledger.Append / AppendStream (an `AppendRequest`; `bodies`: its bodies as a
+        list when the caller has them already, so they are read once)."""
         refusal = self.client_target(request.group, request.remote_id)
         if refusal is not None:
             return refusal
-        bodies = request.bodies
+        if bodies is None:
+            bodies = list(request.bodies)
         if not bodies:
             return Refusal(ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies to append")
         if len(bodies) > self.max_bodies_per_append:
             return _unexpected(f"{len(bodies)} bodies in one request; at most {self.max_bodies_per_append}")
-        sizes = list(map(len, bodies))
-        largest = max(sizes)
-        if largest > self.max_body_bytes:
+        total = sum(map(len, bodies))  # one pass; a body can only be too large when the sum is
+        if total > self.max_body_bytes and (largest := max(map(len, bodies))) > self.max_body_bytes:
             return _unexpected(f"a body of {largest} bytes; at most {self.max_body_bytes}")
-        total = sum(sizes)
         if total > self.max_append_bytes:
             return _unexpected(
                 f"{total} body bytes in one request; at most {self.max_append_bytes} (split it into smaller requests)"

@@ -166,8 +166,10 @@ class Group:
         return leader
 
     def append(self, bodies: list[bytes], timeout_s: float = WAIT_S) -> int:
-        """Append through the leader with the plain stub, retrying refusals (nothing
-        appended) until it succeeds; the first index."""
+        """Append through the leader with the plain stub and return the first index:
+        refusals (nothing appended) are retried; an unknown outcome (WAIT_QUORUM_ACK_TIMEOUT,
+        TERM_CHANGED on a loaded machine) is resolved by reading the log once it settled,
+        so the bodies are never appended twice."""
         request = pb.AppendRequest(group=GROUP, bodies=bodies)
 
         def attempt() -> int | None:
@@ -180,10 +182,36 @@ class Group:
                 return None
             if answer.code == 200:
                 return int(answer.first_index) + 1  # truthy even for index 0
+            if answer.code in (501, 502):
+                return self._resolve(bodies)
             assert answer.code in (404, 503, 505, 506, 416), f"append refused: {answer.code} {answer.message}"
             return None
 
         return int(wait_for(attempt, "an append to succeed", timeout_s)) - 1
+
+    def settled_end(self) -> int:
+        """The leader's ledger end once every member committed all of it."""
+
+        def settled() -> int | None:
+            leader = self.leader()
+            if leader is None:
+                return None
+            end = self.node(leader).status().end_index
+            done = all(self.node(m).committed_index == end for m in self.servers)
+            return end + 2 if done else None  # truthy for -1
+
+        return int(wait_for(settled, "every member to commit the leader's whole log")) - 2
+
+    def _resolve(self, bodies: list[bytes]) -> int | None:
+        """After an unknown outcome: first index + 1 when `bodies` are at the end of the
+        log (a new leader's NOOPs may follow them), else None (not appended)."""
+        end = self.settled_end()
+        log = self.committed(self.wait_leader(), end) if end >= 0 else []
+        n = len(bodies)
+        for first in range(len(log) - n, max(-1, len(log) - n - 4), -1):
+            if first >= 0 and log[first : first + n] == bodies and not any(log[first + n :]):
+                return first + 1
+        return None
 
     def committed(self, node_id: str, upto: int) -> list[bytes]:
         """Bodies 0..upto as the member serves them (committed only)."""

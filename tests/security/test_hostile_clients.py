@@ -4,6 +4,7 @@ keeps serving."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import grpc
@@ -11,7 +12,8 @@ import pytest
 
 from dledger.codes import ResponseCode
 from dledger.raft.messages import MAX_INDEX, MAX_TERM
-from dledger.transport.convert import pb
+from dledger.transport.convert import pb, pb_grpc
+from dledger.transport.grpc_client import open_channel
 from tests.security.conftest import GROUP, Group, wait_for
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(300)]
@@ -132,3 +134,29 @@ def test_forged_peer_leadership_transfer_is_refused(group: Group) -> None:
     assert send(term=MAX_I64) == R.UNEXPECTED_ARGUMENT
     assert group.node(follower).term < MAX_TERM
     assert group.append([b"still appending"]) >= 0
+
+
+def test_a_flood_of_connections_keeps_the_member_serving(group: Group) -> None:
+    leader = group.wait_leader()
+    address = group.addresses[leader]
+    codes: list[int] = []
+
+    def caller(k: int) -> None:
+        channel = open_channel(address)
+        try:
+            ledger, peer = pb_grpc.LedgerStub(channel), pb_grpc.PeerStub(channel)
+            for _ in range(3):
+                codes.append(ledger.Metadata(pb.MetadataRequest(), timeout=60).code)
+                ids = {"local_id": f"m{k}", "leader_id": f"m{k}"}
+                hostile = pb.HeartBeatRequest(group=GROUP, remote_id=leader, term=9, **ids)
+                codes.append(peer.HeartBeat(hostile, timeout=60).code)
+        finally:
+            channel.close()
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(48)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(set(codes)) == [200, ResponseCode.UNKNOWN_MEMBER] and len(codes) == 48 * 6
+    assert group.append([b"after the flood"]) >= 0
