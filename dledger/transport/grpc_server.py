@@ -36,9 +36,11 @@ from dledger.transport.service_core import (
     ServiceLimits,
     ShuttingDown,
     abort,
+    guard_unary,
     parse,
     serialize,
 )
+from dledger.transport.validate import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,9 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 
 
 class PeerService:
-    """`dledger.v1.Peer`: hands Vote, HeartBeat, Push and LeadershipTransfer requests to
-    the node; InstallSnapshot answers UNSUPPORTED.
+    """`dledger.v1.Peer`: hands Vote, HeartBeat, Push and LeadershipTransfer requests that
+    pass `dledger.transport.validate` to the node (the others get the refusal's code);
+    InstallSnapshot answers UNSUPPORTED (after the same checks).
 
     Args:
         core: the shared service state.
@@ -73,7 +76,7 @@ class PeerService:
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
 
-    def _handler(self, request_name: str, response_name: str) -> Callable[[bytes, Any], Any]:
+    def _handler(self, method: str, request_name: str, response_name: str) -> Callable[[bytes, Any], Any]:
         request_cls = getattr(pb, request_name)
         core = self.core
 
@@ -82,7 +85,11 @@ class PeerService:
             try:
                 request = from_pb(message)
             except MalformedMessage as exc:
+                core.refuse(method, Refusal(ResponseCode.UNEXPECTED_ARGUMENT, str(exc)), context)
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            refusal = core.refuse(method, core.validator.peer_request(request, core.node.term), context)
+            if refusal is not None:
+                return response_to_pb(self._error(request, refusal.code), response_name)
             try:
                 answer = core.await_future(core.node.handle_peer_request(request), core.limits.peer_wait_s, context)
             except ShuttingDown:
@@ -96,7 +103,7 @@ class PeerService:
                 answer = self._error(request, ResponseCode.INTERNAL_ERROR)
             return response_to_pb(answer, response_name)
 
-        return handle
+        return guard_unary(f"Peer.{method}", handle)
 
     def _error(self, request: RequestOrResponse, code: int) -> RequestOrResponse:
         config = self.core.config
@@ -111,13 +118,22 @@ class PeerService:
 
     def _install_snapshot(self, raw: bytes, context: Any) -> Any:
         request = parse(pb.InstallSnapshotRequest, raw, context)
-        out = pb.InstallSnapshotResponse(
-            group=self.core.config.group,
-            remote_id=request.local_id,
-            local_id=self.core.config.self_id,
-            code=int(ResponseCode.UNSUPPORTED),
+        core = self.core
+        header = RequestOrResponse(
+            group=request.group,
+            remote_id=request.remote_id,
+            local_id=request.local_id,
+            leader_id=request.leader_id if request.HasField("leader_id") else None,
+            term=request.term,
         )
-        leader = self.core.node.leader_id
+        refusal = core.refuse("InstallSnapshot", core.validator.peer_request(header, core.node.term), context)
+        out = pb.InstallSnapshotResponse(
+            group=core.config.group,
+            remote_id=request.local_id,
+            local_id=core.config.self_id,
+            code=int(ResponseCode.UNSUPPORTED if refusal is None else refusal.code),
+        )
+        leader = core.node.leader_id
         if leader is not None:
             out.leader_id = leader
         return out
@@ -131,11 +147,13 @@ class PeerService:
         return grpc.method_handlers_generic_handler(
             PEER_SERVICE,
             {
-                "Vote": unary(self._handler("VoteRequest", "VoteResponse")),
-                "HeartBeat": unary(self._handler("HeartBeatRequest", "HeartBeatResponse")),
-                "Push": unary(self._handler("PushEntryRequest", "PushEntryResponse")),
-                "LeadershipTransfer": unary(self._handler("LeadershipTransferRequest", "LeadershipTransferResponse")),
-                "InstallSnapshot": unary(self._install_snapshot),
+                "Vote": unary(self._handler("Vote", "VoteRequest", "VoteResponse")),
+                "HeartBeat": unary(self._handler("HeartBeat", "HeartBeatRequest", "HeartBeatResponse")),
+                "Push": unary(self._handler("Push", "PushEntryRequest", "PushEntryResponse")),
+                "LeadershipTransfer": unary(
+                    self._handler("LeadershipTransfer", "LeadershipTransferRequest", "LeadershipTransferResponse")
+                ),
+                "InstallSnapshot": unary(guard_unary("Peer.InstallSnapshot", self._install_snapshot)),
             },
         )
 

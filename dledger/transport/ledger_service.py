@@ -20,7 +20,16 @@ import grpc  # type: ignore[import-untyped]
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
-from dledger.transport.service_core import ArrivalGauge, ServiceCore, ShuttingDown, abort, parse, serialize
+from dledger.transport.service_core import (
+    ArrivalGauge,
+    ServiceCore,
+    ShuttingDown,
+    abort,
+    guard_stream,
+    guard_unary,
+    parse,
+    serialize,
+)
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +38,10 @@ APPEND_METHOD = f"/{LEDGER_SERVICE}/Append"
 
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry."""
+
+UNKNOWN_OUTCOME = frozenset({ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED})
+"""Codes of an append the leader took but could not see committed: the entries may
+still commit (clients report them as indeterminate, `dledger.client.IndeterminateError`)."""
 
 
 class _Malformed:
@@ -109,26 +122,13 @@ class LedgerService:
         out = pb.AppendResponse(request_id=request.request_id)
         return self.core.fill_header(out, code, message)
 
-    def _start_append(self, request: Any) -> Future[int] | Any:
+    def _start_append(self, request: Any, method: str, context: Any) -> Future[int] | Any:
         """Validate `request` and hand it to the node: the node's future, or a finished
         error response."""
-        bad = self.core.check_target(request.group, request.remote_id)
-        if bad is not None:
-            return self._append_error(request, *bad)
         bodies = list(request.bodies)
-        if not bodies:
-            return self._append_error(request, ResponseCode.REQUEST_WITH_EMPTY_BODYS, "no bodies to append")
-        if len(bodies) > self.limits.max_bodies_per_append:
-            return self._append_error(
-                request,
-                ResponseCode.UNEXPECTED_ARGUMENT,
-                f"{len(bodies)} bodies in one request; at most {self.limits.max_bodies_per_append}",
-            )
-        largest = max(map(len, bodies))
-        if largest > MAX_BODY_BYTES:
-            return self._append_error(
-                request, ResponseCode.UNEXPECTED_ARGUMENT, f"a body of {largest} bytes; at most {MAX_BODY_BYTES}"
-            )
+        refusal = self.core.refuse(method, self.core.validator.append(request, bodies), context)
+        if refusal is not None:
+            return self._append_error(request, *refusal)
         try:
             return self.node.append(bodies)
         except DLedgerError as exc:
@@ -145,7 +145,10 @@ class LedgerService:
         except ShuttingDown:
             self._closing_abort(context, "the outcome of this append is unknown")
         except DLedgerError as exc:
-            return self._append_error(request, exc.code, exc.message)
+            message = exc.message
+            if exc.code in UNKNOWN_OUTCOME:
+                message = f"{message}; the outcome is unknown: the entries may still commit"
+            return self._append_error(request, exc.code, message)
         except TimeoutError:
             return self._append_error(
                 request, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, "no commit in time; the outcome is unknown"
@@ -166,11 +169,11 @@ class LedgerService:
         if not self.core.try_client_slot():
             return self._append_error(request, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
         try:
-            return self._finish_append(request, self._start_append(request), context)
+            return self._finish_append(request, self._start_append(request, "Append", context), context)
         finally:
             self.core.release_client_slot()
 
-    def _read_appends(self, requests: Iterator[bytes], pipeline: _Pipeline) -> None:
+    def _read_appends(self, requests: Iterator[bytes], pipeline: _Pipeline, context: Any) -> None:
         try:
             for raw in requests:
                 try:
@@ -178,7 +181,7 @@ class LedgerService:
                 except Exception as exc:
                     pipeline.put(_Malformed(f"not a dledger.v1.AppendRequest: {exc}"))
                     return
-                if not pipeline.put((request, self._start_append(request))):
+                if not pipeline.put((request, self._start_append(request, "AppendStream", context))):
                     return
         except Exception as exc:  # the call ended (cancelled, deadline, shutdown)
             log.debug("append stream reader ended: %s", exc)
@@ -196,7 +199,7 @@ class LedgerService:
         context.add_callback(pipeline.stop)
         try:
             reader = threading.Thread(
-                target=self._read_appends, args=(requests, pipeline), name="dledger-append-stream", daemon=True
+                target=self._read_appends, args=(requests, pipeline, context), name="dledger-append-stream", daemon=True
             )
             reader.start()
             while (item := pipeline.take()) is not None:
@@ -217,15 +220,11 @@ class LedgerService:
         """Ledger.Get: committed entries from `index`, at most `count` and `max_bytes`."""
         request = parse(pb.GetRequest, raw, context)
         out = pb.GetResponse()
-        bad = self.core.check_target(request.group, request.remote_id)
-        if bad is not None:
-            return self.core.fill_header(out, *bad)
-        count = request.count or 1
-        if count < 0:
-            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, f"count {count} < 0")
-        if request.max_bytes < 0:
-            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, f"max_bytes {request.max_bytes} < 0")
-        count = min(count, self.limits.max_get_count)
+        refusal = self.core.refuse("Get", self.core.validator.get(request), context)
+        if refusal is not None:
+            out.committed_index = self.node.committed_index
+            return self.core.fill_header(out, *refusal)
+        count = min(request.count or 1, self.limits.max_get_count)
         max_bytes = min(request.max_bytes or self.limits.max_get_bytes, self.limits.max_get_bytes)
         index, size, chunk = request.index, 0, 16
         try:
@@ -259,14 +258,9 @@ class LedgerService:
         request = parse(pb.ReadCommittedRequest, raw, context)
         if self.core.is_closing:
             self._closing_abort(context)
-        bad = self.core.check_target(request.group, request.remote_id)
-        if bad is not None:
-            yield self.core.fill_header(pb.ReadCommittedResponse(), *bad)
-            return
-        if request.from_index < 0 or request.max_batch_bytes < 0 or request.max_batch_count < 0:
-            yield self.core.fill_header(
-                pb.ReadCommittedResponse(), ResponseCode.UNEXPECTED_ARGUMENT, "negative from_index or batch limit"
-            )
+        refusal = self.core.refuse("ReadCommitted", self.core.validator.read_committed(request), context)
+        if refusal is not None:
+            yield self.core.fill_header(pb.ReadCommittedResponse(), *refusal)
             return
         if not self.core.try_stream_slot():
             abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many open streams")
@@ -307,9 +301,10 @@ class LedgerService:
     def metadata(self, raw: bytes, context: Any) -> Any:
         """Ledger.Metadata: the answering member's view of the group."""
         request = parse(pb.MetadataRequest, raw, context)
-        bad = self.core.check_target(request.group, request.remote_id)
-        if bad is not None:
-            return self.core.fill_header(pb.MetadataResponse(), *bad)
+        check = self.core.validator.client_target(request.group, request.remote_id)
+        refusal = self.core.refuse("Metadata", check, context)
+        if refusal is not None:
+            return self.core.fill_header(pb.MetadataResponse(), *refusal)
         return status_to_metadata(self.node.status())
 
     def leadership_transfer(self, raw: bytes, context: Any) -> Any:
@@ -317,11 +312,9 @@ class LedgerService:
         request = parse(pb.LeadershipTransferRequest, raw, context)
         config = self.core.config
         out = pb.LeadershipTransferResponse(group=config.group, local_id=config.self_id, remote_id=request.local_id)
-        bad = self.core.check_target(request.group, request.remote_id)
-        if bad is not None:
-            return self.core.fill_header(out, *bad)
-        if not request.transferee_id:
-            return self.core.fill_header(out, ResponseCode.UNEXPECTED_ARGUMENT, "transferee_id is empty")
+        refusal = self.core.refuse("LeadershipTransfer", self.core.validator.transfer(request), context)
+        if refusal is not None:
+            return self.core.fill_header(out, *refusal)
         if self.core.is_closing:
             self._closing_abort(context)
         if not self.core.try_client_slot():
@@ -353,16 +346,20 @@ class LedgerService:
         handler = grpc.method_handlers_generic_handler(
             LEDGER_SERVICE,
             {
-                "Append": unary(self.append),
+                "Append": unary(guard_unary("Ledger.Append", self.append)),
                 "AppendStream": grpc.stream_stream_rpc_method_handler(
-                    self.append_stream, request_deserializer=None, response_serializer=serialize
+                    guard_stream("Ledger.AppendStream", self.append_stream),
+                    request_deserializer=None,
+                    response_serializer=serialize,
                 ),
-                "Get": unary(self.get),
+                "Get": unary(guard_unary("Ledger.Get", self.get)),
                 "ReadCommitted": grpc.unary_stream_rpc_method_handler(
-                    self.read_committed, request_deserializer=None, response_serializer=serialize
+                    guard_stream("Ledger.ReadCommitted", self.read_committed),
+                    request_deserializer=None,
+                    response_serializer=serialize,
                 ),
-                "Metadata": unary(self.metadata),
-                "LeadershipTransfer": unary(self.leadership_transfer),
+                "Metadata": unary(guard_unary("Ledger.Metadata", self.metadata)),
+                "LeadershipTransfer": unary(guard_unary("Ledger.LeadershipTransfer", self.leadership_transfer)),
             },
         )
         return _CountingAppends(handler, self.core.incoming_appends)

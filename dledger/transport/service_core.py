@@ -3,10 +3,11 @@ client-call slots, the shutdown signal and the request parsing helpers."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
@@ -14,10 +15,12 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 
-from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
 from dledger.transport.convert import StatusLike
+from dledger.transport.validate import Refusal, RefusalLog, RequestValidator
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -53,6 +56,9 @@ class ServiceLimits:
             peers); must be below max_workers.
         max_streams: open AppendStream / ReadCommitted streams (part of max_client_calls).
         max_bodies_per_append: bodies in one append request.
+        max_append_bytes: body bytes in one append request (more is refused with
+            UNEXPECTED_ARGUMENT before anything is appended: a request must replicate
+            well within the leader's quorum-ack wait, `max_wait_ack_time_ms`).
         stream_in_flight: appends of one AppendStream waiting for their commit.
         max_get_count / max_get_bytes: upper bounds of one Get answer.
         default_batch_bytes / max_batch_bytes / default_batch_count / max_batch_count:
@@ -67,6 +73,7 @@ class ServiceLimits:
     max_client_calls: int = 128
     max_streams: int = 16
     max_bodies_per_append: int = 65_536
+    max_append_bytes: int = 16 * 1024 * 1024
     stream_in_flight: int = 256
     max_get_count: int = 65_536
     max_get_bytes: int = 16 * 1024 * 1024
@@ -140,6 +147,8 @@ class ServiceCore:
         self.limits = limits
         self.config = node.config
         self.peers = node.config.peer_map
+        self.validator = RequestValidator(node.config, limits.max_bodies_per_append, limits.max_append_bytes)
+        self.refusals = RefusalLog(node.config.self_id)
         self.closing: Future[None] = Future()
         self._client_slots = threading.BoundedSemaphore(limits.max_client_calls)
         self._stream_slots = threading.BoundedSemaphore(limits.max_streams)
@@ -228,14 +237,11 @@ class ServiceCore:
             raise ShuttingDown()
         raise TimeoutError(f"no answer within {timeout_s:.3f} s")
 
-    def check_target(self, group: str, remote_id: str) -> tuple[int, str] | None:
-        """UNKNOWN_GROUP / UNKNOWN_MEMBER (with a message) when a client request names
-        another group or member; empty names mean "this one"."""
-        if group and group != self.config.group:
-            return ResponseCode.UNKNOWN_GROUP, f"this member serves group {self.config.group!r}, not {group!r}"
-        if remote_id and remote_id != self.config.self_id:
-            return ResponseCode.UNKNOWN_MEMBER, f"this member is {self.config.self_id!r}, not {remote_id!r}"
-        return None
+    def refuse(self, method: str, refusal: Refusal | None, context: Any) -> Refusal | None:
+        """`refusal`, counted and logged (see `RefusalLog`) when there is one."""
+        if refusal is not None:
+            self.refusals.refused_call(method, refusal, context)
+        return refusal
 
     def fill_header(self, out: Any, code: int, message: str = "") -> Any:
         """Set code, leader_id, term, leader_address and message of a client response."""
@@ -262,6 +268,38 @@ def abort(context: Any, status: Any, details: str) -> NoReturn:
     """End the call with a gRPC status (`context.abort` raises)."""
     context.abort(status, details)
     raise AssertionError("grpc context.abort returned")  # pragma: no cover
+
+
+def guard_unary(method: str, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """`fn` as a handler no exception escapes: one that did (a bug, never a bad request:
+    those are refused by `dledger.transport.validate`) is logged with its traceback and
+    the call ends with gRPC INTERNAL. `context.abort` passes through."""
+
+    def handle(request: Any, context: Any) -> Any:
+        try:
+            return fn(request, context)
+        except Exception:
+            if context.code() is not None:  # context.abort(): the call ends with that status
+                raise
+            log.exception("%s failed", method)
+            abort(context, grpc.StatusCode.INTERNAL, f"{method} failed on the server (see its log)")
+
+    return handle
+
+
+def guard_stream(method: str, fn: Callable[[Any, Any], Iterator[Any]]) -> Callable[[Any, Any], Iterator[Any]]:
+    """`guard_unary` for a handler that streams its answers."""
+
+    def handle(request: Any, context: Any) -> Iterator[Any]:
+        try:
+            yield from fn(request, context)
+        except Exception:
+            if context.code() is not None:
+                raise
+            log.exception("%s failed", method)
+            abort(context, grpc.StatusCode.INTERNAL, f"{method} failed on the server (see its log)")
+
+    return handle
 
 
 def parse(message_cls: Any, raw: bytes, context: Any) -> Any:

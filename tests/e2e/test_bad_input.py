@@ -70,10 +70,11 @@ def test_peer_requests_with_bad_identity(cluster: E2ECluster) -> None:
     assert stranger.code != 200
     to_itself = peer.HeartBeat(pb.HeartBeatRequest(**peer_base(cluster, follower, follower, term)), timeout=RPC_S)
     assert to_itself.code != 200
+    # refused at the gRPC boundary (dledger.transport.validate), before the elector sees them
     unknown_candidate = peer.Vote(pb.VoteRequest(**peer_base(cluster, follower, "zz", MAX_I64)), timeout=RPC_S)
-    assert unknown_candidate.vote_result == Vote.REJECT_UNKNOWN_LEADER
+    assert (unknown_candidate.code, unknown_candidate.vote_result) == (ResponseCode.UNKNOWN_MEMBER, Vote.UNKNOWN)
     self_candidate = peer.Vote(pb.VoteRequest(**peer_base(cluster, follower, follower, term + 1)), timeout=RPC_S)
-    assert self_candidate.vote_result == Vote.REJECT_UNEXPECTED_LEADER
+    assert (self_candidate.code, self_candidate.vote_result) == (ResponseCode.UNEXPECTED_MEMBER, Vote.UNKNOWN)
 
 
 def test_proto3_defaults_get_defined_answers(cluster: E2ECluster) -> None:
@@ -82,7 +83,7 @@ def test_proto3_defaults_get_defined_answers(cluster: E2ECluster) -> None:
     assert peer.Vote(pb.VoteRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
     assert peer.HeartBeat(pb.HeartBeatRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
     assert peer.LeadershipTransfer(pb.LeadershipTransferRequest(), timeout=RPC_S).code != 200
-    assert peer.InstallSnapshot(pb.InstallSnapshotRequest(), timeout=RPC_S).code == ResponseCode.UNSUPPORTED
+    assert peer.InstallSnapshot(pb.InstallSnapshotRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
     with pytest.raises(grpc.RpcError) as info:
         peer.Push(pb.PushEntryRequest(), timeout=RPC_S)  # no type
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -100,12 +101,16 @@ def test_stale_and_negative_terms_are_rejected(cluster: E2ECluster, bad_term: in
     stale = min(bad_term, term - 1)
     peer = cluster.peer_stub(follower)
     hb = peer.HeartBeat(pb.HeartBeatRequest(**peer_base(cluster, follower, leader, stale)), timeout=RPC_S)
-    assert hb.code == ResponseCode.EXPIRED_TERM and hb.term == term
+    if stale < 0:  # refused at the gRPC boundary
+        assert hb.code == ResponseCode.UNEXPECTED_ARGUMENT
+    else:
+        assert hb.code == ResponseCode.EXPIRED_TERM and hb.term == term
     vote = peer.Vote(
         pb.VoteRequest(**peer_base(cluster, follower, leader, stale, ledger_end_index=MAX_I64, ledger_end_term=term)),
         timeout=RPC_S,
     )
-    assert vote.vote_result not in (Vote.ACCEPT, Vote.UNKNOWN)
+    # a ledger end term above the vote's term is refused at the boundary; else the elector rejects
+    assert vote.vote_result != Vote.ACCEPT and (vote.code != 200 or vote.vote_result != Vote.UNKNOWN)
     push = peer.Push(
         pb.PushEntryRequest(**peer_base(cluster, follower, leader, stale, type=pb.PushEntryRequest.COMMIT)),
         timeout=RPC_S,

@@ -16,6 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from dledger._store_py_codec import encode_entry
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
@@ -44,6 +45,8 @@ from dledger.transport.service_core import ArrivalGauge
 pytestmark = pytest.mark.unit
 
 WAIT_S = 10.0
+FROM_N1: dict[str, Any] = {"group": "g", "remote_id": "n0", "local_id": "n1", "leader_id": "n1"}
+"""The addressing of a valid peer request from n1 to n0 (the server checks it)."""
 
 
 def wait_until(predicate: Any, timeout_s: float = WAIT_S) -> None:
@@ -405,7 +408,7 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
             list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         # peers are still served
-        answer = pb_grpc.PeerStub(channel).HeartBeat(pb.HeartBeatRequest(term=2), timeout=WAIT_S)
+        answer = pb_grpc.PeerStub(channel).HeartBeat(pb.HeartBeatRequest(**FROM_N1, term=2), timeout=WAIT_S)
         assert answer.code == 200
         node.store.update_committed_index(0)
         node.held[0].set_result(0)
@@ -444,7 +447,7 @@ def test_append_calls_count_as_on_their_way_until_their_handler_runs(
     try:
         probe = node.incoming_appends
         assert probe is srv.core.incoming_appends and probe() == 0
-        push = to_pb(PushEntryRequest(group="g", remote_id="n0", local_id="n1", term=2, type=PushType.TRUNCATE))
+        push = to_pb(PushEntryRequest(**FROM_N1, term=2, type=PushType.TRUNCATE, first_index=0))
         blocked = [pb_grpc.PeerStub(channel).Push.future(push, timeout=WAIT_S) for _ in range(2)]
         wait_until(lambda: len(node.peer_requests) == 2)
         ledger = pb_grpc.LedgerStub(channel)
@@ -478,8 +481,19 @@ def transport(server: GrpcServer) -> Iterator[GrpcTransport]:
     [
         VoteRequest(group="g", remote_id="n0", local_id="n1", leader_id="n1", term=5, ledger_end_index=3),
         HeartBeatRequest(group="g", remote_id="n0", local_id="n1", leader_id="n1", term=5),
-        PushEntryRequest(group="g", remote_id="n0", local_id="n1", term=5, first_index=4, count=2, entries=b"xx"),
-        LeadershipTransferRequest(group="g", remote_id="n0", local_id="n1", term=5, transferee_id="n0"),
+        PushEntryRequest(
+            **FROM_N1,
+            term=5,
+            first_index=4,
+            count=2,
+            prev_index=3,
+            prev_term=5,
+            last_term=5,
+            entries=encode_entry(1, 4, 5, 0, b"x") + encode_entry(1, 5, 5, 49, b"y"),
+        ),
+        LeadershipTransferRequest(
+            group="g", remote_id="n0", local_id="n1", term=5, transfer_id="n1", transferee_id="n0"
+        ),
     ],
     ids=lambda r: type(r).__name__,
 )
@@ -524,7 +538,8 @@ def test_transport_node_timeout_is_a_timeout_code(node: FakeNode, server: GrpcSe
     config = DLedgerConfig(group="g", self_id="n1", peers=f"n0-127.0.0.1:{server.port};n1-127.0.0.1:1")
     patient = GrpcTransport(config, deadline_ms=int(deadline_s * 1000))
     try:
-        answer = patient.send("n0", PushEntryRequest(type=PushType.TRUNCATE, term=1)).result(timeout=deadline_s)
+        push = PushEntryRequest(**FROM_N1, type=PushType.TRUNCATE, term=1, first_index=0)
+        answer = patient.send("n0", push).result(timeout=deadline_s)
     finally:
         patient.close()
     assert node.left_unanswered.is_set()  # the node got the request and never answered it
@@ -569,5 +584,7 @@ def test_peer_deadline_is_below_the_election_timeout() -> None:
 
 
 def test_install_snapshot_is_unsupported(channel: Any) -> None:
-    answer = pb_grpc.PeerStub(channel).InstallSnapshot(pb.InstallSnapshotRequest(local_id="n1"), timeout=WAIT_S)
+    answer = pb_grpc.PeerStub(channel).InstallSnapshot(
+        pb.InstallSnapshotRequest(group="g", remote_id="n0", local_id="n1", term=2), timeout=WAIT_S
+    )
     assert (answer.code, answer.local_id, answer.remote_id) == (ResponseCode.UNSUPPORTED, "n0", "n1")
