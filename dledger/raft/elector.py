@@ -375,6 +375,9 @@ class LeaderElector:
             return []
         member = self.member_state
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+            if at_max_term(member):
+                self.next_time_to_request_vote, self.need_increase_term_immediately = self.next_vote_time(now_ms), False
+                return []
             if (
                 self.config.pre_vote
                 and not self.need_increase_term_immediately
@@ -382,9 +385,6 @@ class LeaderElector:
                 and self._pre_vote_passed_term != member.peek_next_term()
             ):
                 return self._start_round(member.peek_next_term(), now_ms, pre_vote=True)
-            if at_max_term(member):
-                self.next_time_to_request_vote, self.need_increase_term_immediately = self.next_vote_time(now_ms), False
-                return []
             term = member.next_term()
             self._pre_vote_passed_term = -1
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
@@ -421,7 +421,8 @@ class LeaderElector:
             )
             for peer in member.peer_ids
         }
-        rnd = VoteRound(term, deadline, requests, known_max_term=term, pre_vote=pre_vote)
+        known = member.current_term if pre_vote else term  # a pre-vote learns only of higher real terms
+        rnd = VoteRound(term, deadline, requests, known_max_term=known, pre_vote=pre_vote)
         self._vote_round = rnd
         self.on_vote_response(
             member.self_id, requests[member.self_id], self.handle_vote(requests[member.self_id], now_ms, True), now_ms
