@@ -170,11 +170,11 @@ class RaftCore:
         """Answer a peer request (the future may complete in a later pass)."""
         if isinstance(req, PushEntryRequest):
             bad = self.elector.check_addressing(req)
-            if bad is None and term_out_of_range(req):
-                bad = ResponseCode.UNEXPECTED_ARGUMENT
             member = self.member_state
             if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
                 bad = ResponseCode.UNKNOWN_MEMBER
+            if bad is None and term_out_of_range(req):
+                bad = ResponseCode.UNEXPECTED_ARGUMENT
             if bad is None:
                 return cast("Future[RequestOrResponse]", self.handler.handle_push(req, now_ms))
             reply: RequestOrResponse = PushEntryResponse(

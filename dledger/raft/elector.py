@@ -39,8 +39,6 @@ from dledger.raft.vote_hold import VoteHold
 __all__ = ["LeaderElector", "Outbound", "RoleChangeListener"]
 
 RoleChangeListener = Callable[[int, Role], None]
-
-
 log = logging.getLogger(__name__)
 
 
@@ -168,14 +166,18 @@ class LeaderElector:
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
-        if term_out_of_range(req):
-            return reply(VoteResult.UNKNOWN, code=ResponseCode.UNEXPECTED_ARGUMENT)
         if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
             return reply(VoteResult.REJECT_UNKNOWN_LEADER, code=ResponseCode.UNKNOWN_MEMBER)
+        if term_out_of_range(req):
+            return reply(VoteResult.UNKNOWN, code=ResponseCode.UNEXPECTED_ARGUMENT)
         if not self_call and req.leader_id == member.self_id:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
         candidate = req.leader_id
         assert candidate is not None
+        if req.ledger_end_term < member.ledger_end_term:
+            return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
+        if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
+            return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if not self_call and not req.leadership_transfer and candidate != member.leader_id and self._in_lease(now_ms):
             return reply(VoteResult.REJECT_ALREADY_HAS_LEADER)  # a live leader: never disrupt it
         if req.pre_vote:
@@ -183,10 +185,6 @@ class LeaderElector:
             if self.holding_vote(now_ms):
                 return reply(VoteResult.REJECT_HOLDING_AFTER_RESTART)
             return reply(answer_pre_vote(member, req, rival))
-        if req.ledger_end_term < member.ledger_end_term:
-            return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
-        if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
-            return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if req.term < member.current_term:
             return reply(VoteResult.REJECT_EXPIRED_VOTE_TERM)
         if req.term == member.current_term:
@@ -223,10 +221,10 @@ class LeaderElector:
 
         if (bad := self.check_addressing(req)) is not None:
             return reply(bad)
-        if term_out_of_range(req):
-            return reply(ResponseCode.UNEXPECTED_ARGUMENT)
         if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
             return reply(ResponseCode.UNKNOWN_MEMBER)
+        if term_out_of_range(req):
+            return reply(ResponseCode.UNEXPECTED_ARGUMENT)
         if req.leader_id == member.self_id:
             return reply(ResponseCode.UNEXPECTED_MEMBER)
         leader = req.leader_id

@@ -4,8 +4,12 @@ changes and persists nothing), the lease, the transferee's exemption, and CheckQ
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from dledger.cli.server_cmds import load_config_file
+from dledger.config import DLedgerConfig
 from dledger.raft.elector import LeaderElector
 from dledger.raft.messages import ParseResult, VoteRequest, VoteResponse, VoteResult
 from tests.raft.test_elector import heartbeat, make, vote
@@ -145,3 +149,11 @@ def test_check_quorum_makes_a_leader_without_answers_step_down_after_an_election
     assert ms.is_leader
     el.tick(timeout + 1)
     assert ms.is_candidate and ms.current_term == 1
+
+
+def test_yaml_keys_turn_the_features_off(tmp_path: Path) -> None:
+    path = tmp_path / "dledger.yaml"
+    path.write_text("group: g\nselfId: n0\npeers: n0-127.0.0.1:20911\npreVote: false\ncheckQuorum: false\n")
+    settings = load_config_file(path)
+    assert settings["pre_vote"] is False and settings["check_quorum"] is False
+    assert DLedgerConfig().pre_vote and DLedgerConfig().check_quorum  # the defaults
