@@ -224,6 +224,13 @@ class DLedgerConfig:
     # dledger-py: after an unclean shutdown with async flush, hold the vote until caught up
     # with a leader, at most this long (0: never hold); see dledger.raft.vote_hold
     max_vote_hold_ms: int = 60_000
+    # dledger-py (Raft thesis 9.6, etcd): before raising its term a candidate asks whether a
+    # quorum would vote for it; nobody changes term or vote for such a pre-vote
+    pre_vote: bool = field(default=True, metadata={"yaml": "preVote"})
+    # dledger-py (etcd's CheckQuorum): a member that heard from a live leader within the
+    # election timeout (heart_beat_time_interval_ms * max_heart_beat_leak) refuses votes,
+    # and a leader that has not heard from a quorum for that long steps down
+    check_quorum: bool = field(default=True, metadata={"yaml": "checkQuorum"})
 
     # replication
     max_pending_requests_num: int = 10000

@@ -35,6 +35,7 @@ from dledger.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from dledger.raft.prevote import term_out_of_range
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.raft.transfer import LeadershipTransfer
 
@@ -169,6 +170,11 @@ class RaftCore:
         """Answer a peer request (the future may complete in a later pass)."""
         if isinstance(req, PushEntryRequest):
             bad = self.elector.check_addressing(req)
+            member = self.member_state
+            if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
+                bad = ResponseCode.UNKNOWN_MEMBER
+            if bad is None and term_out_of_range(req):
+                bad = ResponseCode.UNEXPECTED_ARGUMENT
             if bad is None:
                 return cast("Future[RequestOrResponse]", self.handler.handle_push(req, now_ms))
             reply: RequestOrResponse = PushEntryResponse(
@@ -181,8 +187,12 @@ class RaftCore:
             reply = self.elector.handle_heartbeat(req, now_ms)
         elif isinstance(req, VoteRequest):
             reply = self.elector.handle_vote(req, now_ms)
-        elif isinstance(req, LeadershipTransferRequest):
+        elif isinstance(req, LeadershipTransferRequest) and not term_out_of_range(req):
             return cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+        elif isinstance(req, LeadershipTransferRequest):
+            reply = LeadershipTransferResponse(
+                **self.member_state.answer_header(req), code=ResponseCode.UNEXPECTED_ARGUMENT
+            )
         else:
             reply = RequestOrResponse(
                 group=self.member_state.group,
@@ -226,8 +236,8 @@ class RaftCore:
         once (the commit index moves and client futures complete without waiting for the
         next `tick_quorum`), so True also means "commit listeners may have news".
         """
-        if resp is not None and resp.code == ResponseCode.NETWORK_ERROR:
-            resp = None
+        if resp is not None and (resp.code == ResponseCode.NETWORK_ERROR or term_out_of_range(resp)):
+            resp = None  # a term above MAX_TERM is logged and never used
         if isinstance(req, PushEntryRequest):
             push = resp if isinstance(resp, PushEntryResponse) else None
             if push is not None and push.term > self.member_state.current_term and self.member_state.is_leader:

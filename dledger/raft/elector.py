@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
@@ -25,45 +24,22 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
+from dledger.raft.prevote import (
+    answer_pre_vote,
+    at_max_term,
+    election_timeout_ms,
+    in_lease,
+    lost_quorum,
+    raises_own_term,
+    term_out_of_range,
+)
+from dledger.raft.rounds import HeartBeatRound, Outbound, VoteRound
 from dledger.raft.vote_hold import VoteHold
 
+__all__ = ["LeaderElector", "Outbound", "RoleChangeListener"]
+
 RoleChangeListener = Callable[[int, Role], None]
-
-
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class Outbound:
-    """A request the shell must send to `target_id`."""
-
-    target_id: str
-    request: RequestOrResponse
-
-
-@dataclass
-class _VoteRound:
-    term: int
-    deadline_ms: int
-    requests: dict[str, VoteRequest]
-    answered: set[str] = field(default_factory=set)
-    known_max_term: int = -1
-    valid_num: int = 0
-    accepted_num: int = 0
-    not_ready_term_num: int = 0
-    bigger_ledger_num: int = 0
-    already_has_leader: bool = False
-
-
-@dataclass
-class _HeartBeatRound:
-    term: int
-    deadline_ms: int
-    requests: dict[str, HeartBeatRequest]
-    answered: set[str] = field(default_factory=set)
-    succ_num: int = 1  # the leader itself
-    not_ready_num: int = 0
-    inconsistent_leader: bool = False
 
 
 class LeaderElector:
@@ -93,8 +69,9 @@ class LeaderElector:
         self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         self.last_vote_cost_ms = 0
         self.peers_live_table: dict[str, bool] = {}
-        self._vote_round: _VoteRound | None = None
-        self._hb_round: _HeartBeatRound | None = None
+        self._vote_round: VoteRound | None = None
+        self._pre_vote_passed_term = -1  # a quorum would vote for this member in that term
+        self._hb_round: HeartBeatRound | None = None
         self._now_ms = 0
         self.listeners: list[RoleChangeListener] = []
         # A member that voted for itself before a restart may have led that term, and lost
@@ -116,6 +93,7 @@ class LeaderElector:
 
     def _role_changed(self, term: int, role: Role) -> None:
         self._vote_round = None
+        self._pre_vote_passed_term = -1
         self._hb_round = None
         for listener in self.listeners:
             listener(term, role)
@@ -188,8 +166,10 @@ class LeaderElector:
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
-        if not member.is_peer_member(req.leader_id):
-            return reply(VoteResult.REJECT_UNKNOWN_LEADER)
+        if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
+            return reply(VoteResult.REJECT_UNKNOWN_LEADER, code=ResponseCode.UNKNOWN_MEMBER)
+        if term_out_of_range(req):
+            return reply(VoteResult.UNKNOWN, code=ResponseCode.UNEXPECTED_ARGUMENT)
         if not self_call and req.leader_id == member.self_id:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
         candidate = req.leader_id
@@ -198,6 +178,13 @@ class LeaderElector:
             return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
         if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
             return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
+        if not self_call and not req.leadership_transfer and candidate != member.leader_id and self._in_lease(now_ms):
+            return reply(VoteResult.REJECT_ALREADY_HAS_LEADER)  # a live leader: never disrupt it
+        if req.pre_vote:
+            rival = not self_call and member.is_taking_leadership()
+            if self.holding_vote(now_ms):
+                return reply(VoteResult.REJECT_HOLDING_AFTER_RESTART)
+            return reply(answer_pre_vote(member, req, rival))
         if req.term < member.current_term:
             return reply(VoteResult.REJECT_EXPIRED_VOTE_TERM)
         if req.term == member.current_term:
@@ -234,8 +221,10 @@ class LeaderElector:
 
         if (bad := self.check_addressing(req)) is not None:
             return reply(bad)
-        if not member.is_peer_member(req.leader_id):
+        if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
             return reply(ResponseCode.UNKNOWN_MEMBER)
+        if term_out_of_range(req):
+            return reply(ResponseCode.UNEXPECTED_ARGUMENT)
         if req.leader_id == member.self_id:
             return reply(ResponseCode.UNEXPECTED_MEMBER)
         leader = req.leader_id
@@ -256,6 +245,9 @@ class LeaderElector:
         self.change_role_to_candidate(req.term)
         self.need_increase_term_immediately = True
         return reply(ResponseCode.TERM_NOT_READY)
+
+    def _in_lease(self, now_ms: int) -> bool:
+        return in_lease(self.config, self.member_state, self.last_leader_heart_beat_time, now_ms)
 
     # -- the state maintainer
 
@@ -278,6 +270,9 @@ class LeaderElector:
             self.change_role_to_candidate(self.member_state.current_term)
 
     def _maintain_as_leader(self, now_ms: int) -> list[Outbound]:
+        if lost_quorum(self.config, self.member_state, self.last_succ_heart_beat_time, now_ms):
+            self.change_role_to_candidate(self.member_state.current_term)  # CheckQuorum: step down
+            return []
         rnd = self._hb_round
         if rnd is not None and (len(rnd.answered) == len(rnd.requests) or now_ms >= rnd.deadline_ms):
             self._finish_heartbeat_round(rnd, now_ms)
@@ -303,7 +298,7 @@ class LeaderElector:
             for peer in self.member_state.other_peer_ids
         }
         deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
-        self._hb_round = _HeartBeatRound(term, deadline, requests)
+        self._hb_round = HeartBeatRound(term, deadline, requests)
         if not requests:  # a single-node group
             self._finish_heartbeat_round(self._hb_round, now_ms)
         return [Outbound(peer, req) for peer, req in requests.items()]
@@ -333,7 +328,7 @@ class LeaderElector:
         if self.member_state.is_quorum(rnd.succ_num) and now_ms < rnd.deadline_ms:
             self._finish_heartbeat_round(rnd, now_ms)
 
-    def _finish_heartbeat_round(self, rnd: _HeartBeatRound, now_ms: int) -> None:
+    def _finish_heartbeat_round(self, rnd: HeartBeatRound, now_ms: int) -> None:
         self._hb_round = None
         if not self.member_state.is_leader or rnd.term != self.member_state.current_term:
             return
@@ -367,14 +362,29 @@ class LeaderElector:
     def _maintain_as_candidate(self, now_ms: int) -> list[Outbound]:
         rnd = self._vote_round
         if rnd is not None:
-            if self._vote_round_done(rnd) or now_ms >= rnd.deadline_ms:
-                self._parse_vote_round(rnd, now_ms)
-            return []
+            if rnd.done(self.member_state) or now_ms >= rnd.deadline_ms:
+                if not rnd.pre_vote:
+                    self._parse_vote_round(rnd, now_ms)
+                    return []
+                self._parse_pre_vote_round(rnd, now_ms)  # passed: the real round starts now
+            if self._vote_round is not None:
+                return []
         if now_ms < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return []
         member = self.member_state
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
+            if at_max_term(member):
+                self.next_time_to_request_vote, self.need_increase_term_immediately = self.next_vote_time(now_ms), False
+                return []
+            if (
+                self.config.pre_vote
+                and not self.need_increase_term_immediately
+                and raises_own_term(member)
+                and self._pre_vote_passed_term != member.peek_next_term()
+            ):
+                return self._start_round(member.peek_next_term(), now_ms, pre_vote=True)
             term = member.next_term()
+            self._pre_vote_passed_term = -1
             self.last_parse_result = ParseResult.WAIT_TO_REVOTE
         else:
             term = member.current_term
@@ -386,6 +396,12 @@ class LeaderElector:
             # it moves to the terms others reach (above), but neither stands nor votes
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             return []
+        return self._start_round(term, now_ms)
+
+    def _start_round(self, term: int, now_ms: int, pre_vote: bool = False) -> list[Outbound]:
+        """Ask every member (itself included) for its vote, or its pre-vote, in `term`."""
+        member = self.member_state
+        transfer = member.is_taking_leadership()
         deadline = (
             now_ms + self.config.heart_beat_time_interval_ms + self.rng.randrange(self.config.max_vote_interval_ms)
         )
@@ -398,26 +414,23 @@ class LeaderElector:
                 term=term,
                 ledger_end_index=member.ledger_end_index,
                 ledger_end_term=member.ledger_end_term,
+                pre_vote=pre_vote,
+                leadership_transfer=transfer,
             )
             for peer in member.peer_ids
         }
-        rnd = _VoteRound(term, deadline, requests, known_max_term=term)
+        known = member.current_term if pre_vote else term  # a pre-vote learns only of higher real terms
+        rnd = VoteRound(term, deadline, requests, known_max_term=known, pre_vote=pre_vote)
         self._vote_round = rnd
         self.on_vote_response(
             member.self_id, requests[member.self_id], self.handle_vote(requests[member.self_id], now_ms, True), now_ms
         )
-        if self._vote_round is rnd and self._vote_round_done(rnd):
-            self._parse_vote_round(rnd, now_ms)
+        if self._vote_round is rnd and rnd.done(self.member_state):
+            if pre_vote:
+                self._parse_pre_vote_round(rnd, now_ms)
+            else:
+                self._parse_vote_round(rnd, now_ms)
         return [Outbound(peer, req) for peer, req in requests.items() if peer != member.self_id]
-
-    def _vote_round_done(self, rnd: _VoteRound) -> bool:
-        # DLedger stops waiting on a quorum of ACCEPTs or when all answered. We also stop
-        # on a quorum of ACCEPT + TERM_NOT_READY: the revote then goes out at once, before
-        # the members that just moved to this term stand themselves (with a silent,
-        # partitioned member DLedger's rounds otherwise split the vote term after term).
-        if rnd.not_ready_term_num and self.member_state.is_quorum(rnd.accepted_num + rnd.not_ready_term_num):
-            return True
-        return self.member_state.is_quorum(rnd.accepted_num) or len(rnd.answered) == len(rnd.requests)
 
     def on_vote_response(self, peer: str, request: VoteRequest, response: VoteResponse | None, now_ms: int) -> None:
         """Record one vote answer (None: network error)."""
@@ -428,21 +441,28 @@ class LeaderElector:
         rnd.answered.add(peer)
         if response is None:
             return
-        result = response.vote_result
-        if result != VoteResult.UNKNOWN:
-            rnd.valid_num += 1
-        if result == VoteResult.ACCEPT:
-            rnd.accepted_num += 1
-        elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
-            rnd.already_has_leader = True
-        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
-            rnd.known_max_term = max(rnd.known_max_term, response.term)
-        elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
-            rnd.bigger_ledger_num += 1
-        elif result == VoteResult.REJECT_TERM_NOT_READY:
-            rnd.not_ready_term_num += 1
+        rnd.record(response)
 
-    def _parse_vote_round(self, rnd: _VoteRound, now_ms: int) -> ParseResult:
+    def _parse_pre_vote_round(self, rnd: VoteRound, now_ms: int) -> None:
+        """A quorum of pre-vote grants lets the real round for `rnd.term` start at once;
+        otherwise the member keeps its term and tries again later."""
+        self._vote_round = None
+        member = self.member_state
+        if not member.is_candidate or rnd.term != member.peek_next_term():
+            return
+        if member.is_quorum(rnd.accepted_num):
+            self._pre_vote_passed_term = rnd.term
+            self.next_time_to_request_vote = now_ms
+            return
+        if rnd.known_max_term > member.current_term:
+            self.change_role_to_candidate(rnd.known_max_term)  # others are there: follow them
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+        elif rnd.already_has_leader:
+            self.next_time_to_request_vote = self.next_vote_time(now_ms) + election_timeout_ms(self.config)
+        else:
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+
+    def _parse_vote_round(self, rnd: VoteRound, now_ms: int) -> ParseResult:
         self._vote_round = None
         member = self.member_state
         if not member.is_candidate or rnd.term != member.current_term:

@@ -7,7 +7,7 @@ from enum import Enum
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.log import LogStore, TermStore
-from dledger.raft.messages import AnswerHeader, RequestOrResponse
+from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestOrResponse
 
 
 class Role(Enum):
@@ -54,6 +54,8 @@ class MemberState:
         self.store = store
         self.term_store = term_store
         term, vote_for = term_store.load()
+        if not 0 <= term <= MAX_TERM:
+            raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"stored term {term} is outside 0..{MAX_TERM}")
         self._current_term = term
         self._vote_for = vote_for
         self.known_max_term_in_group = term
@@ -76,19 +78,29 @@ class MemberState:
         """Whom this member voted for in the current term (persisted)."""
         return self._vote_for
 
+    def peek_next_term(self) -> int:
+        """The term `next_term` would move to (nothing changes)."""
+        term = (
+            self.known_max_term_in_group
+            if self.known_max_term_in_group > self._current_term
+            else self._current_term + 1
+        )
+        return max(term, self.store.end_term + 1)
+
     def next_term(self) -> int:
         """Move to the next term (or straight to the highest term seen), clearing the vote.
 
         The new term is always above the log's last term: only a lost term file can leave
         the current term below it, and standing again in a term whose entries exist
         could make a second leader of that term.
+
+        Raises:
+            DLedgerError: ILLEGAL_MEMBER_STATE when that term would pass MAX_TERM
+                (nothing is stored then).
         """
-        term = (
-            self.known_max_term_in_group
-            if self.known_max_term_in_group > self._current_term
-            else self._current_term + 1
-        )
-        term = max(term, self.store.end_term + 1)
+        term = self.peek_next_term()
+        if term > MAX_TERM:
+            raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"term {term} would pass MAX_TERM {MAX_TERM}")
         self.term_store.persist(term, None)
         self._current_term, self._vote_for = term, None
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
@@ -140,6 +152,8 @@ class MemberState:
         vote round then jumps to it)."""
         if term < self._current_term:
             raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"candidate of {term} < current {self._current_term}")
+        if term > MAX_TERM:
+            raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"candidate of {term} > MAX_TERM {MAX_TERM}")
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
         self.role = Role.CANDIDATE
         self.leader_id = None

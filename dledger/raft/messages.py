@@ -92,10 +92,16 @@ class AnswerHeader(TypedDict):
 
 @dataclass(slots=True, kw_only=True)
 class VoteRequest(RequestOrResponse):
-    """A candidate (`leader_id`) asks for a vote in `term`."""
+    """A candidate (`leader_id`) asks for a vote in `term`.
+
+    `pre_vote`: only asks whether the addressee would vote (nothing changes there);
+    `leadership_transfer`: the candidate is the transferee of a leadership transfer.
+    """
 
     ledger_end_index: int = -1
     ledger_end_term: int = -1
+    pre_vote: bool = False
+    leadership_transfer: bool = False
 
 
 @dataclass(slots=True, kw_only=True)

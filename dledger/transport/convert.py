@@ -73,7 +73,7 @@ _PUSH_TYPE_FROM_PB = {number: kind for kind, number in _PUSH_TYPE_TO_PB.items()}
 
 # dataclass -> (protobuf class name, fields beyond the base ones that map 1:1)
 _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
-    VoteRequest: ("VoteRequest", ("ledger_end_index", "ledger_end_term")),
+    VoteRequest: ("VoteRequest", ("ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer")),
     VoteResponse: ("VoteResponse", ()),
     HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index",)),
     HeartBeatResponse: ("HeartBeatResponse", ()),

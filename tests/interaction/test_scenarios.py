@@ -26,14 +26,14 @@ def test_election() -> None:
         t=    0ms n0 CANDIDATE term=0
         t=    0ms n1 CANDIDATE term=0
         t=    0ms n2 CANDIDATE term=0
-        t=   75ms n1 CANDIDATE term=1
-        t=   85ms n0 CANDIDATE term=1
-        t=   85ms n2 CANDIDATE term=1
-        t=  110ms n1 LEADER term=1
-        t=  120ms n0 FOLLOWER term=1 leader=n1
-        t=  120ms n2 FOLLOWER term=1 leader=n1
-        t= 1120ms commit n0=-1 n1=-1 n2=-1
-        """,
+        t=   90ms n1 CANDIDATE term=1
+        t=  100ms n0 CANDIDATE term=1
+        t=  100ms n2 CANDIDATE term=1
+        t=  125ms n1 LEADER term=1
+        t=  135ms n0 FOLLOWER term=1 leader=n1
+        t=  135ms n2 FOLLOWER term=1 leader=n1
+        t= 1135ms commit n0=-1 n1=-1 n2=-1
+    """,
     )
 
 
@@ -56,20 +56,20 @@ def test_replication() -> None:
         t=    0ms n0 CANDIDATE term=0
         t=    0ms n1 CANDIDATE term=0
         t=    0ms n2 CANDIDATE term=0
-        t=   50ms n2 CANDIDATE term=1
-        t=   55ms n1 CANDIDATE term=1
-        t=   60ms n0 CANDIDATE term=1
-        t=   70ms n1 LEADER term=1
-        t=   80ms n0 FOLLOWER term=1 leader=n1
-        t=   80ms n2 FOLLOWER term=1 leader=n1
-        t=   80ms append 3 entries to n1, then a batch of 5
-        t=  130ms first append: 2
-        t=  130ms second append: 7
-        t=  230ms commit n0=7 n1=7 n2=7
+        t=   65ms n2 CANDIDATE term=1
+        t=   70ms n1 CANDIDATE term=1
+        t=   75ms n0 CANDIDATE term=1
+        t=   85ms n1 LEADER term=1
+        t=   95ms n0 FOLLOWER term=1 leader=n1
+        t=   95ms n2 FOLLOWER term=1 leader=n1
+        t=   95ms append 3 entries to n1, then a batch of 5
+        t=  145ms first append: 2
+        t=  145ms second append: 7
+        t=  245ms commit n0=7 n1=7 n2=7
                  n0 log 0:1 1:1 2:1 3:1 4:1 5:1 6:1 7:1
                  n1 log 0:1 1:1 2:1 3:1 4:1 5:1 6:1 7:1
                  n2 log 0:1 1:1 2:1 3:1 4:1 5:1 6:1 7:1
-        """,
+    """,
     )
 
 
@@ -105,35 +105,35 @@ def test_conflicting_logs_truncated() -> None:
         t=    0ms n0 CANDIDATE term=0
         t=    0ms n1 CANDIDATE term=0
         t=    0ms n2 CANDIDATE term=0
-        t=   75ms n1 CANDIDATE term=1
-        t=   75ms n2 CANDIDATE term=1
-        t=   85ms n0 CANDIDATE term=1
-        t=  110ms n2 LEADER term=1
-        t=  120ms n0 FOLLOWER term=1 leader=n2
-        t=  120ms n1 FOLLOWER term=1 leader=n2
-        t=  270ms isolate n2; it appends 2 entries nobody receives
-        t=  525ms n0 CANDIDATE term=1
-        t=  525ms n1 CANDIDATE term=1
-        t=  530ms n1 CANDIDATE term=2
-        t=  540ms n0 CANDIDATE term=2
-        t=  565ms n1 LEADER term=2
-        t=  575ms n0 FOLLOWER term=2 leader=n1
-        t=  605ms n2 CANDIDATE term=1
-        t=  605ms append 3 entries to the new leader
+        t=   90ms n1 CANDIDATE term=1
+        t=   90ms n2 CANDIDATE term=1
+        t=  100ms n0 CANDIDATE term=1
+        t=  125ms n1 LEADER term=1
+        t=  135ms n0 FOLLOWER term=1 leader=n1
+        t=  135ms n2 FOLLOWER term=1 leader=n1
+        t=  285ms isolate n1; it appends 2 entries nobody receives
+        t=  540ms n0 CANDIDATE term=1
+        t=  540ms n2 CANDIDATE term=1
+        t=  545ms n1 CANDIDATE term=1
+        t=  560ms n2 CANDIDATE term=2
+        t=  570ms n0 CANDIDATE term=2
+        t=  595ms n2 LEADER term=2
+        t=  595ms append 3 entries to the new leader
+        t=  605ms n0 FOLLOWER term=2 leader=n2
                  n0 log 0:1 1:2 2:2 3:2
-                 n1 log 0:1 1:2 2:2 3:2
-                 n2 log 0:1 1:1 2:1
-        t=  625ms heal
-        t=  680ms n2 CANDIDATE term=2
-        t=  775ms n2 FOLLOWER term=2 leader=n1
-        t=  820ms n2 truncated 1..2
-        t=  870ms lost-1: TERM_CHANGED
-        t=  870ms lost-2: TERM_CHANGED
-        t=  870ms commit n0=3 n1=3 n2=3
+                 n1 log 0:1 1:1 2:1
+                 n2 log 0:1 1:2 2:2 3:2
+        t=  655ms heal
+        t=  710ms n1 CANDIDATE term=2
+        t=  805ms n1 FOLLOWER term=2 leader=n2
+        t=  850ms n1 truncated 1..2
+        t=  900ms lost-1: TERM_CHANGED
+        t=  900ms lost-2: TERM_CHANGED
+        t=  900ms commit n0=3 n1=3 n2=3
                  n0 log 0:1 1:2 2:2 3:2
                  n1 log 0:1 1:2 2:2 3:2
                  n2 log 0:1 1:2 2:2 3:2
-        """,
+    """,
     )
 
 
@@ -158,27 +158,27 @@ def test_leader_step_down() -> None:
         t=    0ms n0 CANDIDATE term=0
         t=    0ms n1 CANDIDATE term=0
         t=    0ms n2 CANDIDATE term=0
-        t=   70ms n0 CANDIDATE term=1
-        t=   80ms n1 CANDIDATE term=1
-        t=   80ms n2 CANDIDATE term=1
-        t=  105ms n0 LEADER term=1
-        t=  115ms n1 FOLLOWER term=1 leader=n0
-        t=  115ms n2 FOLLOWER term=1 leader=n0
-        t=  115ms cut n0 off from n1 n2
-        t=  420ms n1 CANDIDATE term=1
-        t=  420ms n2 CANDIDATE term=1
-        t=  500ms n0 CANDIDATE term=1
-        t=  635ms n1 CANDIDATE term=2
-        t=  645ms n2 CANDIDATE term=2
-        t=  670ms n1 LEADER term=2
-        t=  670ms append on the cut-off leader: TERM_CHANGED
-        t=  670ms heal
-        t=  680ms n2 FOLLOWER term=2 leader=n1
-        t=  685ms n0 CANDIDATE term=2
-        t=  780ms n0 FOLLOWER term=2 leader=n1
-        t=  825ms n0 truncated 0..0
-        t= 1080ms commit n0=-1 n1=-1 n2=-1
-        """,
+        t=   85ms n0 CANDIDATE term=1
+        t=   95ms n1 CANDIDATE term=1
+        t=   95ms n2 CANDIDATE term=1
+        t=  120ms n0 LEADER term=1
+        t=  130ms n1 FOLLOWER term=1 leader=n0
+        t=  130ms n2 FOLLOWER term=1 leader=n0
+        t=  130ms cut n0 off from n1 n2
+        t=  425ms n0 CANDIDATE term=1
+        t=  435ms n1 CANDIDATE term=1
+        t=  435ms n2 CANDIDATE term=1
+        t=  665ms n1 CANDIDATE term=2
+        t=  675ms n2 CANDIDATE term=2
+        t=  700ms n1 LEADER term=2
+        t=  700ms append on the cut-off leader: TERM_CHANGED
+        t=  700ms heal
+        t=  710ms n2 FOLLOWER term=2 leader=n1
+        t=  715ms n0 CANDIDATE term=2
+        t=  810ms n0 FOLLOWER term=2 leader=n1
+        t=  855ms n0 truncated 0..0
+        t= 1110ms commit n0=-1 n1=-1 n2=-1
+    """,
     )
 
 
@@ -213,46 +213,46 @@ def test_partition_and_heal() -> None:
         t=    0ms n2 CANDIDATE term=0
         t=    0ms n3 CANDIDATE term=0
         t=    0ms n4 CANDIDATE term=0
-        t=   70ms n1 CANDIDATE term=1
-        t=   80ms n0 CANDIDATE term=1
-        t=   80ms n2 CANDIDATE term=1
-        t=   80ms n3 CANDIDATE term=1
-        t=   80ms n4 CANDIDATE term=1
-        t=  105ms n1 LEADER term=1
-        t=  115ms n0 FOLLOWER term=1 leader=n1
-        t=  115ms n2 FOLLOWER term=1 leader=n1
-        t=  115ms n3 FOLLOWER term=1 leader=n1
-        t=  115ms n4 FOLLOWER term=1 leader=n1
-        t=  165ms partition n1 n0 | n2 n3 n4
-        t=  420ms n2 CANDIDATE term=1
-        t=  420ms n3 CANDIDATE term=1
-        t=  420ms n4 CANDIDATE term=1
-        t=  500ms n1 CANDIDATE term=1
-        t=  575ms n2 CANDIDATE term=2
-        t=  585ms n3 CANDIDATE term=2
-        t=  585ms n4 CANDIDATE term=2
-        t=  610ms n2 LEADER term=2
-        t=  620ms n3 FOLLOWER term=2 leader=n2
-        t=  620ms n4 FOLLOWER term=2 leader=n2
-        t=  670ms append in the minority: TERM_CHANGED
-        t=  670ms append in the majority: 2
-        t=  670ms commit n0=0 n1=0 n2=2 n3=-1 n4=-1
-        t=  670ms heal
-        t=  720ms n0 CANDIDATE term=1
-        t=  725ms n0 CANDIDATE term=2
-        t=  725ms n1 CANDIDATE term=2
-        t=  820ms n0 FOLLOWER term=2 leader=n2
-        t=  820ms n1 FOLLOWER term=2 leader=n2
-        t=  865ms n0 truncated 1..1
-        t=  865ms n1 truncated 1..1
-        t=  885ms append in the minority: TERM_CHANGED
-        t=  885ms commit n0=2 n1=2 n2=2 n3=2 n4=2
+        t=   85ms n1 CANDIDATE term=1
+        t=   95ms n0 CANDIDATE term=1
+        t=   95ms n2 CANDIDATE term=1
+        t=   95ms n3 CANDIDATE term=1
+        t=   95ms n4 CANDIDATE term=1
+        t=  120ms n1 LEADER term=1
+        t=  130ms n0 FOLLOWER term=1 leader=n1
+        t=  130ms n2 FOLLOWER term=1 leader=n1
+        t=  130ms n3 FOLLOWER term=1 leader=n1
+        t=  130ms n4 FOLLOWER term=1 leader=n1
+        t=  180ms partition n1 n0 | n2 n3 n4
+        t=  435ms n2 CANDIDATE term=1
+        t=  435ms n3 CANDIDATE term=1
+        t=  435ms n4 CANDIDATE term=1
+        t=  440ms n1 CANDIDATE term=1
+        t=  605ms n2 CANDIDATE term=2
+        t=  615ms n3 CANDIDATE term=2
+        t=  615ms n4 CANDIDATE term=2
+        t=  640ms n2 LEADER term=2
+        t=  650ms n3 FOLLOWER term=2 leader=n2
+        t=  650ms n4 FOLLOWER term=2 leader=n2
+        t=  700ms append in the minority: TERM_CHANGED
+        t=  700ms append in the majority: 2
+        t=  700ms commit n0=0 n1=0 n2=2 n3=-1 n4=-1
+        t=  700ms heal
+        t=  735ms n0 CANDIDATE term=1
+        t=  755ms n0 CANDIDATE term=2
+        t=  755ms n1 CANDIDATE term=2
+        t=  850ms n0 FOLLOWER term=2 leader=n2
+        t=  850ms n1 FOLLOWER term=2 leader=n2
+        t=  895ms n0 truncated 1..1
+        t=  895ms n1 truncated 1..1
+        t=  915ms append in the minority: TERM_CHANGED
+        t=  915ms commit n0=2 n1=2 n2=2 n3=2 n4=2
                  n0 log 0:1 1:2* 2:2
                  n1 log 0:1 1:2* 2:2
                  n2 log 0:1 1:2* 2:2
                  n3 log 0:1 1:2* 2:2
                  n4 log 0:1 1:2* 2:2
-        """,
+    """,
     )
 
 
@@ -283,26 +283,26 @@ def test_leadership_transfer() -> None:
         t=    0ms n0 CANDIDATE term=0
         t=    0ms n1 CANDIDATE term=0
         t=    0ms n2 CANDIDATE term=0
-        t=   85ms n2 CANDIDATE term=1
-        t=   90ms n1 CANDIDATE term=1
-        t=   95ms n0 CANDIDATE term=1
-        t=  105ms n1 LEADER term=1
-        t=  115ms n0 FOLLOWER term=1 leader=n1
-        t=  115ms n2 FOLLOWER term=1 leader=n1
-        t=  265ms transfer n1 -> n0
-        t=  265ms append during the transfer: LEADER_TRANSFERRING
-        t=  275ms n0 CANDIDATE term=2
-        t=  280ms n1 CANDIDATE term=1
-        t=  285ms n2 CANDIDATE term=1
-        t=  290ms n1 CANDIDATE term=2
-        t=  290ms n2 CANDIDATE term=2
-        t=  315ms n0 LEADER term=2
-        t=  320ms transfer: SUCCESS
-        t=  325ms n1 FOLLOWER term=2 leader=n0
-        t=  325ms n2 FOLLOWER term=2 leader=n0
-        t=  475ms commit n0=2 n1=2 n2=2
+        t=  100ms n2 CANDIDATE term=1
+        t=  105ms n1 CANDIDATE term=1
+        t=  110ms n0 CANDIDATE term=1
+        t=  120ms n1 LEADER term=1
+        t=  130ms n0 FOLLOWER term=1 leader=n1
+        t=  130ms n2 FOLLOWER term=1 leader=n1
+        t=  280ms transfer n1 -> n0
+        t=  280ms append during the transfer: LEADER_TRANSFERRING
+        t=  290ms n0 CANDIDATE term=2
+        t=  295ms n1 CANDIDATE term=1
+        t=  300ms n2 CANDIDATE term=1
+        t=  305ms n1 CANDIDATE term=2
+        t=  305ms n2 CANDIDATE term=2
+        t=  330ms n0 LEADER term=2
+        t=  335ms transfer: SUCCESS
+        t=  340ms n1 FOLLOWER term=2 leader=n0
+        t=  340ms n2 FOLLOWER term=2 leader=n0
+        t=  490ms commit n0=2 n1=2 n2=2
                  n0 log 0:1 1:1 2:2
                  n1 log 0:1 1:1 2:2
                  n2 log 0:1 1:1 2:2
-        """,
+    """,
     )

@@ -256,7 +256,9 @@ def test_ledger_end_term_is_the_last_entrys_term_not_the_current_term() -> None:
     # grant it, and n2 (without the committed entries) would lead and truncate them: the
     # asserts on the vote requests and on the winner fail, and the cluster's invariant
     # check (committed prefixes agree) trips.
-    c = Cluster(3, seed=22)
+    # seed 26: the lagging member stands after the heal before the old leader wins again
+    # (with seed 22 pre-vote's extra round lets the old leader win first: nothing to check)
+    c = Cluster(3, seed=26)
     leader = c.elect()
     lagging = next(n for n in c.ids if n != leader)
     c.net.isolate(lagging)

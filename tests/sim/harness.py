@@ -30,6 +30,7 @@ from dledger.transport.inmem import InMemoryNetwork
 from tests.raft.cluster import FAST
 from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
+from tests.sim.term_watch import TermWatch
 
 TIMING = FAST  # the deterministic clusters' short timings
 VOTE_HOLD_MS = 10_000
@@ -272,6 +273,7 @@ class Simulation:
         )
         self.stats = Stats()
         self.checker = Checker(scenario.majority, allow_loss=scenario.allow_loss)
+        self.term_watch = TermWatch()
         self.trace_on = trace
         self.trace: list[str] = []
         ids = [f"n{k}" for k in range(scenario.nodes)]
@@ -414,6 +416,7 @@ class Simulation:
             if node.up:
                 self.checker.check_node(node, self.now)
         self.checker.check_replication(list(self.nodes.values()))
+        self.term_watch.check(self.net, {n.node_id: n.core if n.up else None for n in self.nodes.values()})
 
     # -- client load
 

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from dledger.store.term_store import FileTermStore
+from dledger.codes import CorruptStoreError
+from dledger.raft.messages import MAX_TERM
+from dledger.store.term_store import MAX_STORED_TERM, FileTermStore
 
 pytestmark = pytest.mark.unit
 
@@ -48,3 +50,63 @@ def test_falls_back_to_bak_when_currterm_is_missing(tmp_path: Path) -> None:
     store.persist(3, "n1")  # the .bak now holds term 2
     (tmp_path / "currterm").unlink()
     assert FileTermStore(tmp_path).load() == (2, "n0")
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "abc", "-1", "3.5", str(1 << 63), str((1 << 62) + 1), "9223372036854775808"],
+)
+def test_a_currterm_without_a_valid_term_is_refused_naming_the_file(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "currterm"
+    path.write_text(f"currTerm={value}\nvoteLeader=n1\n")
+    with pytest.raises(CorruptStoreError, match="currterm") as err:
+        FileTermStore(tmp_path).load()
+    assert err.value.path == str(path)
+    assert path.read_text() == f"currTerm={value}\nvoteLeader=n1\n"  # nothing rewritten
+
+
+def test_the_highest_term_loads(tmp_path: Path) -> None:
+    (tmp_path / "currterm").write_text(f"currTerm={MAX_TERM}\nvoteLeader=\n")
+    assert FileTermStore(tmp_path).load() == (MAX_TERM, None)
+    assert MAX_STORED_TERM == MAX_TERM
+
+
+def test_a_currterm_without_currterm_key_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "currterm").write_text("voteLeader=n1\n")
+    with pytest.raises(CorruptStoreError, match="currTerm=None"):
+        FileTermStore(tmp_path).load()
+
+
+def test_a_damaged_term_in_currterm_is_not_replaced_by_the_older_bak(tmp_path: Path) -> None:
+    store = FileTermStore(tmp_path)
+    store.persist(2, "n0")
+    store.persist(3, "n1")  # .bak: term 2, which may have been voted in again
+    (tmp_path / "currterm").write_text("currTerm=x3\nvoteLeader=n1\n")
+    with pytest.raises(CorruptStoreError, match=r"currterm at offset 0: currTerm='x3'"):
+        FileTermStore(tmp_path).load()
+
+
+def test_an_unreadable_currterm_falls_back_to_a_valid_bak_and_a_bad_bak_is_named(tmp_path: Path) -> None:
+    store = FileTermStore(tmp_path)
+    store.persist(2, "n0")
+    store.persist(3, "n1")
+    (tmp_path / "currterm").write_bytes(b"\xff\xfe garbage")
+    assert FileTermStore(tmp_path).load() == (2, "n0")  # kvfile's .bak fallback
+    (tmp_path / "currterm.bak").write_text("currTerm=-5\n")
+    with pytest.raises(CorruptStoreError, match=r"currterm\.bak"):
+        FileTermStore(tmp_path).load()
+
+
+def test_an_unreadable_currterm_without_bak_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "currterm").write_bytes(b"\xff\xfe")
+    with pytest.raises(CorruptStoreError, match="unreadable"):
+        FileTermStore(tmp_path).load()
+
+
+@pytest.mark.parametrize("term", [-1, MAX_TERM + 1, 1 << 63])
+def test_persist_refuses_a_term_out_of_range_and_writes_nothing(tmp_path: Path, term: int) -> None:
+    store = FileTermStore(tmp_path)
+    store.persist(4, "n1")
+    with pytest.raises(ValueError, match="not stored"):
+        store.persist(term, None)
+    assert FileTermStore(tmp_path).load() == (4, "n1")

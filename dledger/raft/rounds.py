@@ -1,0 +1,81 @@
+"""The records of one vote (or pre-vote) round and one heartbeat round of the
+LeaderElector, and the `Outbound` requests the passes return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dledger.raft.member_state import MemberState
+from dledger.raft.messages import (
+    HeartBeatRequest,
+    RequestOrResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+
+
+@dataclass(slots=True)
+class Outbound:
+    """A request the shell must send to `target_id`."""
+
+    target_id: str
+    request: RequestOrResponse
+
+
+@dataclass
+class VoteRound:
+    """One vote (or pre-vote) round of a candidate in `term`."""
+
+    term: int
+    deadline_ms: int
+    requests: dict[str, VoteRequest]
+    answered: set[str] = field(default_factory=set)
+    known_max_term: int = -1
+    valid_num: int = 0
+    accepted_num: int = 0
+    not_ready_term_num: int = 0
+    bigger_ledger_num: int = 0
+    already_has_leader: bool = False
+    pre_vote: bool = False
+
+    def record(self, response: VoteResponse) -> None:
+        """Count one answer."""
+        result = response.vote_result
+        if result != VoteResult.UNKNOWN:
+            self.valid_num += 1
+        if result == VoteResult.ACCEPT:
+            self.accepted_num += 1
+        elif result == VoteResult.REJECT_ALREADY_HAS_LEADER:
+            self.already_has_leader = True
+        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
+            self.known_max_term = max(self.known_max_term, response.term)
+        elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
+            self.bigger_ledger_num += 1
+        elif result == VoteResult.REJECT_TERM_NOT_READY:
+            self.not_ready_term_num += 1
+
+    def done(self, member: MemberState) -> bool:
+        """Whether the candidate stops waiting for answers.
+
+        DLedger stops waiting on a quorum of ACCEPTs or when all answered. We also stop
+        on a quorum of ACCEPT + TERM_NOT_READY: the revote then goes out at once, before
+        the members that just moved to this term stand themselves (with a silent,
+        partitioned member DLedger's rounds otherwise split the vote term after term).
+        """
+        if self.not_ready_term_num and member.is_quorum(self.accepted_num + self.not_ready_term_num):
+            return True
+        return member.is_quorum(self.accepted_num) or len(self.answered) == len(self.requests)
+
+
+@dataclass
+class HeartBeatRound:
+    """One heartbeat round of a leader in `term`."""
+
+    term: int
+    deadline_ms: int
+    requests: dict[str, HeartBeatRequest]
+    answered: set[str] = field(default_factory=set)
+    succ_num: int = 1  # the leader itself
+    not_ready_num: int = 0
+    inconsistent_leader: bool = False

@@ -1,0 +1,33 @@
+"""The simulation's term-inflation invariant: a member cut off from every other member
+(both ways: it can neither send nor receive) never raises its term while it stays cut off.
+With Pre-Vote its pre-votes find no quorum, so it keeps its term; without Pre-Vote a
+candidate whose rounds end in WAIT_TO_VOTE_NEXT would raise it round after round, and
+disrupt the group when it rejoins."""
+
+from __future__ import annotations
+
+from dledger.raft.core import RaftCore
+from dledger.transport.inmem import InMemoryNetwork
+from tests.sim.checker import Violation
+
+
+class TermWatch:
+    """Checked after every step (`check`)."""
+
+    def __init__(self) -> None:
+        self.term_when_cut: dict[str, int] = {}
+
+    def check(self, net: InMemoryNetwork, cores: dict[str, RaftCore | None]) -> None:
+        """`cores`: every member's core (None while it is down)."""
+        for node_id, core in cores.items():
+            others = [o for o in cores if o != node_id]
+            cut = all(not net.can_talk(node_id, o) and not net.can_talk(o, node_id) for o in others)
+            if not cut or core is None:
+                self.term_when_cut.pop(node_id, None)
+                continue
+            term = core.member_state.current_term
+            first = self.term_when_cut.setdefault(node_id, term)
+            if term > first:
+                raise Violation(
+                    f"term inflation: {node_id}, cut off from every member, went from term {first} to {term}"
+                )
