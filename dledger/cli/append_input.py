@@ -7,6 +7,7 @@ waiting for more input or for EOF.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -43,10 +44,28 @@ def batches(bodies: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
         yield batch
 
 
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    """What `stream` has, as it arrives. From its file descriptor when it has one: a
+    daemon thread blocked in a buffered read holds the buffer's lock, and the
+    interpreter aborts when it exits then (Ctrl-C during `append -`)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (tests' in-memory stdin)
+        yield from iter(stream.readline, b"")
+        return
+    while chunk := os.read(fd, 1 << 16):
+        yield chunk
+
+
 def _read_lines(stream: BinaryIO, lines: queue.Queue[bytes | OSError | None]) -> None:
     try:
-        for line in iter(stream.readline, b""):
-            lines.put(line.rstrip(b"\r\n") if line.endswith(b"\n") else line)
+        rest = b""
+        for chunk in _chunks(stream):
+            *complete, rest = (rest + chunk).split(b"\n")
+            for line in complete:
+                lines.put(line.removesuffix(b"\r"))
+        if rest:
+            lines.put(rest)
     except (OSError, ValueError) as exc:  # unreadable stdin: the main thread reports it
         lines.put(exc if isinstance(exc, OSError) else OSError(str(exc)))
     lines.put(_EOF)
