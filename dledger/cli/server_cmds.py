@@ -397,6 +397,19 @@ def cluster(
     """
     from dledger.cli.cluster_runner import LocalCluster, store_args
 
+    if base_port + nodes - 1 > 65535:
+        raise click.BadParameter(
+            f"{nodes} members need ports {base_port}..{base_port + nodes - 1}", param_hint="'--base-port'"
+        )
+    if metrics_base_port is not None and metrics_base_port + nodes - 1 > 65535:
+        raise click.BadParameter(
+            f"{nodes} members need ports {metrics_base_port}..{metrics_base_port + nodes - 1}",
+            param_hint="'--metrics-base-port'",
+        )
+    try:
+        parse_address(f"{host}:{base_port}")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--host'") from None
     runner = LocalCluster(
         nodes=nodes,
         group=group,

@@ -61,6 +61,10 @@ def test_out_of_range_numbers_are_usage_errors() -> None:
         ["demo", "--count", "0"],
         ["demo", "--body-size", "-1"],
         ["get", "0", "--raw", "--json"],
+        ["cluster", "--base-port", "65534", "-n", "3"],
+        ["cluster", "--metrics-base-port", "65535", "-n", "2"],
+        ["cluster", "--host", "a,b"],
+        ["server", "-i", "n0", "-p", "n0-127.0.0.1:1", "--listen", "0.0.0.0:99999"],
     ):
         code, _, err = run(*args)
         assert code == 2 and err.startswith("Usage:"), (args, err)
