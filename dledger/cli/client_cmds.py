@@ -26,7 +26,7 @@ import click
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
-from dledger.codes import DLedgerError
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE, Entry
 
@@ -239,6 +239,29 @@ class _Printer:
         self.shown += 1
 
 
+GET_PAGE = 1024
+"""Entries `get` asks for per request: it prints each page before asking for the next."""
+
+
+def _print_committed(client: DLedgerClient, start: int, count: int, node_id: str | None, show: _Printer) -> None:
+    """Print committed entries [start, start + count) page by page, stopping at the
+    commit index. An index that is not committed yet is an error only for the first."""
+    index = start
+    while show.shown < count:
+        want = min(GET_PAGE, count - show.shown)
+        try:
+            entries = client.get(index, want, node_id=node_id)
+        except DLedgerError as exc:
+            if show.shown and exc.code == ResponseCode.INDEX_OUT_OF_RANGE:
+                return  # the previous page ended at the commit index
+            raise
+        for entry in entries:
+            show(entry)
+        if len(entries) < want:
+            return
+        index = entries[-1].index + 1
+
+
 @click.command(cls=GuardedCommand, context_settings=CONTEXT)
 @click.argument("index", type=click.IntRange(0, INT64_MAX), required=False)
 @click.option(
@@ -284,8 +307,7 @@ def get(
         if node_id is not None and node_id not in client.peers:
             raise click.BadParameter(f"{node_id!r} is not one of {', '.join(client.peers)}", param_hint="'--node'")
         if not follow:
-            for entry in client.get(start, count or 1, node_id=node_id):
-                show(entry)
+            _print_committed(client, start, count or 1, node_id, show)
             return
         end = None if count is None else min(start + count, INT64_MAX)
         try:

@@ -185,3 +185,13 @@ def test_get_follow_prints_entries_as_they_are_committed(fake: FakeCluster) -> N
     assert (code, out) == (0, "a\nb\nc\n")
     code, out, _ = run("get", "--follow", "-i", "1", "-c", "2", "--json", "-p", fake.peers)
     assert code == 0 and [json.loads(line)["body"] for line in out.splitlines()] == ["b", "c"]
+
+
+def test_get_prints_large_counts_page_by_page_up_to_the_commit_index(fake: FakeCluster) -> None:
+    fake.log.append([b"%d" % k for k in range(2500)])
+    code, out, _ = run("get", "0", "-c", "1000000", "--raw", "-p", fake.peers)
+    assert code == 0 and out.split() == [str(k) for k in range(2500)]
+    code, out, _ = run("get", "1000", "-c", "1024", "--raw", "-p", fake.peers)
+    assert code == 0 and out.split() == [str(k) for k in range(1000, 2024)]
+    code, out, err = run("get", "2500", "-c", "5", "-p", fake.peers)
+    assert code == 1 and out == "" and err.startswith("error: INDEX_OUT_OF_RANGE (410)")
