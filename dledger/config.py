@@ -16,6 +16,7 @@ can be set from a YAML file or the command line say so in their metadata, which 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,27 +38,64 @@ class ConfigError(ValueError):
     """A configuration value is invalid."""
 
 
+_PEER_ID = re.compile(r"^[A-Za-z0-9_.]+$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_IPV6 = re.compile(r"^\[[0-9A-Fa-f:.]+(%[A-Za-z0-9_.-]+)?\]$")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split a member address `host:port` (or `[ipv6]:port`) into host and port.
+
+    Raises:
+        ConfigError: no port, a port outside 1-65535, an empty host, or a host with
+            characters no host name or address has (commas, spaces, a second ':').
+    """
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"bad address {address!r}: expected <host>:<port>")
+    if not (port_text.isascii() and port_text.isdigit() and len(port_text) <= 5):
+        raise ConfigError(f"bad port in {address!r}: expected a number 1-65535")
+    port = int(port_text)
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"bad port {port} in {address!r}: expected 1-65535")
+    if not (_HOST_NAME.match(host) or _IPV6.match(host)):
+        raise ConfigError(f"bad host {host!r} in {address!r}: expected a host name, an IPv4 address or [IPv6]")
+    return host, port
+
+
 def parse_peers(peers: str) -> dict[str, str]:
     """Parse DLedger's peers string `"n0-host:port;n1-host:port"` into {id: address}.
 
-    The id is the text before the first '-' (ids cannot contain '-', hosts may), the
-    address the rest. Order is kept.
+    The id is the text before the first '-' (ids cannot contain '-', hosts may): letters,
+    digits, '_' and '.'. The address is `host:port` with a port 1-65535 (`[ipv6]:port`
+    for IPv6). Surrounding blanks and empty items (`a;;b;`) are ignored. Order is kept.
 
     Raises:
-        ConfigError: empty string, an item without '-', an empty id or address, or a
-            duplicate id.
+        ConfigError: empty string, an item without '-', a bad id, host or port (see
+            `parse_address`), a duplicate id or a duplicate address.
     """
     result: dict[str, str] = {}
+    seen: dict[str, str] = {}
     items = [item.strip() for item in peers.split(";") if item.strip()]
     if not items:
-        raise ConfigError(f"no peers in {peers!r}")
+        raise ConfigError(f"no peers in {peers!r}: expected <id>-<host>:<port>;...")
     for item in items:
         node_id, sep, address = item.partition("-")
         node_id, address = node_id.strip(), address.strip()
         if not sep or not node_id or not address:
             raise ConfigError(f"bad peer {item!r}: expected <id>-<host>:<port>")
+        if not _PEER_ID.match(node_id):
+            raise ConfigError(f"bad peer id {node_id!r} in {item!r}: use letters, digits, '_' and '.'")
+        try:
+            host, port = parse_address(address)
+        except ConfigError as exc:
+            raise ConfigError(f"peer {node_id}: {exc}") from None
         if node_id in result:
             raise ConfigError(f"duplicate peer id {node_id!r} in {peers!r}")
+        key = f"{host.lower()}:{port}"
+        if key in seen:
+            raise ConfigError(f"peers {seen[key]} and {node_id} have the same address {address!r}")
+        seen[key] = node_id
         result[node_id] = address
     return result
 

@@ -18,7 +18,7 @@ from typing import Any
 from dledger.config import DLedgerConfig
 from dledger.node import DLedgerNode
 from dledger.transport.grpc_client import GrpcTransport
-from dledger.transport.grpc_server import GrpcServer, ServiceLimits
+from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +69,16 @@ class DLedgerServer:
         """Open the store, bind the port and start the node and the server.
 
         Raises:
-            BindError: the port cannot be bound (nothing is left running).
+            BindError: the service or the metrics port cannot be bound (nothing is
+                left running).
             DLedgerError, OSError: the store cannot be opened (e.g. CorruptStoreError).
         """
         self.transport = GrpcTransport(self.config)
         try:
             self.node = self._node_factory(self.config, self.transport)
             self.grpc = GrpcServer(self.node, self.listen_address, self.limits)
+            if self.metrics_port is not None:
+                self._start_metrics(self.metrics_port)
         except BaseException:
             if self.node is not None:
                 self.node.shutdown()
@@ -83,8 +86,6 @@ class DLedgerServer:
             raise
         self.node.start()
         self.grpc.start()
-        if self.metrics_port is not None:
-            self._start_metrics(self.metrics_port)
         log.info(
             "%s of group %s serving on %s (store %s)",
             self.config.self_id,
@@ -101,7 +102,10 @@ class DLedgerServer:
             log.warning("dledger.metrics is not available; no metrics served")
             return
         assert self.node is not None
-        self._metrics = start_metrics_server(self.node, port)
+        try:
+            self._metrics = start_metrics_server(self.node, port)
+        except OSError as exc:
+            raise BindError(f"metrics port {port} is already in use ({exc.strerror or exc})") from exc
         log.info("metrics on http://127.0.0.1:%d/metrics", port)
 
     def shutdown(self, grace_s: float = 2.0) -> None:

@@ -1,49 +1,70 @@
-"""Client commands of `dledger`: append, get, status, leadership-transfer, bench.
+"""Client commands of `dledger`: append, get, status, leadership-transfer (bench: see
+`dledger.cli.bench_cmd`).
 
-Every command takes `--peers/-p` and `--group/-g` (DLedger's names) with defaults that
-reach the local 3-member cluster `make run` starts, so `dledger append hello` just
-works. Errors are one line naming the DLedger code; exit status 0 = success, 1 = the
-operation failed (or its outcome is unknown), 2 = usage error.
+Every command takes `--peers/-p` and `--group/-g` (DLedger's names; also read from the
+environment as DLEDGER_PEERS and DLEDGER_GROUP) with defaults that reach the local
+3-member cluster `make run` starts, so `dledger append hello` just works. Errors are one
+line naming the DLedger code; exit status 0 = success, 1 = the operation failed (or its
+outcome is unknown), 2 = usage error, 130 = interrupted (see `dledger.cli.errors`).
+
+Bodies are shown as text when they are printable UTF-8 (and do not start with
+`base64:`), else as `base64:` followed by the body in base64; `--json` gives `body`
+(text) or `body_b64`, `--raw` the bytes.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from dledger.cli.loadgen import MODES, BenchConfig, BenchResult, run_bench
+from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
+from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
-from dledger.codes import DLedgerError
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
-from dledger.entry import Entry
+from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE, Entry
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+MAX_BODY = MAX_ENTRY_SIZE - HEADER_SIZE
+"""The largest body a member accepts (DLedger's 4 MiB entry limit, header included)."""
+BASE64_PREFIX = "base64:"
+"""How a binary body starts when shown (`base64:AP8=` is the two bytes 00 ff)."""
 
 
 def client_options(fn: F) -> F:
-    """--peers/-p, --group/-g and --timeout, shared by every client command."""
+    """--peers/-p, --group/-g (DLEDGER_PEERS, DLEDGER_GROUP) and --timeout, shared by
+    every client command."""
     fn = click.option(
         "--timeout",
         "timeout_s",
-        type=click.FloatRange(min=0.001),
+        type=FiniteFloatRange(min=0.001, max=1e6),
         default=5.0,
         show_default=True,
         help="Seconds for one operation, redirects and safe retries included.",
     )(fn)
-    fn = click.option("-g", "--group", default=DEFAULT_GROUP, show_default=True, help="Raft group name.")(fn)
+    fn = click.option(
+        "-g",
+        "--group",
+        default=DEFAULT_GROUP,
+        show_default=True,
+        envvar="DLEDGER_GROUP",
+        show_envvar=True,
+        help="Raft group name.",
+    )(fn)
     fn = click.option(
         "-p",
         "--peers",
         default=DEFAULT_PEERS,
         show_default=True,
+        envvar="DLEDGER_PEERS",
+        show_envvar=True,
         help="Members as id-host:port, ';'-separated (DLedger's format).",
     )(fn)
     return fn
@@ -57,32 +78,16 @@ def open_client(peers: str, group: str, timeout_s: float) -> DLedgerClient:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
 
 
-def fail(message: str) -> None:
-    """Print one error line and exit 1."""
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
-def reports_errors(fn: F) -> F:
-    """Turn a DLedgerError into one line on stderr and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except DLedgerError as exc:
-            fail(str(exc))
-
-    return wrapper  # type: ignore[return-value]
-
-
 def show_body(body: bytes) -> str:
-    """A body for humans: the text when it is printable UTF-8, else `0x` + hex."""
+    """A body for humans: the text when it is printable UTF-8 (and does not itself start
+    with `base64:`), else `base64:` + the body in base64."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        return "0x" + body.hex()
-    return text if text.isprintable() else repr(text)
+        text = None
+    if text is not None and text.isprintable() and not text.startswith(BASE64_PREFIX):
+        return text
+    return BASE64_PREFIX + base64.b64encode(body).decode("ascii")
 
 
 def entry_json(entry: Entry) -> dict[str, Any]:
@@ -104,36 +109,25 @@ def entry_json(entry: Entry) -> dict[str, Any]:
 # -------------------------------------------------------------------------- append
 
 
-def _bodies(body: str | None, files: tuple[Path, ...], count: int, body_size: int | None) -> Iterator[bytes]:
+def _requests(
+    body: str | None, files: tuple[Path, ...], count: int, body_size: int | None, batch_size: int
+) -> Iterator[list[bytes]]:
     if body == "-":
-        for line in sys.stdin.buffer:
-            yield line.rstrip(b"\r\n")
-        return
+        return stdin_batches(sys.stdin.buffer, batch_size)
     if body is not None:
-        for _ in range(count):
-            yield body.encode("utf-8")
-        return
+        return batches((body.encode("utf-8", "surrogateescape") for _ in range(count)), batch_size)
     if files:
-        for path in files:
-            yield path.read_bytes()
-        return
-    for k in range(count):
-        text = f"entry-{k}".encode()
-        yield text if body_size is None else (text * (body_size // max(1, len(text)) + 1))[:body_size]
+        return batches(file_bodies(files), batch_size)
+    return batches(generated_bodies(count, body_size), batch_size)
 
 
-def _batches(bodies: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    batch: list[bytes] = []
-    for body in bodies:
-        batch.append(body)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _appended(appended: int, first: int, last: int) -> str:
+    if appended == 0:
+        return "nothing was appended"
+    return f"{appended} entries were appended at indexes {first}..{last}"
 
 
-@click.command(context_settings=CONTEXT)
+@click.command(cls=GuardedCommand, context_settings=CONTEXT)
 @click.argument("body", required=False)
 @click.option("-d", "--data", help="The body to append (DLedger's option; same as BODY).")
 @click.option(
@@ -147,16 +141,15 @@ def _batches(bodies: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
 @click.option(
     "-c",
     "--count",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, INT64_MAX),
     help="Append BODY this many times, or without BODY this many generated bodies.",
 )
-@click.option("--body-size", type=click.IntRange(min=0), help="Size of generated bodies (with --count).")
+@click.option("--body-size", type=click.IntRange(0, MAX_BODY), help="Size of generated bodies (with --count).")
 @click.option(
     "-b", "--batch-size", type=click.IntRange(1, 65536), default=1000, show_default=True, help="Bodies per request."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @client_options
-@reports_errors
 def append(
     body: str | None,
     data: str | None,
@@ -171,9 +164,11 @@ def append(
 ) -> None:
     """Append entries to the log and print their indexes.
 
-    BODY is appended as UTF-8 text; BODY `-` appends every line of stdin as one entry.
-    Bodies go in batches of --batch-size per request; each batch gets consecutive
-    indexes. Examples:
+    BODY is appended as UTF-8 text; BODY `-` appends every line of stdin as one entry,
+    as the lines arrive (`tail -f app.log | dledger append -` works): each request
+    carries the lines already there, up to --batch-size. Other bodies go in batches of
+    --batch-size per request; each batch gets consecutive indexes. Ctrl-C stops and
+    reports how many entries were appended (exit 130). Examples:
 
     \b
       dledger append hello
@@ -190,19 +185,27 @@ def append(
         raise click.UsageError("--count does not go with stdin (-)")
     if body is None and not files and count is None:
         raise click.UsageError("nothing to append: give BODY, --file, - (stdin lines) or --count")
+    if body_size is not None and (body is not None or files):
+        raise click.UsageError("--body-size goes with generated bodies (--count without BODY or --file)")
     first = last = -1
-    appended = 0
+    appended = in_flight = 0
     with open_client(peers, group, timeout_s) as client:
-        for batch in _batches(_bodies(body, files, count or 1, body_size), batch_size):
-            try:
-                result = client.append_batch(batch)
-            except DLedgerError as exc:
-                if not appended:
-                    raise
-                fail(f"{exc}; before it, {appended} entries were appended at indexes {first}..{last}")
-            first = result.first_index if first < 0 else first
-            last = result.last_index
-            appended += result.count
+        try:
+            for batch in _requests(body, files, count or 1, body_size, batch_size):
+                in_flight = len(batch)
+                try:
+                    result = client.append_batch(batch)
+                except DLedgerError as exc:
+                    if not appended:
+                        raise
+                    fail(f"{exc}; before it, {_appended(appended, first, last)}")
+                in_flight = 0
+                first = result.first_index if first < 0 else first
+                last = result.last_index
+                appended += result.count
+        except KeyboardInterrupt:
+            unknown = f"; the outcome of the last request ({in_flight} entries) is unknown" if in_flight else ""
+            interrupted(_appended(appended, first, last) + unknown)
     if appended == 0:
         fail("nothing to append: stdin was empty")
     if as_json:
@@ -216,19 +219,70 @@ def append(
 # ----------------------------------------------------------------------------- get
 
 
-@click.command(context_settings=CONTEXT)
-@click.argument("index", type=click.IntRange(min=0), required=False)
-@click.option("-i", "--index", "index_option", type=click.IntRange(min=0), help="DLedger's option; same as INDEX.")
-@click.option("-c", "--count", type=click.IntRange(min=1), default=1, show_default=True, help="Entries to read.")
+class _Printer:
+    """Writes entries as `get` shows them (text line, JSON object or raw body)."""
+
+    def __init__(self, raw: bool, as_json: bool) -> None:
+        self.out: BinaryIO | None = sys.stdout.buffer if raw else None
+        self.as_json = as_json
+        self.shown = 0
+
+    def __call__(self, entry: Entry) -> None:
+        if self.out is not None:
+            self.out.write(entry.body + b"\n")
+            self.out.flush()
+        elif self.as_json:
+            click.echo(json.dumps(entry_json(entry)))
+        else:
+            noop = " (noop)" if entry.is_noop else ""
+            click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")
+        self.shown += 1
+
+
+GET_PAGE = 1024
+"""Entries `get` asks for per request: it prints each page before asking for the next."""
+
+
+def _print_committed(client: DLedgerClient, start: int, count: int, node_id: str | None, show: _Printer) -> None:
+    """Print committed entries [start, start + count) page by page, stopping at the
+    commit index. An index that is not committed yet is an error only for the first."""
+    index = start
+    while show.shown < count:
+        want = min(GET_PAGE, count - show.shown)
+        try:
+            entries = client.get(index, want, node_id=node_id)
+        except DLedgerError as exc:
+            if show.shown and exc.code == ResponseCode.INDEX_OUT_OF_RANGE:
+                return  # the previous page ended at the commit index
+            raise
+        for entry in entries:
+            show(entry)
+        if len(entries) < want:
+            return
+        index = entries[-1].index + 1
+
+
+@click.command(cls=GuardedCommand, context_settings=CONTEXT)
+@click.argument("index", type=click.IntRange(0, INT64_MAX), required=False)
+@click.option(
+    "-i", "--index", "index_option", type=click.IntRange(0, INT64_MAX), help="DLedger's option; same as INDEX."
+)
+@click.option(
+    "-c",
+    "--count",
+    type=click.IntRange(1, INT64_MAX),
+    help="Entries to read.  [default: 1; with --follow: no limit]",
+)
+@click.option("-F", "--follow", is_flag=True, help="Keep printing entries as they are committed, until Ctrl-C.")
 @click.option("--node", "node_id", help="Read from this member (default: the leader).")
 @click.option("--raw", is_flag=True, help="Write only the bodies, one per line.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per entry.")
 @client_options
-@reports_errors
 def get(
     index: int | None,
     index_option: int | None,
-    count: int,
+    count: int | None,
+    follow: bool,
     node_id: str | None,
     raw: bool,
     as_json: bool,
@@ -238,24 +292,29 @@ def get(
 ) -> None:
     """Print committed entries from INDEX (at most --count; fewer at the commit index).
 
-    Each line shows the index, the term and the body (UTF-8 text, or 0x-hex).
+    Each line shows the index, the term and the body: the text when it is printable
+    UTF-8, else `base64:` and the body in base64. With --follow it waits for new
+    entries and prints each once committed (`tail -f` of the log) until Ctrl-C (exit
+    130) or --count entries.
     """
     if index is not None and index_option is not None and index != index_option:
         raise click.UsageError("give the index as INDEX or --index, not both")
+    if raw and as_json:
+        raise click.UsageError("give --raw or --json, not both")
     start = index if index is not None else index_option if index_option is not None else 0
+    show = _Printer(raw, as_json)
     with open_client(peers, group, timeout_s) as client:
         if node_id is not None and node_id not in client.peers:
             raise click.BadParameter(f"{node_id!r} is not one of {', '.join(client.peers)}", param_hint="'--node'")
-        entries = client.get(start, count, node_id=node_id)
-    out: BinaryIO | None = sys.stdout.buffer if raw else None
-    for entry in entries:
-        if out is not None:
-            out.write(entry.body + b"\n")
-        elif as_json:
-            click.echo(json.dumps(entry_json(entry)))
-        else:
-            noop = " (noop)" if entry.is_noop else ""
-            click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")
+        if not follow:
+            _print_committed(client, start, count or 1, node_id, show)
+            return
+        end = None if count is None else min(start + count, INT64_MAX)
+        try:
+            for entry in client.iterate(start, end, follow=True, node_id=node_id):
+                show(entry)
+        except KeyboardInterrupt:
+            interrupted(f"{show.shown} entries shown")
 
 
 # -------------------------------------------------------------------------- status
@@ -288,15 +347,15 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
     return rows
 
 
-@click.command(context_settings=CONTEXT)
+@click.command(cls=GuardedCommand, context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a table.")
 @client_options
-@reports_errors
 def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
     """Show every member: role, term, log range, commit index and lag behind the leader.
 
-    Members that do not answer are shown as UNREACHABLE; the exit status is 1 only when
-    none answers.
+    Members that do not answer are shown as UNREACHABLE. The exit status is 0 only when
+    every member answered and a leader is known; else the table (or JSON) is still
+    printed and the exit status is 1, with one line saying why.
     """
     with open_client(peers, group, timeout_s) as client:
         rows = status_rows(client.status())
@@ -324,24 +383,45 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
         for r in rows:
             if r["error"]:
                 click.echo(f"{r['id']}: {' '.join(r['error'].split())}")
-    if not any(r["reachable"] for r in rows):
-        fail("NETWORK_ERROR (302): no member answered")
+    problem = status_problem(rows)
+    if problem:
+        fail(problem)
+
+
+def status_problem(rows: list[dict[str, Any]]) -> str | None:
+    """Why `status` exits 1 (None: every member answered and a leader is known)."""
+    down = [r["id"] for r in rows if not r["reachable"]]
+    if len(down) == len(rows):
+        return "NETWORK_ERROR (302): no member answered"
+    if not any(r["role"] == "LEADER" for r in rows):
+        unreachable = f" ({', '.join(down)} unreachable)" if down else ""
+        return f"no leader: no member that answered is leading{unreachable}"
+    if down:
+        return f"{', '.join(down)} unreachable: {len(rows) - len(down)} of {len(rows)} members answered"
+    return None
 
 
 # ------------------------------------------------------------- leadership-transfer
 
 
-@click.command("leadership-transfer", context_settings=CONTEXT)
+@click.command("leadership-transfer", cls=GuardedCommand, context_settings=CONTEXT)
 @click.option("-t", "--to", "--transferee-id", "transferee_id", required=True, help="The member that should lead.")
 @click.option("-l", "--leader", help="The current leader's id (default: found by asking the members).")
-@click.option("--term", type=click.IntRange(min=0), help="The current leader's term (checked when given).")
+@click.option("--term", type=click.IntRange(0, INT64_MAX), help="The current leader's term (checked when given).")
+@click.option("--json", "as_json", is_flag=True, help="Print the new leader and term as JSON.")
 @client_options
-@reports_errors
 def leadership_transfer(
-    transferee_id: str, leader: str | None, term: int | None, peers: str, group: str, timeout_s: float
+    transferee_id: str,
+    leader: str | None,
+    term: int | None,
+    as_json: bool,
+    peers: str,
+    group: str,
+    timeout_s: float,
 ) -> None:
     """Ask the leader to hand leadership to another member (DLedger's
-    leadershipTransfer); prints the new leader and term."""
+    leadershipTransfer); prints the new leader and term. --timeout bounds the whole
+    operation (finding the leader and the transfer)."""
     with open_client(peers, group, timeout_s) as client:
         try:
             client.target(transferee_id)
@@ -349,112 +429,11 @@ def leadership_transfer(
                 client.leader = client.target(leader)
         except DLedgerError as exc:
             raise click.BadParameter(exc.message) from exc
-        new_term = client.leadership_transfer(transferee_id, term)
-    click.echo(f"{transferee_id} leads now (term {new_term})")
-
-
-# --------------------------------------------------------------------------- bench
-
-
-@click.command(context_settings=CONTEXT)
-@click.option("-m", "--mode", type=click.Choice(MODES), default="batch", show_default=True, help="Append path to load.")
-@click.option("-c", "--concurrency", type=click.IntRange(1, 1024), default=4, show_default=True, help="Threads.")
-@click.option("-s", "--body-size", type=click.IntRange(min=0), default=128, show_default=True, help="Bytes per body.")
-@click.option(
-    "-b",
-    "--batch-size",
-    type=click.IntRange(1, 65536),
-    default=1000,
-    show_default=True,
-    help="Bodies per request (batch) or per producer batch (stream).",
-)
-@click.option("-d", "--duration", type=click.FloatRange(min=0.1), default=10.0, show_default=True, help="Seconds.")
-@click.option("--rate", type=click.FloatRange(min=0), default=0.0, help="Offered entries/s in total (0: no cap).")
-@click.option("--linger-ms", type=click.IntRange(min=0), default=2, show_default=True, help="Producer linger (stream).")
-@click.option(
-    "--max-in-flight", type=click.IntRange(min=1), default=16, show_default=True, help="Producer batches in flight."
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object (no progress bar).")
-@client_options
-@reports_errors
-def bench(
-    mode: str,
-    concurrency: int,
-    body_size: int,
-    batch_size: int,
-    duration: float,
-    rate: float,
-    linger_ms: int,
-    max_in_flight: int,
-    as_json: bool,
-    peers: str,
-    group: str,
-    timeout_s: float,
-) -> None:
-    """Load the cluster and report committed entries/s and append latency.
-
-    Modes: `single` (one body per Append), `batch` (--batch-size bodies per Append),
-    `stream` (a Producer over AppendStream batching on the client side). Latency is
-    from the call to the commit answer (per request; per body in stream mode).
-    """
-    config = BenchConfig(
-        mode=mode,
-        concurrency=concurrency,
-        body_size=body_size,
-        batch_size=1 if mode == "single" else batch_size,
-        duration_s=duration,
-        rate=rate,
-        linger_ms=linger_ms,
-        max_in_flight=max_in_flight,
-    )
-    with open_client(peers, group, timeout_s) as client:
-        result = run_bench(client, config) if as_json else _bench_with_progress(client, config)
+        new_term = client.leadership_transfer(transferee_id, term, timeout_s=timeout_s)
     if as_json:
-        click.echo(json.dumps(result.as_dict()))
+        click.echo(json.dumps({"leader": transferee_id, "term": new_term}))
     else:
-        _print_bench(result)
-    if result.entries == 0:
-        fail(f"nothing was committed: {result.first_error or 'no answer'}")
+        click.echo(f"{transferee_id} leads now (term {new_term})")
 
 
-def _bench_with_progress(client: DLedgerClient, config: BenchConfig) -> BenchResult:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (
-        TextColumn(f"{config.mode} x{config.concurrency}"),
-        BarColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-    )
-    with Progress(*columns, transient=True) as bar:
-        task = bar.add_task("bench", total=config.duration_s, rate="")
-
-        def update(entries: int, elapsed: float) -> None:
-            rate = f"{entries / elapsed:,.0f} entries/s" if elapsed > 0 else ""
-            bar.update(task, completed=min(elapsed, config.duration_s), rate=rate)
-
-        return run_bench(client, config, update)
-
-
-def _print_bench(result: BenchResult) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    c = result.config
-    table = Table(title=f"{c.mode} x{c.concurrency}, {c.body_size} B", show_header=False)
-    table.add_column(justify="left")
-    table.add_column(justify="right")
-    table.add_row("committed entries", f"{result.entries:,}")
-    table.add_row("entries/s", f"{result.entries_per_s:,.0f}")
-    table.add_row("MiB/s", f"{result.mib_per_s:,.2f}")
-    table.add_row("requests", f"{result.requests:,}")
-    table.add_row("failed / unknown", f"{result.failed} / {result.indeterminate}")
-    for name in ("p50", "p99", "p999", "max"):
-        if name in result.latency_ms:
-            table.add_row(f"latency {name}", f"{result.latency_ms[name]:.2f} ms")
-    Console().print(table)
-    if result.first_error:
-        click.echo(f"first error: {result.first_error}", err=True)
-
-
-__all__ = ["append", "bench", "get", "leadership_transfer", "status"]
+__all__ = ["CONTEXT", "MAX_BODY", "append", "client_options", "get", "leadership_transfer", "open_client", "status"]

@@ -272,7 +272,7 @@ class LocalCluster:
             for member_id, member in self.members.items():
                 if member.process is not None and not member.alive and member.process.returncode is not None:
                     code = member.process.returncode
-                    self._say(f"{member_id} exited with status {code}" + (" (port in use?)" if code == 98 else ""))
+                    self._say(f"{member_id} exited with status {code} (its log above says why)")
                     member.process = None
                     status = 1
             if not any(m.alive for m in self.members.values()):

@@ -9,23 +9,30 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from dledger.cli.errors import GuardedCommand
 from dledger.embedded import open_log
+from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.store import StoreConfig
 
 console = Console(highlight=False)
+MAX_BODY = MAX_ENTRY_SIZE - HEADER_SIZE
 
 
-@click.command()
+@click.command(cls=GuardedCommand)
 @click.option(
     "--dir",
     "directory",
     default=".dledger-data",
     show_default=True,
-    type=click.Path(path_type=Path),
+    type=click.Path(file_okay=False, path_type=Path),
     help="storeBaseDir; the log lives in DIR/dledger-demo.",
 )
-@click.option("--count", default=1_000_000, show_default=True, help="Entries to append.")
-@click.option("--body-size", default=128, show_default=True, help="Body size in bytes.")
+@click.option(
+    "--count", type=click.IntRange(1, 100_000_000), default=1_000_000, show_default=True, help="Entries to append."
+)
+@click.option(
+    "--body-size", type=click.IntRange(1, MAX_BODY), default=128, show_default=True, help="Body size in bytes."
+)
 def demo(directory: Path, count: int, body_size: int) -> None:
     """Append to a local log, read it back and show where it lives."""
     node_dir = directory / "dledger-demo"
@@ -42,7 +49,7 @@ def demo(directory: Path, count: int, body_size: int) -> None:
         append = log.append
         for _ in range(count):
             append(body)
-        elapsed = time.perf_counter() - start
+        elapsed = max(time.perf_counter() - start, 1e-9)
         console.print(
             f"appended {count:,} entries of {body_size} B in {elapsed:.3f} s "
             f"= [bold]{count / elapsed:,.0f} appends/s[/bold] (one call per entry, CRC on)"
@@ -51,7 +58,7 @@ def demo(directory: Path, count: int, body_size: int) -> None:
         get_body = log.get_body
         for index in range(before + 1, log.end_index + 1):
             get_body(index)
-        elapsed = time.perf_counter() - start
+        elapsed = max(time.perf_counter() - start, 1e-9)
         console.print(f"read them back by index: [bold]{count / elapsed:,.0f} gets/s[/bold]")
         last = log.get(log.end_index)
         console.print(f"last entry: index={last.index} term={last.term} pos={last.pos} size={last.size}")

@@ -7,17 +7,24 @@ import logging
 import click
 
 from dledger import __version__
-from dledger.cli.client_cmds import append, bench, get, leadership_transfer, status
+from dledger.cli.bench_cmd import bench
+from dledger.cli.client_cmds import append, get, leadership_transfer, status
 from dledger.cli.demo import demo
+from dledger.cli.errors import GuardedGroup
 from dledger.cli.server_cmds import cluster, server
 from dledger.cli.store_tools import check, read_file
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dledger")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the store does (recovery, retention).")
 def main(verbose: bool) -> None:
-    """dledger-py: a Raft-replicated commit log, byte-compatible with RocketMQ's DLedger."""
+    """dledger-py: a Raft-replicated commit log, byte-compatible with RocketMQ's DLedger.
+
+    Exit status: 0 done, 1 failed (one `error:` line on stderr), 2 usage error, 130
+    interrupted (Ctrl-C). Client commands read --peers and --group from DLEDGER_PEERS
+    and DLEDGER_GROUP when the options are not given.
+    """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s")
 
 

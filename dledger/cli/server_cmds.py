@@ -3,9 +3,12 @@ N-member cluster on loopback, one child process per member)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import logging
 import re
+import socket
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -14,12 +17,14 @@ from typing import Any, Literal, TypeVar
 
 import click
 
+from dledger.cli.errors import GuardedCommand, fail, one_line
 from dledger.codes import DLedgerError
-from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config
+from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
 
-EXIT_ADDRESS_IN_USE = 98
-"""`dledger server` exit status when its port cannot be bound (errno EADDRINUSE)."""
-EXIT_BAD_STORE = 3
+EXIT_ADDRESS_IN_USE = 1
+"""`dledger server` exit status when its port cannot be bound: 1 as any failure, with
+a message `port N is already in use` (the metrics port is named as such)."""
+EXIT_BAD_STORE = 1
 """`dledger server` exit status when the store cannot be opened (damaged, unreadable)."""
 
 CLUSTER_STORE_DEFAULTS: dict[str, Any] = {"flush_mode": "async", "data_file_size": 64 << 20}
@@ -116,9 +121,11 @@ def _read_document(path: Path, self_id: str | None) -> dict[Any, Any]:
     import yaml  # type: ignore[import-untyped]
 
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.UsageError(f"cannot read config file {path}: {exc}") from exc
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise click.UsageError(f"cannot read config file {path}: not a UTF-8 text file") from None
+    except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
+        raise click.UsageError(f"cannot read config file {path}: {one_line(str(exc))}") from None
     if not isinstance(document, dict):
         raise click.UsageError(f"{path}: expected a mapping of settings")
     if "configs" in document:
@@ -149,8 +156,8 @@ def file_settings(
             continue
         try:
             result[field.name] = _coerce(field, value)
-        except (TypeError, ValueError) as exc:
-            raise click.UsageError(f"{source}: bad value for {key}: {value!r} ({exc})") from exc
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise click.UsageError(f"{source}: bad value for {key}: {value!r:.80} ({exc})") from exc
     return result
 
 
@@ -180,8 +187,8 @@ def build_config(file_settings: dict[str, Any], options: dict[str, Any]) -> DLed
         store["index_file_size"] = index_segment_size(store["data_file_size"])
     try:
         return DLedgerConfig(**settings, store=member_store_config(**store))
-    except ConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except (ConfigError, ValueError, TypeError) as exc:
+        raise click.UsageError(one_line(str(exc))) from exc
 
 
 def store_options(
@@ -225,7 +232,7 @@ def server_command_line(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "dledger.cli.server_cmds", *args]
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(cls=GuardedCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-g", "--group", help="Raft group name.  [default: default]")
 @click.option("-i", "--id", "self_id", help="This member's id (no '-' in ids).  [default: n0]")
 @click.option("-p", "--peers", help="Every member as id-host:port, ';'-separated.  [default: n0-localhost:20911]")
@@ -294,7 +301,8 @@ def server(
     from dledger.server import DLedgerServer
     from dledger.transport.grpc_server import BindError
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file (tests): no dumps
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
     allocator.keep_freed_memory()  # reuse freed message buffers (see dledger.allocator)
 
     logging.basicConfig(
@@ -318,18 +326,43 @@ def server(
             **store,
         },
     )
+    if listen is not None:
+        try:
+            parse_address(listen)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--listen'") from None
     srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port)
     try:
         srv.run_until_signal()
     except BindError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_ADDRESS_IN_USE)
+        fail(bind_failure(srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
     except (DLedgerError, OSError) as exc:
-        click.echo(f"error: cannot open the store in {config.default_path}: {exc}", err=True)
-        sys.exit(EXIT_BAD_STORE)
+        fail(f"cannot open the store in {config.default_path}: {exc}", EXIT_BAD_STORE)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def bind_failure(address: str, exc: OSError) -> str:
+    """The message for a port that could not be bound: `port N is already in use` when
+    it is (probed again here: gRPC does not say why), else what gRPC said."""
+    text = str(exc)
+    if text.startswith("metrics port"):
+        return text
+    try:
+        host, port = parse_address(address)
+    except ConfigError:
+        return text
+    probe = socket.socket(socket.AF_INET6 if host.startswith("[") else socket.AF_INET)
+    try:
+        probe.bind((host.strip("[]"), port))
+    except OSError as probe_exc:
+        if probe_exc.errno == errno.EADDRINUSE:
+            return f"port {port} is already in use (cannot listen on {address})"
+        return f"cannot listen on {address}: {probe_exc.strerror or probe_exc}"
+    finally:
+        probe.close()
+    return text
+
+
+@click.command(cls=GuardedCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-n", "--nodes", default=3, show_default=True, type=click.IntRange(1, 9), help="Members.")
 @click.option("-g", "--group", default="default", show_default=True, help="Raft group name.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on.")
@@ -364,6 +397,19 @@ def cluster(
     """
     from dledger.cli.cluster_runner import LocalCluster, store_args
 
+    if base_port + nodes - 1 > 65535:
+        raise click.BadParameter(
+            f"{nodes} members need ports {base_port}..{base_port + nodes - 1}", param_hint="'--base-port'"
+        )
+    if metrics_base_port is not None and metrics_base_port + nodes - 1 > 65535:
+        raise click.BadParameter(
+            f"{nodes} members need ports {metrics_base_port}..{metrics_base_port + nodes - 1}",
+            param_hint="'--metrics-base-port'",
+        )
+    try:
+        parse_address(f"{host}:{base_port}")
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--host'") from None
     runner = LocalCluster(
         nodes=nodes,
         group=group,

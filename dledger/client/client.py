@@ -248,19 +248,24 @@ class DLedgerClient:
         """
         return self.append_batch(bodies).first_index
 
-    def leadership_transfer(self, transferee_id: str, term: int | None = None) -> int:
+    def leadership_transfer(
+        self, transferee_id: str, term: int | None = None, *, timeout_s: float | None = None
+    ) -> int:
         """Ask the leader to hand leadership to `transferee_id`; returns the new term.
 
         Args:
             transferee_id: the member that should lead.
             term: the leader's current term (DLedger's `--term`; optional).
+            timeout_s: the time budget of the whole operation (default: the client's
+                timeout, at least TRANSFER_TIMEOUT_S).
 
         Raises:
             DLedgerError: UNKNOWN_MEMBER, FALL_BEHIND_TOO_MUCH, TAKE_LEADERSHIP_FAILED,
                 LEADER_TRANSFERRING, NOT_LEADER..., or TIMEOUT/NETWORK_ERROR.
         """
         self.target(transferee_id)
-        timeout_s = max(self.timeout_s, TRANSFER_TIMEOUT_S)
+        if timeout_s is None:
+            timeout_s = max(self.timeout_s, TRANSFER_TIMEOUT_S)
         request = pb.LeadershipTransferRequest(group=self.group, transferee_id=transferee_id)
         leader = self.leader
         if leader is not None:

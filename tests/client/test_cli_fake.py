@@ -49,7 +49,7 @@ def test_append_count_stdin_and_file_batches(fake: FakeCluster, tmp_path) -> Non
     assert fake.log.bodies[28:] == [b"a", b"b", b"c", b"\x00\xff"]
     raw = CliRunner().invoke(main, ["get", "28", "-c", "4", "--raw", "-p", fake.peers])
     assert raw.exit_code == 0 and raw.stdout_bytes == b"a\nb\nc\n\x00\xff\n"
-    assert run(fake, "get", "31")[1] == "31\tterm 1\t0x00ff\n"
+    assert run(fake, "get", "31")[1] == "31\tterm 1\tbase64:AP8=\n"
 
 
 def test_usage_errors_exit_2(fake: FakeCluster) -> None:
@@ -75,11 +75,14 @@ def test_failures_exit_1_with_one_line_naming_the_code(fake: FakeCluster) -> Non
 
 def test_status_table_and_json_show_unreachable_members(fake: FakeCluster) -> None:
     run(fake, "append", "x")
+    code, out, err = run(fake, "status")
+    assert (code, err) == (0, "") and "LEADER" in out and "UNREACHABLE" not in out
     fake["n1"].stop()
-    code, out, _ = run(fake, "status")
-    assert code == 0
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: n1 unreachable: 2 of 3 members answered\n"
     assert "LEADER" in out and "FOLLOWER" in out and "UNREACHABLE" in out
     code, out, _ = run(fake, "status", "--json")
+    assert code == 1
     rows = {r["id"]: r for r in json.loads(out)}
     assert rows["n0"]["role"] == "LEADER" and rows["n0"]["lag"] == 0
     assert rows["n1"]["reachable"] is False and rows["n1"]["lag"] is None

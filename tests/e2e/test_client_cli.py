@@ -126,7 +126,8 @@ def test_cli_leadership_transfer_and_unreachable_member(make_cluster: Callable[.
         follower = next(n for n in cluster.members if n not in (leader, target))
         cluster.kill(follower)
         status = dledger(cluster, "status", "--json")
-        assert status.returncode == 0
+        assert status.returncode == 1  # the table is printed, the exit status says a member is down
+        assert status.stderr == f"error: {follower} unreachable: 2 of 3 members answered\n"
         rows = {r["id"]: r for r in json.loads(status.stdout)}
         assert rows[follower]["role"] == "UNREACHABLE" and rows[target]["role"] == "LEADER"
         assert client.append(b"two of three") > after  # a majority still commits

@@ -1,0 +1,111 @@
+"""Where `dledger append` takes its bodies from, and how it groups them into requests.
+
+`stdin_batches` makes `tail -f log | dledger append -` work: lines are appended as they
+arrive, each request carrying what is already there (up to the batch size), never
+waiting for more input or for EOF.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+_EOF = None
+_POLL_S = 0.2
+"""How long the waiting main thread sleeps between checks (so Ctrl-C is taken)."""
+
+
+def generated_bodies(count: int, body_size: int | None) -> Iterator[bytes]:
+    """`entry-0`, `entry-1`... (cut or repeated to `body_size` bytes when given)."""
+    for k in range(count):
+        text = f"entry-{k}".encode()
+        yield text if body_size is None else (text * (body_size // max(1, len(text)) + 1))[:body_size]
+
+
+def file_bodies(paths: Iterable[Path]) -> Iterator[bytes]:
+    """The content of each file as one body."""
+    for path in paths:
+        yield path.read_bytes()
+
+
+def batches(bodies: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
+    """`bodies` in lists of `size` (the last one shorter)."""
+    batch: list[bytes] = []
+    for body in bodies:
+        batch.append(body)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _chunks(stream: BinaryIO) -> Iterator[bytes]:
+    """What `stream` has, as it arrives. From its file descriptor when it has one: a
+    daemon thread blocked in a buffered read holds the buffer's lock, and the
+    interpreter aborts when it exits then (Ctrl-C during `append -`)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, AttributeError):  # not a file (tests' in-memory stdin)
+        yield from iter(stream.readline, b"")
+        return
+    while chunk := os.read(fd, 1 << 16):
+        yield chunk
+
+
+def _read_lines(stream: BinaryIO, lines: queue.Queue[bytes | OSError | None]) -> None:
+    try:
+        rest = b""
+        for chunk in _chunks(stream):
+            *complete, rest = (rest + chunk).split(b"\n")
+            for line in complete:
+                lines.put(line.removesuffix(b"\r"))
+        if rest:
+            lines.put(rest)
+    except (OSError, ValueError) as exc:  # unreadable stdin: the main thread reports it
+        lines.put(exc if isinstance(exc, OSError) else OSError(str(exc)))
+    lines.put(_EOF)
+
+
+def stdin_batches(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
+    """The lines of `stream` (without their line end) in lists of at most `size`, each
+    yielded as soon as one line is there: a batch is the first line that arrives plus
+    whatever else has already arrived. A reader thread takes the lines, so the caller
+    (the main thread) is never stuck in a read and sees Ctrl-C.
+
+    Raises:
+        OSError: stdin cannot be read (after the lines read before the failure).
+    """
+    lines: queue.Queue[bytes | OSError | None] = queue.Queue(maxsize=max(size * 4, 1024))
+    threading.Thread(target=_read_lines, args=(stream, lines), name="stdin-lines", daemon=True).start()
+    pending: bytes | OSError | None = b""  # b"": nothing held back
+    while True:
+        if pending != b"":
+            first, pending = pending, b""
+        else:
+            try:
+                first = lines.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+        if first is _EOF:
+            return
+        if isinstance(first, OSError):
+            raise OSError(f"cannot read stdin: {first}")
+        batch = [first]
+        while len(batch) < size:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is _EOF or isinstance(line, OSError):
+                pending = line  # ends the stream after this batch
+                break
+            batch.append(line)
+        yield batch
+
+
+__all__ = ["batches", "file_bodies", "generated_bodies", "stdin_batches"]

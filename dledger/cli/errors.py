@@ -1,0 +1,119 @@
+"""How every `dledger` command ends: exit status 0 (done), 1 (failed), 2 (usage error),
+130 (interrupted), each failure as one line on stderr, never a traceback.
+
+`GuardedCommand` / `GuardedGroup` (click's `cls=`) turn whatever escapes a command into
+that contract: click's own usage errors keep their status 2, a `ConfigError` (bad
+peers...) becomes a usage error, a `DLedgerError` and any other exception one
+`error: ...` line and status 1, Ctrl-C status 130.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from dledger.codes import DLedgerError
+from dledger.config import ConfigError
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, what shells report for a command ended by Ctrl-C."""
+
+INT64_MAX = (1 << 63) - 1
+"""The largest index or term a request can carry (protobuf int64)."""
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange without NaN (which every range check lets through)."""
+
+    name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The number, or a usage error for NaN or a value outside the range."""
+        number = super().convert(value, param, ctx)
+        if math.isnan(number):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
+
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space."""
+    return " ".join(str(text).split())
+
+
+def fail(message: str, status: int = EXIT_FAILED) -> NoReturn:
+    """Print `error: <message>` as one line on stderr and exit with `status`."""
+    click.echo(f"error: {one_line(message)}", err=True)
+    sys.exit(status)
+
+
+def interrupted(message: str | None = None) -> NoReturn:
+    """Print `interrupted` (`interrupted: <message>`) on stderr and exit 130 (Ctrl-C)."""
+    click.echo("interrupted" + (f": {one_line(message)}" if message else ""), err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
+def _describe(exc: BaseException) -> str:
+    text = one_line(str(exc))
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return text or type(exc).__name__
+
+
+def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
+    try:
+        return invoke(ctx)
+    except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+        raise
+    except KeyboardInterrupt:
+        interrupted()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+    except DLedgerError as exc:
+        fail(str(exc))
+    except BrokenPipeError:
+        # the reader went away (`dledger get ... | head`): say so once, without a flush
+        # of the rest of stdout failing again at exit
+        with contextlib.suppress(Exception):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        fail("output closed (broken pipe)")
+    except MemoryError:
+        fail("out of memory")
+    except Exception as exc:
+        fail(f"{type(exc).__name__}: {_describe(exc)}" if not isinstance(exc, OSError) else _describe(exc))
+
+
+class GuardedCommand(click.Command):
+    """A click command that ends by the exit contract of this module."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; see the module docstring for how it ends."""
+        return _guarded_invoke(super().invoke, ctx)
+
+
+class GuardedGroup(click.Group):
+    """A click group whose subcommands end by the exit contract of this module."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the group and its subcommand; see the module docstring for how it ends."""
+        return _guarded_invoke(super().invoke, ctx)
+
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "INT64_MAX",
+    "FiniteFloatRange",
+    "GuardedCommand",
+    "GuardedGroup",
+    "fail",
+    "interrupted",
+]
