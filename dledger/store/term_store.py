@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.store import kvfile
+from dledger.store.checkpoint import load_term
 from dledger.store.layout import CURRTERM_FILE
 
 __all__ = ["CURRTERM_FILE", "FileTermStore"]
@@ -24,11 +26,21 @@ class FileTermStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def load(self) -> tuple[int, str | None]:
-        """The persisted (term, vote); (0, None) for a new member."""
-        values = kvfile.read(self.path)
-        term = kvfile.read_int(values, "currTerm", 0)
-        vote = kvfile.read_str(values, "voteLeader") or None
-        return term, vote
+        """The persisted (term, vote); (0, None) for a new member.
+
+        Raises:
+            DLedgerError: DISK_ERROR when `currterm` exists but does not hold a valid
+                term (garbage, a term beyond 2^62): never read as term 0.
+        """
+        try:
+            loaded = load_term(self.path)
+        except ValueError as exc:
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR,
+                f"invalid term file {exc}; refusing to start with an unknown term "
+                "(restore the file, or remove the member's directory and let it rejoin as a new member)",
+            ) from None
+        return loaded if loaded is not None else (0, None)
 
     def persist(self, term: int, vote_for: str | None) -> None:
         """Write term and vote durably (temp file, fsync, rename, fsync of the directory)."""
