@@ -63,8 +63,13 @@ def processes() -> Iterator[list[subprocess.Popen[str]]]:
     yield started
     for proc in started:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            # `dledger cluster` stops its members (each in its own session) on SIGTERM
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 def hold_in_child(node: Path, processes: list[subprocess.Popen[str]]) -> subprocess.Popen[str]:
@@ -185,3 +190,6 @@ def test_cluster_member_holds_its_store(tmp_path: Path, processes: list[subproce
         timeout=120,
     )
     assert again.returncode == 1 and f"n0 (pid {member})" in again.stdout
+    cluster.send_signal(signal.SIGTERM)  # stops the member cleanly, which drops the lock
+    assert cluster.wait(timeout=60) == 0
+    eventually(lambda: lock_holder(node) is None, 60, "the member to release its store")
