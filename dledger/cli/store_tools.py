@@ -307,7 +307,7 @@ def check(
         raise click.UsageError(exc.message) from exc
     if not holds_store(node):
         _fail(f"no store here: {node} holds no data/, index/ or checkpoint", as_json)
-    report = Report(str(node))
+    report = Report(str(node), facts={"store": str(node)})
     try:
         config = sized_config(node, data_file_size, index_file_size, read_only=True)
         holder = lock_holder(node)
