@@ -11,14 +11,31 @@
 
 A local log is a single-node DLedger store: every appended entry counts as committed
 and `checkpoint` is kept current, so offline readers (Spark, `dledger check`) see it.
+One writer at a time: the open log holds the store's `lock` until `close()`. A store
+open_log creates carries a `locallog` marker; a store a Raft member or Java DLedger
+wrote is only opened read-only (its commit state is never changed).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from pathlib import Path
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.service_thread import ServiceThread, start_passes
-from dledger.store import MmapLogStore, StoreConfig, SyncMmapLogStore, resolve_node_dir, sized_config
+from dledger.store import (
+    MmapLogStore,
+    StoreConfig,
+    SyncMmapLogStore,
+    holds_store,
+    infer_segment_sizes,
+    kvfile,
+    resolve_node_dir,
+    sized_config,
+)
+from dledger.store.checkpoint import load_checkpoint
+from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE
 
 
 class _LocalLogBase(MmapLogStore):
@@ -69,12 +86,64 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
 
     Returns:
         The open log. Its `term` starts at the last entry's term (at least 1).
+
+    Raises:
+        DLedgerError: the store is locked by another writer (the message names its pid),
+            or it was written by a replicated member or Java DLedger and `config` is not
+            read-only (open_log never changes the commit state of such a store; with
+            `read_only=True` it is opened as it is, committed as its checkpoint says).
+        CorruptStoreError: damaged data recovery must not cut (see `dledger check`).
     """
     node_dir = resolve_node_dir(path)
     if config is None:
         config = sized_config(node_dir)
+    foreign = _foreign_store(node_dir)
+    if foreign:
+        if not config.read_only:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"{node_dir} is not a local log ({foreign}): open_log would mark every entry committed. "
+                "Open it read-only with open_log(path, StoreConfig(read_only=True)), or serve it with "
+                "`dledger server`",
+            )
+        data_size, index_size = infer_segment_sizes(node_dir)  # an existing store's own sizes
+        sized = replace(
+            config,
+            data_file_size=data_size or config.data_file_size,
+            index_file_size=index_size or config.index_file_size,
+        )
+        return MmapLogStore.open(node_dir, sized)  # committed as its checkpoint says
+    created = not holds_store(node_dir)
     cls = SyncLocalLog if config.flush_mode == "sync" else LocalLog
     log = cls(node_dir, config)
+    try:
+        if not config.read_only and not (node_dir / LOCAL_LOG_FILE).exists():
+            _write_marker(node_dir, created)
+    except BaseException:
+        log.close()
+        raise
     log.term = max(1, log.end_term)
     log._start_pass_threads()
     return log
+
+
+def _foreign_store(node_dir: Path) -> str:
+    """Why the store in `node_dir` was written by a replicated member or Java DLedger
+    (not by `open_log`), or "" when it is a local log or no store yet. A store carries
+    the `locallog` marker from its creation by open_log; one without it (created before
+    the marker existed) counts as local unless it has a `currterm` file (members and
+    Java write one) or its checkpoint commits less than the log holds."""
+    if not holds_store(node_dir) or (node_dir / LOCAL_LOG_FILE).exists():
+        return ""
+    if (node_dir / CURRTERM_FILE).exists() or (node_dir / (CURRTERM_FILE + ".bak")).exists():
+        return f"it has a {CURRTERM_FILE} file, written by a Raft member"
+    info = load_checkpoint(node_dir)
+    if info.known and info.committed < info.end:
+        return f"its checkpoint commits entries up to {info.committed} of {info.end}"
+    return ""
+
+
+def _write_marker(node_dir: Path, created: bool) -> None:
+    how = "created" if created else "adopted"
+    kvfile.write_synced(node_dir / LOCAL_LOG_FILE, f"{how} by dledger.open_log\n".encode("ascii"))
+    kvfile.fsync_dir(node_dir)

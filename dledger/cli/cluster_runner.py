@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dledger.config import StoreConfig
+from dledger.store import lock_holder
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 
@@ -137,6 +138,16 @@ class LocalCluster:
             pump.start()
             self._pumps.append(pump)
         return member
+
+    def running_elsewhere(self) -> dict[str, int]:
+        """Members whose store directory is locked by a running writer (another
+        `dledger cluster` or `server`), with the holder's pid (0 when unknown)."""
+        held = {}
+        for member_id in self.members:
+            pid = lock_holder(self.store_base_dir / f"dledger-{member_id}")
+            if pid is not None:
+                held[member_id] = pid
+        return held
 
     def start_all(self) -> None:
         """Start every member that is not running."""
@@ -264,6 +275,11 @@ class LocalCluster:
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._say(f"starting {len(self.members)} members of group {self.group}: {self.peers}")
         self._say(f"data in {self.store_base_dir.resolve()}")
+        busy = self.running_elsewhere()
+        if busy:
+            held = ", ".join(f"{member_id} (pid {pid or '?'})" for member_id, pid in busy.items())
+            self._say(f"refusing to start: members of {self.store_base_dir} are running already: {held}")
+            return 1
         self.start_all()
         status = 0
         leader: tuple[str, int] | None = None

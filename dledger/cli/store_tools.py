@@ -1,36 +1,54 @@
-"""Offline store tools: `dledger read-file` (DLedger's readFile) and `dledger check`."""
+"""Offline store tools: `dledger read-file` (DLedger's readFile) and `dledger check`.
+
+Both only read: `check` opens the store read-only (no lock, no write) and only
+`check --repair`, once confirmed, opens it for writing. Exit codes: 0 ok, 1 a problem
+found (or the store cannot be read), 2 usage errors. Output is plain lines, never
+wrapped or interpreted as markup (bodies may hold anything); `--json` prints JSON.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, NoReturn
 
 import click
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
 
-from dledger.codes import DLedgerError
+from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
     MmapLogStore,
     decode_entry_header,
     decode_index_unit,
+    holds_store,
     is_segment_name,
+    load_checkpoint,
+    lock_holder,
     resolve_node_dir,
     sized_config,
 )
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+def _fail(message: str, as_json: bool = False, **extra: Any) -> NoReturn:
+    """Print a one-line failure (or a JSON object) and exit 1."""
+    if as_json:
+        click.echo(json.dumps({"healthy": False, "error": message, **extra}))
+    else:
+        click.echo(f"problem: {message}", err=True)
+    sys.exit(1)
 
 
 def _segments(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise click.UsageError(f"{directory} is not a directory")
-    files = sorted(p for p in directory.iterdir() if is_segment_name(p.name))
+    try:
+        files = sorted(p for p in directory.iterdir() if is_segment_name(p.name))
+    except OSError as exc:
+        _fail(f"cannot read {directory}: {exc.strerror or exc}")
     if not files:
-        raise click.UsageError(f"{directory} holds no segment files")
+        _fail(f"{directory} holds no segment files")
     return files
 
 
@@ -48,33 +66,12 @@ def _read_span(files: list[Path], pos: int, size: int) -> bytes:
     return bytes(out)
 
 
-@click.command("read-file")
-@click.option(
-    "--dir", "-d", "directory", required=True, type=click.Path(path_type=Path), help="A data/ or index/ directory."
-)
-@click.option("--pos", "-p", default=0, show_default=True, help="Start position in the virtual log.")
-@click.option("--size", "-s", default=-1, show_default=True, help="Bytes to read (-1: to the end of the files).")
-@click.option(
-    "--index", "-i", default=-1, show_default=True, help="Print the index unit of this entry (DIR is index/)."
-)
-@click.option("--body", "-b", is_flag=True, help="Print entry bodies too.")
-def read_file(directory: Path, pos: int, size: int, index: int, body: bool) -> None:
-    """Dump the records of a data directory, or one unit of an index directory.
+def _emit(as_json: bool, record: dict[str, Any], text: str) -> None:
+    click.echo(json.dumps(record) if as_json else text)
 
-    \b
-    Examples:
-      dledger read-file -d .dledger-data/dledger-n0/data
-      dledger read-file -d .dledger-data/dledger-n0/index -i 42
-    """
-    files = _segments(directory)
+
+def _dump_records(files: list[Path], pos: int, size: int, body: bool, as_json: bool) -> None:
     seg = files[0].stat().st_size
-    if index >= 0:
-        raw = _read_span(files, index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
-        if len(raw) < INDEX_UNIT_SIZE:
-            raise click.ClickException(f"index {index} is outside the index files")
-        u = decode_index_unit(raw)
-        console.print(f"index unit {index}: magic={u.magic} pos={u.pos} size={u.size} index={u.index} term={u.term}")
-        return
     end = int(files[-1].name) + seg
     cur = max(pos, int(files[0].name))
     stop = end if size < 0 else min(end, cur + size)
@@ -83,96 +80,258 @@ def read_file(directory: Path, pos: int, size: int, index: int, body: bool) -> N
         magic = int.from_bytes(head[:4], "big", signed=True)
         length = int.from_bytes(head[4:8], "big", signed=True)
         if magic == MAGIC_BLANK:
-            console.print(f"pos={cur} BLANK size={length}")
+            _emit(as_json, {"pos": cur, "kind": "blank", "size": length}, f"pos={cur} BLANK size={length}")
             if length < 8:
                 break
             cur += length
             continue
         if magic == 0 and length == 0:
-            console.print(f"pos={cur} end (zero header)")
-            next_seg = cur - cur % seg + seg
-            if next_seg >= stop:
+            _emit(as_json, {"pos": cur, "kind": "end"}, f"pos={cur} end (zero header)")
+            cur = cur - cur % seg + seg
+            if cur >= stop:
                 break
-            cur = next_seg
             continue
         if len(head) < HEADER_SIZE or length < HEADER_SIZE:
-            console.print(f"pos={cur} invalid header magic={magic} size={length}")
+            record = {"pos": cur, "kind": "invalid", "magic": magic, "size": length}
+            _emit(as_json, record, f"pos={cur} invalid header magic={magic} size={length}")
             break
         h = decode_entry_header(head)
+        record = {"pos": cur, "kind": "entry", **asdict(h)}
         line = (
             f"pos={cur} magic={magic} size={length} index={h.index} term={h.term} entry_pos={h.pos} "
             f"channel={h.channel} chainCrc={h.chain_crc} bodyCrc={h.body_crc} bodySize={h.body_size}"
         )
         if body:
-            line += f" body={_read_span(files, cur + HEADER_SIZE, max(0, h.body_size))!r}"
-        console.print(line)
+            raw = _read_span(files, cur + HEADER_SIZE, max(0, min(h.body_size, length - HEADER_SIZE)))
+            record["body_hex"] = raw.hex()
+            line += f" body={raw!r}"
+        _emit(as_json, record, line)
         cur += length
+
+
+@click.command("read-file")
+@click.option(
+    "--dir", "-d", "directory", required=True, type=click.Path(path_type=Path), help="A data/ or index/ directory."
+)
+@click.option("--pos", "-p", default=0, show_default=True, type=click.IntRange(min=0), help="Start position.")
+@click.option("--size", "-s", default=-1, show_default=True, type=click.IntRange(min=-1), help="Bytes (-1: all).")
+@click.option(
+    "--index",
+    "-i",
+    default=-1,
+    show_default=True,
+    type=click.IntRange(min=-1),
+    help="Print the index unit of this entry (DIR is index/).",
+)
+@click.option("--body", "-b", is_flag=True, help="Print entry bodies too.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per record (JSON Lines).")
+def read_file(directory: Path, pos: int, size: int, index: int, body: bool, as_json: bool) -> None:
+    """Dump the records of a data directory, or one unit of an index directory.
+
+    \b
+    Examples:
+      dledger read-file -d .dledger-data/dledger-n0/data
+      dledger read-file -d .dledger-data/dledger-n0/index -i 42
+    """
+    files = _segments(directory)
+    try:
+        if files[0].stat().st_size < HEADER_SIZE:
+            _fail(f"{files[0]} is too small to be a segment ({files[0].stat().st_size} bytes)")
+        if index >= 0:
+            raw = _read_span(files, index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
+            if len(raw) < INDEX_UNIT_SIZE:
+                _fail(f"index {index} is outside the index files")
+            u = decode_index_unit(raw)
+            text = f"index unit {index}: magic={u.magic} pos={u.pos} size={u.size} index={u.index} term={u.term}"
+            _emit(as_json, {"unit": index, **asdict(u)}, text)
+            return
+        _dump_records(files, pos, size, body, as_json)
+    except OSError as exc:
+        _fail(f"cannot read {directory}: {exc.strerror or exc}")
+
+
+def _positive(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and value < 4 * HEADER_SIZE:
+        raise click.BadParameter(f"{value} is too small (at least {4 * HEADER_SIZE})", param=param)
+    return value
+
+
+def _index_size(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    if value is not None and (value <= 0 or value % INDEX_UNIT_SIZE):
+        raise click.BadParameter(f"{value} is not a positive multiple of {INDEX_UNIT_SIZE}", param=param)
+    return value
+
+
+@dataclass
+class Report:
+    """What `check` found (printed as a table or as JSON)."""
+
+    store: str
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def show(self, as_json: bool) -> None:
+        """Print the report; healthy when there are no problems."""
+        if as_json:
+            body = {"store": self.store, "healthy": not self.problems, **self.facts}
+            click.echo(json.dumps({**body, "problems": self.problems, "notes": self.notes}))
+            return
+        width = max((len(k) for k in self.facts), default=0)
+        for key, value in self.facts.items():
+            click.echo(f"{key.replace('_', ' '):<{width}}  {value}")
+        for note in self.notes:
+            click.echo(f"note: {note}")
+        for problem in self.problems:
+            click.echo(f"problem: {problem}", err=True)
+        if not self.problems:
+            click.echo("healthy")
+
+
+def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
+    """Fill `report` from an open read-only store: every entry, begin/end, checkpoint."""
+    begin, end = int(store.begin_index), int(store.end_index)
+    checked = 0
+    if begin >= 0 and begin > end + 1:
+        report.problems.append(f"begin index {begin} is beyond end index {end} + 1")
+    elif begin >= 0:
+        for index in range(begin, end + 1):
+            try:
+                store.get(index)
+            except DLedgerError as exc:
+                report.problems.append(f"entry {index}: {exc.message}")
+                break
+            checked += 1
+    info = load_checkpoint(node)
+    report.notes += [f"ignored invalid {why}" for why in info.rejected]
+    if not info.known and end >= 0:
+        report.notes.append("no valid checkpoint: the committed index is unknown")
+    if info.known and info.committed > end:
+        report.problems.append(
+            f"{info.source} says entries up to {info.committed} are committed; the log ends at {end}"
+        )
+    elif info.known and info.end > end:
+        report.problems.append(f"{info.source} says the log ends at {info.end}; it ends at {end}")
+    report.facts.update(
+        entries=checked,
+        begin_index=begin,
+        end_index=end,
+        end_term=int(store.end_term),
+        committed_index=int(store.committed_index),
+        checkpoint=f"{info.source} committed={info.committed} end={info.end}" if info.known else "none",
+        write_position=int(store.write_pos),
+        segments=f"{store.data_list.table.count} data x {store.config.data_file_size} B, "
+        f"{store.index_list.table.count} index x {store.config.index_file_size} B",
+    )
+    if store.recovery.problem:
+        report.notes.append(
+            f"{store.recovery.problem} (bytes after the end of the log: a torn or truncated tail, "
+            "cut when the store is opened for writing)"
+        )
+    report.notes += [f"foreign file {name} ignored" for name in store.data_list.foreign_files]
+    report.notes += [f"foreign file {name} ignored" for name in store.index_list.foreign_files]
+
+
+def _last_indexed(store: MmapLogStore, after: int) -> int:
+    """The last index past `after` whose index unit names it (what a cut would lose)."""
+    table = store.index_list.table
+    last = after
+    while True:
+        try:
+            unit = decode_index_unit(table.read((last + 1) * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
+        except (IndexError, ValueError):
+            return last
+        if unit.index != last + 1 or unit.magic == 0:
+            return last
+        last += 1
+
+
+def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_json: bool) -> None:
+    """Show what cutting the log at the damage loses; cut once confirmed."""
+    try:
+        with MmapLogStore.open(node, config, repair=True) as planned:
+            keep_end, last = int(planned.end_index), _last_indexed(planned, int(planned.end_index))
+    except (DLedgerError, OSError) as exc:
+        _fail(f"{damage.message}; cannot repair: {exc}", as_json)
+    lost = f"entries {keep_end + 1}..{last} ({last - keep_end} entries)" if last > keep_end else "no indexed entry"
+    plan = f"would cut {damage.path} from offset {damage.offset}: {lost}; the log would end at {keep_end}"
+    click.echo(f"damage: {damage.message}", err=True)
+    click.echo(plan, err=as_json)
+    if not yes and not click.confirm("cut the log there?", default=False, err=True):
+        _fail("nothing changed", as_json, plan=plan)
+    writable = sized_config(node, config.data_file_size, config.index_file_size)
+    try:
+        MmapLogStore.open(node, writable, repair=True).close()
+    except (DLedgerError, OSError) as exc:
+        _fail(f"repair failed: {getattr(exc, 'message', exc)}", as_json, plan=plan)
+    if as_json:
+        click.echo(json.dumps({"healthy": True, "repaired": plan, "end_index": keep_end}))
+    else:
+        click.echo(f"cut: the log now ends at {keep_end}")
 
 
 @click.command()
 @click.argument("node_dir", type=click.Path(path_type=Path))
-@click.option("--data-file-size", type=int, default=None, help="Data segment size (default: read off the files).")
-@click.option("--index-file-size", type=int, default=None, help="Index segment size (default: read off the files).")
-def check(node_dir: Path, data_file_size: int | None, index_file_size: int | None) -> None:
-    """Validate a store without changing it: recovery, every entry and its CRC.
+@click.option(
+    "--data-file-size",
+    type=int,
+    default=None,
+    callback=_positive,
+    help="Data segment size (default: read off the files).",
+)
+@click.option(
+    "--index-file-size",
+    type=int,
+    default=None,
+    callback=_index_size,
+    help="Index segment size (default: read off the files).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.option(
+    "--repair", is_flag=True, help="Cut a damaged tail recovery refuses to cut (shows what first, then asks)."
+)
+@click.option("--yes", "-y", is_flag=True, help="With --repair: do not ask for confirmation.")
+def check(
+    node_dir: Path, data_file_size: int | None, index_file_size: int | None, as_json: bool, repair: bool, yes: bool
+) -> None:
+    """Validate a store without changing it: recovery, every entry and its CRC, begin and
+    end, the checkpoint against the log.
 
     NODE_DIR is a node's `dledger-<selfId>` directory (a storeBaseDir holding exactly one
-    also works). Exit 0 when healthy, 1 when a problem is found, 2 on usage errors.
+    also works). Exit 0 when healthy, 1 when a problem is found (or no store is there),
+    2 on usage errors. Nothing is written, except by `--repair` once confirmed.
     """
     try:
         node = resolve_node_dir(node_dir)
     except DLedgerError as exc:
         raise click.UsageError(exc.message) from exc
-    if not node.is_dir():
-        raise click.UsageError(f"{node} is not a directory")
-    config = sized_config(node, data_file_size, index_file_size, read_only=True)
+    if not holds_store(node):
+        _fail(f"no store here: {node} holds no data/, index/ or checkpoint", as_json)
+    report = Report(str(node), facts={"store": str(node)})
     try:
-        store = MmapLogStore.open(node, config)
+        config = sized_config(node, data_file_size, index_file_size, read_only=True)
+        holder = lock_holder(node)
+        if holder is not None:
+            report.notes.append(f"the store is open for writing by process {holder or '?'}: it may change meanwhile")
+        try:
+            store = MmapLogStore.open(node, config)
+        except CorruptStoreError as exc:
+            if not repair:
+                raise
+            _repair(node, config, exc, yes, as_json)
+            return
+        with store:
+            _inspect(store, node, report)
     except DLedgerError as exc:
-        err_console.print(f"[red]problem:[/red] {exc.message}")
+        hint = "" if repair or not isinstance(exc, CorruptStoreError) else " (see `dledger check --repair`)"
+        _fail(exc.message + hint, as_json, store=str(node))
+    except OSError as exc:
+        _fail(f"cannot read {exc.filename or node}: {exc.strerror or exc}", as_json, store=str(node))
+    if repair and not report.problems:
+        report.notes.append("nothing to repair")
+    report.show(as_json)
+    if report.problems:
         sys.exit(1)
-    problem = ""
-    checked = 0
-    try:
-        total = max(0, store.end_index - store.begin_index + 1) if store.begin_index >= 0 else 0
-        with Progress(console=err_console, transient=True, disable=total < 100_000) as progress:
-            task = progress.add_task("checking entries", total=total)
-            for index in range(max(store.begin_index, 0), store.end_index + 1 if total else 0):
-                try:
-                    store.get(index)
-                except DLedgerError as exc:
-                    problem = exc.message
-                    break
-                checked += 1
-                if checked % 65536 == 0:
-                    progress.update(task, completed=checked)
-        table = Table(show_header=False, box=None)
-        for key, value in (
-            ("store", str(node)),
-            ("entries", str(checked if not problem else total)),
-            ("begin index", str(store.begin_index)),
-            ("end index", str(store.end_index)),
-            ("end term", str(store.end_term)),
-            ("committed index", str(store.committed_index)),
-            ("write position", str(store.write_pos)),
-            (
-                "segments",
-                f"{store.data_list.table.count} data x {config.data_file_size} B, "
-                f"{store.index_list.table.count} index x {config.index_file_size} B",
-            ),
-        ):
-            table.add_row(key, value)
-        console.print(table)
-        if store.recovery.problem:
-            console.print(
-                f"note: {store.recovery.problem} (bytes after the end of the log: a torn or "
-                "truncated tail, cut when the store is opened for writing)"
-            )
-        for name in store.data_list.foreign_files + store.index_list.foreign_files:
-            console.print(f"note: foreign file {name} ignored")
-    finally:
-        store.close()
-    if problem:
-        err_console.print(f"[red]problem:[/red] {problem}")
-        sys.exit(1)
-    console.print("[green]healthy[/green]")
+
+
+__all__ = ["check", "read_file"]

@@ -8,11 +8,14 @@
   recovery, for offline readers of a directory another process may be writing.
 - The node-directory layout (`dledger.store.layout`): `resolve_node_dir`,
   `infer_segment_sizes`, `sized_config`, the file names.
+- `load_checkpoint(node_dir)`: the validated checkpoint (or its .bak), or unknown.
+- The one-writer lock: `lock_holder(node_dir)` names the pid writing a store.
 - Record decoding for tools: `decode_entry_header`, `decode_index_unit`.
 """
 
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig
+from dledger.store.checkpoint import CheckpointInfo, load_checkpoint
 from dledger.store.layout import (
     CHECKPOINT_FILE,
     DATA_DIR,
@@ -23,6 +26,7 @@ from dledger.store.layout import (
     is_segment_name,
     resolve_node_dir,
 )
+from dledger.store.lock import lock_holder
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, SyncMmapLogStore, sized_config
 from dledger.store.view import (
@@ -39,6 +43,7 @@ __all__ = [
     "DATA_DIR",
     "INDEX_DIR",
     "RESET_FILE",
+    "CheckpointInfo",
     "ColumnBatch",
     "EntryHeader",
     "IndexUnit",
@@ -53,6 +58,8 @@ __all__ = [
     "holds_store",
     "infer_segment_sizes",
     "is_segment_name",
+    "load_checkpoint",
+    "lock_holder",
     "resolve_node_dir",
     "sized_config",
 ]

@@ -7,6 +7,8 @@
         currterm, currterm.bak           currTerm, voteLeader
         reset                            ours: the last prefix reset (Java ignores it)
         abort                            ours: present while a member runs
+        lock                             ours: flock'ed by the one writer (pid=...)
+        locallog                         ours: written by dledger.open_log when it creates a store
 
 Only names and lookups live here: nothing in this module opens, maps or writes a file.
 """
@@ -24,6 +26,8 @@ CHECKPOINT_FILE = "checkpoint"
 RESET_FILE = "reset"  # ours: beforeBeginIndex/Term of the last prefix reset (Java ignores it)
 CURRTERM_FILE = "currterm"
 ABORT_FILE = "abort"
+LOCK_FILE = "lock"  # ours: the writer's flock (see store/lock.py; Java ignores it)
+LOCAL_LOG_FILE = "locallog"  # ours: this store was created by open_log (every entry is committed)
 NODE_DIR_PREFIX = "dledger-"
 
 NAME_DIGITS = 20

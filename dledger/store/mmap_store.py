@@ -25,9 +25,11 @@ from dledger.config import StoreConfig as StoreConfig  # its home is dledger.con
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.service_thread import PeriodicPass
 from dledger.store import failpoints, kvfile, truncate
+from dledger.store.checkpoint import load_checkpoint
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
-from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, infer_segment_sizes
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, holds_store, infer_segment_sizes
+from dledger.store.lock import StoreLock
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
 from dledger.store.warm import WarmAhead
@@ -66,8 +68,11 @@ class MmapLogStore(impl.LogCore, Durability):
 
     config: StoreConfig
 
-    def __init__(self, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+    def __init__(
+        self, node_dir: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False
+    ) -> None:
         super().__init__()
+        self._repair = repair
         cfg = config or StoreConfig()
         if cfg.java_compat:
             cfg = replace(cfg, write_crc=False)
@@ -93,16 +98,32 @@ class MmapLogStore(impl.LogCore, Durability):
         self.failure: BaseException | None = None
         self.cleaner = CleanSpaceService(self, cfg)
         self.warmer = WarmAhead(self, cfg.warm_ahead_bytes)
-        self._open_files()
+        self._lock = StoreLock(self.node_dir)
+        try:
+            self._open_files()
+        except BaseException:
+            self._lock.release()
+            raise
 
     @classmethod
-    def open(cls, node_dir: str | os.PathLike[str], config: StoreConfig | None = None) -> MmapLogStore:
+    def open(
+        cls, node_dir: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False
+    ) -> MmapLogStore:
         """Open (creating it unless read-only) and recover the store in `node_dir`: a
         `SyncMmapLogStore` when `config.flush_mode` is "sync". No thread is started: the
-        caller runs `periodic_passes()` (see `dledger.service_thread.start_passes`)."""
+        caller runs `periodic_passes()` (see `dledger.service_thread.start_passes`).
+
+        A writable open takes the store's lock (`store/lock.py`) until `close()`.
+        `repair=True` lets recovery cut a damaged tail although no valid checkpoint says
+        what is committed (`dledger check --repair`); otherwise that is refused.
+
+        Raises:
+            DLedgerError: the store is locked by another writer, or cannot be opened.
+            CorruptStoreError: damaged data recovery must not drop (file and offset).
+        """
         cfg = config or StoreConfig()
         store_cls = SyncMmapLogStore if cfg.flush_mode == "sync" and cls is MmapLogStore else cls
-        store: MmapLogStore = store_cls(node_dir, cfg)
+        store: MmapLogStore = store_cls(node_dir, cfg, repair=repair)
         return store
 
     # -- opening
@@ -116,25 +137,32 @@ class MmapLogStore(impl.LogCore, Durability):
             self.node_dir.mkdir(parents=True, exist_ok=True)
             if not os.access(self.node_dir, os.W_OK):
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
+            # one writer per store: taken before anything is read or written
+            self._lock.acquire()
         elif not self.node_dir.is_dir():
             raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a store directory")
+        created = not ro and not holds_store(self.node_dir)
         self.data_list = SegmentList(self.node_dir / DATA_DIR, cfg.data_file_size, ro, keep_fds=self.write_through)
         self.index_list = SegmentList(self.node_dir / INDEX_DIR, cfg.index_file_size, ro)
         self._init_core(self.data_list.table, self.index_list.table, self._roll)
         self.data_list.load()
         self._load_index()
-        checkpoint = kvfile.read(self.node_dir / CHECKPOINT_FILE)
-        committed = kvfile.read_int(checkpoint, "committedIndex", -1)
+        self.checkpoint_info = load_checkpoint(self.node_dir)
+        committed = self.checkpoint_info.committed
         reset = kvfile.read(self.node_dir / RESET_FILE)
         before_begin = kvfile.read_int(reset, "beforeBeginIndex", -1)
         self._acquire()
         try:
-            checkpoint_end = kvfile.read_int(checkpoint, "endIndex", -1)
+            checkpoint_end = self.checkpoint_info.end
             # entries up to the last reset are gone on purpose; only later ones must be there
             must_have = committed if committed > before_begin else -1
-            self.recovery: RecoveryReport = Recovery(
+            recovery = Recovery(
                 self, self.data_list, self.index_list, cfg.verify_crc, must_have, checkpoint_end, before_begin
-            ).run()
+            )
+            # without a valid checkpoint nothing says which entries are committed: a
+            # damaged entry is then refused, never cut on a guess (unless repairing)
+            recovery.may_cut_unknown = self.checkpoint_info.known or self._repair
+            self.recovery: RecoveryReport = recovery.run()
             if self.begin_index < 0 and before_begin > self.end_index:
                 # every entry after the last reset is gone: the log still ends there
                 term = kvfile.read_int(reset, "beforeBeginTerm", -1)
@@ -156,6 +184,10 @@ class MmapLogStore(impl.LogCore, Durability):
         self._durable_end_index = self.end_index
         if ro:
             self.state = impl.STATE_READ_ONLY
+        elif created:
+            # a new store records at once that nothing is committed: from here on a
+            # missing checkpoint means a damaged store, never a new one (recovery.py)
+            self.write_checkpoint()
 
     def _sync_recovered(self) -> None:
         try:
@@ -335,7 +367,19 @@ class MmapLogStore(impl.LogCore, Durability):
         """Delete the prefix up to `before_begin_index` (DLedger 0.4.0 reset): whole
         segments are deleted and a blank record covers the dead part of the first kept
         data segment (up to the end of the log when every entry goes, so the next entry
-        still lands at the log's end position). Returns the new begin index."""
+        still lands at the log's end position). Returns the new begin index.
+
+        Raises:
+            DLedgerError: UNSUPPORTED in `java_compat` mode: Java DLedger <= 0.3 cannot
+                read the head blank this writes back (it reports begin 0, and recovers an
+                empty log when one segment is left). Retention (whole segments) is safe.
+        """
+        if self.config.java_compat:
+            raise DLedgerError(
+                ResponseCode.UNSUPPORTED,
+                "reset() is refused in java_compat mode: Java DLedger <= 0.3 misreads the head blank "
+                "it writes; delete whole segments with retention instead, or open without java_compat",
+            )
         self._check_writable_py()
         self._acquire()
         try:
@@ -412,6 +456,7 @@ class MmapLogStore(impl.LogCore, Durability):
             self.state = impl.STATE_READ_ONLY
         finally:
             self._release()
+            self._lock.release()
 
     def __enter__(self) -> MmapLogStore:
         return self

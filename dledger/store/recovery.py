@@ -140,6 +140,9 @@ class Recovery:
         self.committed_index = committed_index
         self.checkpoint_end_index = checkpoint_end_index
         self.reset_before_begin = reset_before_begin
+        self.may_cut_unknown = True
+        """False when nothing tells which entries are committed (no valid checkpoint):
+        a damaged entry is then a CorruptStoreError, never a cut."""
 
     def _agrees_with_index(self, header: tuple[int, ...]) -> bool:
         magic, size, idx, term, pos = header[:5]
@@ -208,6 +211,15 @@ class Recovery:
             # never drop them silently (a zeroed hole ends the scan like a clean end)
             raise CorruptStoreError(
                 str(path), offset, f"{STOP_NAMES[reason]} below the committed index {self.committed_index}"
+            )
+        if reason != impl.STOP_END and not self.may_cut_unknown:
+            where = f"after entry {last}" if count else "at the first entry"
+            raise CorruptStoreError(
+                stop_file,
+                stop_offset,
+                f"{STOP_NAMES[reason]} ({where}), and no valid checkpoint "
+                "says which entries are committed: nothing was cut (`dledger check --repair` shows what "
+                "cutting the log there would lose, and does it when confirmed)",
             )
         if reason != impl.STOP_END:
             last_seg_start = table.end_offset - table.file_size

@@ -8,21 +8,14 @@ from pathlib import Path
 
 from dledger.codes import CorruptStoreError
 from dledger.store import kvfile
+from dledger.store.checkpoint import MAX_VALUE, StoreFileError, load_term
 from dledger.store.layout import CURRTERM_FILE
 
 __all__ = ["CURRTERM_FILE", "MAX_STORED_TERM", "FileTermStore"]
 
-MAX_STORED_TERM = 1 << 62
+MAX_STORED_TERM = MAX_VALUE
 """The highest term a `currterm` file may hold (`dledger.raft.messages.MAX_TERM`: the
 store layer does not import the Raft layer; tests/raft checks that both agree)."""
-
-
-def _readable(path: Path) -> bool:
-    """Whether kvfile.read takes its values from `path` itself (not its .bak)."""
-    try:
-        return bool(kvfile.parse(path.read_text("ascii")))
-    except (OSError, UnicodeDecodeError):
-        return False
 
 
 class FileTermStore:
@@ -39,36 +32,25 @@ class FileTermStore:
     def load(self) -> tuple[int, str | None]:
         """The persisted (term, vote); (0, None) for a new member.
 
-        As for every `key=value` file, `currterm.bak` serves when `currterm` is missing or
-        unreadable (see `dledger.store.kvfile.read`). A file that reads but whose
-        `currTerm` is missing, not a number, negative or above MAX_STORED_TERM is refused:
-        forgetting the term or the vote of a live member could let it vote twice in one
-        term, so it is never replaced by a guess.
+        `currterm.bak` serves only when `currterm` is missing (a crash between the two
+        renames of an atomic write). A file that exists but holds no valid term
+        (unreadable, not a number, negative, above MAX_STORED_TERM) is refused, never
+        replaced by the older `.bak` nor read as term 0: forgetting the term or the vote
+        of a live member could let it vote twice in one term.
 
         Raises:
-            CorruptStoreError: the file (named in the message) holds no valid term.
+            CorruptStoreError: naming the file that holds no valid term.
         """
-        bak = self.path.with_name(self.path.name + ".bak")
-        values = kvfile.read(self.path)
-        if values is None:
-            if self.path.exists() or bak.exists():
-                raise CorruptStoreError(str(self.path), 0, "unreadable and without a readable .bak; no term to use")
-            return 0, None
-        raw = values.get("currTerm")
         try:
-            term = int(raw) if raw is not None else None
-        except ValueError:
-            term = None
-        if term is None or not 0 <= term <= MAX_STORED_TERM:
-            source = self.path if _readable(self.path) else bak
+            loaded = load_term(self.path)
+        except StoreFileError as exc:
             raise CorruptStoreError(
-                str(source),
+                str(exc.path),
                 0,
-                f"currTerm={raw!r} is not a term in 0..{MAX_STORED_TERM}; "
-                "the member cannot start without its term and vote (restore the file or its .bak)",
-            )
-        vote = kvfile.read_str(values, "voteLeader") or None
-        return term, vote
+                f"{exc.problem}; the member cannot start without its term and vote "
+                "(restore the file, or remove the member's directory and let it rejoin as a new member)",
+            ) from None
+        return loaded if loaded is not None else (0, None)
 
     def persist(self, term: int, vote_for: str | None) -> None:
         """Write term and vote durably (temp file, fsync, rename, fsync of the directory).

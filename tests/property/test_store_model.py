@@ -114,6 +114,7 @@ class StoreModel(RuleBasedStateMachine):
         # a process crash: the page cache survives, nothing is flushed or checkpointed
         self.store.data_list.close()
         self.store.index_list.close()
+        self.store._lock.release()  # the kernel drops a killed process's lock
         self.reopen()
         self.model._committed = min(self.model.committed_index, self.store.committed_index)
 

@@ -220,6 +220,7 @@ class SimNode:
             self.down_log[i] = (entry.term, uid_of(entry.body))
         store.data_list.close()
         store.index_list.close()
+        store._lock.release()  # the kernel drops a killed process's lock
         self.store = self.driver = None
         for op in self.pending:
             if op.status == "pending":

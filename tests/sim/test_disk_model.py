@@ -34,6 +34,7 @@ def crash(store: MmapLogStore) -> None:
     """A process crash: the mappings go, nothing is flushed."""
     store.data_list.close()
     store.index_list.close()
+    store._lock.release()  # the kernel drops a killed process's lock
 
 
 def bodies(store: MmapLogStore) -> list[bytes]:

@@ -73,7 +73,7 @@ def test_the_highest_term_loads(tmp_path: Path) -> None:
 
 def test_a_currterm_without_currterm_key_is_refused(tmp_path: Path) -> None:
     (tmp_path / "currterm").write_text("voteLeader=n1\n")
-    with pytest.raises(CorruptStoreError, match="currTerm=None"):
+    with pytest.raises(CorruptStoreError, match="currTerm is missing"):
         FileTermStore(tmp_path).load()
 
 
@@ -86,12 +86,16 @@ def test_a_damaged_term_in_currterm_is_not_replaced_by_the_older_bak(tmp_path: P
         FileTermStore(tmp_path).load()
 
 
-def test_an_unreadable_currterm_falls_back_to_a_valid_bak_and_a_bad_bak_is_named(tmp_path: Path) -> None:
+def test_an_unreadable_currterm_is_refused_even_with_a_valid_bak_and_a_bad_bak_is_named(tmp_path: Path) -> None:
     store = FileTermStore(tmp_path)
     store.persist(2, "n0")
     store.persist(3, "n1")
     (tmp_path / "currterm").write_bytes(b"\xff\xfe garbage")
-    assert FileTermStore(tmp_path).load() == (2, "n0")  # kvfile's .bak fallback
+    with pytest.raises(CorruptStoreError, match="not a text file") as err:  # the .bak may lack the last vote
+        FileTermStore(tmp_path).load()
+    assert err.value.path == str(tmp_path / "currterm")
+    (tmp_path / "currterm").unlink()  # missing: the .bak serves, unless it is invalid too
+    assert FileTermStore(tmp_path).load() == (2, "n0")
     (tmp_path / "currterm.bak").write_text("currTerm=-5\n")
     with pytest.raises(CorruptStoreError, match=r"currterm\.bak"):
         FileTermStore(tmp_path).load()
@@ -99,7 +103,7 @@ def test_an_unreadable_currterm_falls_back_to_a_valid_bak_and_a_bad_bak_is_named
 
 def test_an_unreadable_currterm_without_bak_is_refused(tmp_path: Path) -> None:
     (tmp_path / "currterm").write_bytes(b"\xff\xfe")
-    with pytest.raises(CorruptStoreError, match="unreadable"):
+    with pytest.raises(CorruptStoreError, match="not a text file"):
         FileTermStore(tmp_path).load()
 
 

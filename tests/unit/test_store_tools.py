@@ -1,0 +1,165 @@
+"""`dledger check` and `dledger read-file`: exit codes (0 ok, 1 failure, 2 usage), one
+line and no traceback for bad input, `--json`, nothing written; and `open_log`'s
+`locallog` marker."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner, Result
+
+import dledger
+from dledger.cli.main import main as cli
+from dledger.cli.store_tools import Report, _inspect
+from dledger.codes import DLedgerError
+from dledger.store import StoreConfig
+
+CONFIG = StoreConfig(data_file_size=4096, index_file_size=1024)
+
+
+def run(*args: str) -> Result:
+    result = CliRunner().invoke(cli, list(args))
+    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    return result
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    node = tmp_path / "dledger-n0"
+    with dledger.open_log(node, CONFIG) as log:
+        log.append_many([b"x" * 300 + b"%d" % i for i in range(40)])
+    return node
+
+
+def test_check_healthy_as_text_and_json(store: Path) -> None:
+    text = run("check", str(store))
+    assert text.exit_code == 0 and text.output.rstrip().endswith("healthy")
+    report = json.loads(run("check", "--json", str(store)).output)
+    assert report["healthy"] is True and (report["entries"], report["end_index"]) == (40, 39)
+    assert report["checkpoint"] == "checkpoint committed=39 end=39"
+
+
+@pytest.mark.parametrize("kind", ["empty", "unrelated", "missing"])
+def test_check_says_no_store_here(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "d"
+    if kind != "missing":
+        target.mkdir()
+    if kind == "unrelated":
+        (target / "notes.txt").write_text("hello")
+    result = run("check", str(target))
+    assert result.exit_code == 1 and "no store here" in result.output
+    assert json.loads(run("check", "--json", str(target)).output)["healthy"] is False
+    if kind != "missing":  # nothing was written
+        assert sorted(os.listdir(target)) == (["notes.txt"] if kind == "unrelated" else [])
+
+
+@pytest.mark.parametrize(
+    "args", [["--data-file-size", "-1"], ["--index-file-size", "33"], ["--index-file-size", "0"], ["--bogus"]]
+)
+def test_check_usage_errors_exit_2(store: Path, args: list[str]) -> None:
+    result = run("check", *args, str(store))
+    assert result.exit_code == 2, result.output
+
+
+def test_check_unreadable_segment_is_a_one_line_failure(store: Path) -> None:
+    (store / "data" / f"{1 << 40:020d}").mkdir()  # a "segment" that cannot be read
+    result = run("check", str(store))
+    assert result.exit_code == 1, result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("problem:")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
+def test_check_unreadable_data_dir(store: Path) -> None:
+    os.chmod(store / "data", 0)
+    try:
+        result = run("check", str(store))
+    finally:
+        os.chmod(store / "data", 0o755)
+    assert result.exit_code == 1 and result.output.startswith("problem:")
+
+
+def test_check_flags_begin_beyond_end(tmp_path: Path) -> None:
+    """The state finding 6 left (begin 278 > end 99) is a problem, never healthy."""
+    fake = SimpleNamespace(
+        begin_index=278,
+        end_index=99,
+        end_term=1,
+        committed_index=99,
+        write_pos=0,
+        get=lambda i: pytest.fail("no entry must be read"),
+        config=CONFIG,
+        data_list=SimpleNamespace(table=SimpleNamespace(count=1), foreign_files=[]),
+        index_list=SimpleNamespace(table=SimpleNamespace(count=1), foreign_files=[]),
+        recovery=SimpleNamespace(problem=""),
+    )
+    report = Report(str(tmp_path))
+    _inspect(fake, tmp_path, report)  # type: ignore[arg-type]
+    assert report.problems == ["begin index 278 is beyond end index 99 + 1"]
+
+
+def test_check_flags_a_checkpoint_beyond_the_log(store: Path) -> None:
+    (store / "checkpoint").write_text("committedIndex=39\nendIndex=60\n")
+    result = run("check", str(store))
+    assert result.exit_code == 1 and "says the log ends at 60" in result.output
+
+
+def test_check_notes_an_invalid_checkpoint_and_its_bak(store: Path) -> None:
+    (store / "checkpoint").write_bytes(b"\x00\x01")
+    report = json.loads(run("check", "--json", str(store)).output)
+    assert report["healthy"] is True and report["checkpoint"].startswith("checkpoint.bak")
+    assert any("ignored invalid checkpoint" in n for n in report["notes"])
+
+
+def test_read_file_lines_are_never_wrapped(store: Path) -> None:
+    result = run("read-file", "-d", str(store / "data"), "-b")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert len(lines) >= 40 and all(line.startswith("pos=") for line in lines)
+    assert max(len(line) for line in lines) > 300
+    unit = json.loads(run("read-file", "-d", str(store / "index"), "-i", "7", "--json").output)
+    assert (unit["unit"], unit["index"]) == (7, 7)
+
+
+@pytest.mark.parametrize(
+    ("setup", "code"),
+    [("missing", 2), ("empty", 1), ("tiny_segment", 1), ("negative_pos", 2), ("index_outside", 1)],
+)
+def test_read_file_bad_input(tmp_path: Path, store: Path, setup: str, code: int) -> None:
+    target = tmp_path / "x"
+    args = ["read-file", "-d", str(target)]
+    if setup == "empty":
+        target.mkdir()
+    elif setup == "tiny_segment":
+        target.mkdir()
+        (target / f"{0:020d}").write_bytes(b"\x00" * 7)
+    elif setup == "negative_pos":
+        args = ["read-file", "-d", str(store / "data"), "--pos", "-5"]
+    elif setup == "index_outside":
+        args = ["read-file", "-d", str(store / "index"), "-i", "999999"]
+    result = run(*args)
+    assert result.exit_code == code, result.output
+
+
+def test_open_log_marks_its_stores_and_adopts_unmarked_local_logs(tmp_path: Path) -> None:
+    with dledger.open_log(tmp_path, CONFIG) as log:
+        log.append(b"a")
+    assert (tmp_path / "locallog").read_text() == "created by dledger.open_log\n"
+    (tmp_path / "locallog").unlink()  # a local log from before the marker
+    with dledger.open_log(tmp_path, CONFIG) as log:
+        assert log.committed_index == 0
+    assert (tmp_path / "locallog").read_text() == "adopted by dledger.open_log\n"
+
+
+def test_open_log_refuses_a_store_with_currterm(tmp_path: Path) -> None:
+    with dledger.open_log(tmp_path, CONFIG) as log:
+        log.append_many([b"a", b"b"])
+    (tmp_path / "locallog").unlink()
+    (tmp_path / "currterm").write_text("currTerm=3\nvoteLeader=n0\n")
+    with pytest.raises(DLedgerError, match="currterm"):
+        dledger.open_log(tmp_path, CONFIG)
+    assert not (tmp_path / "locallog").exists()
