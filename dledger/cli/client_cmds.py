@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from dledger.cli.loadgen import MODES, BenchConfig, BenchResult, run_bench
+from dledger.cli.tls_options import client_tls, client_tls_options
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
 from dledger.codes import DLedgerError
 from dledger.config import ConfigError
@@ -29,7 +30,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def client_options(fn: F) -> F:
-    """--peers/-p, --group/-g and --timeout, shared by every client command."""
+    """--peers/-p, --group/-g, --timeout and the TLS options, shared by every client command."""
+    fn = client_tls_options(fn)
     fn = click.option(
         "--timeout",
         "timeout_s",
@@ -52,7 +54,7 @@ def client_options(fn: F) -> F:
 def open_client(peers: str, group: str, timeout_s: float) -> DLedgerClient:
     """A client, or a usage error (exit 2) for a bad --peers."""
     try:
-        return DLedgerClient(peers, group, timeout_s)
+        return DLedgerClient(peers, group, timeout_s, tls=client_tls())
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
 

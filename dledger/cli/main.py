@@ -7,6 +7,7 @@ import logging
 import click
 
 from dledger import __version__
+from dledger.cli.certs import certs
 from dledger.cli.client_cmds import append, bench, get, leadership_transfer, status
 from dledger.cli.demo import demo
 from dledger.cli.server_cmds import cluster, server
@@ -31,6 +32,7 @@ main.add_command(get)
 main.add_command(status)
 main.add_command(leadership_transfer)
 main.add_command(bench)
+main.add_command(certs)
 
 
 if __name__ == "__main__":
