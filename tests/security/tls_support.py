@@ -77,11 +77,14 @@ class TlsGroup:
         return self.servers[node_id].config.self_address
 
     def leader(self) -> str:
-        """The id of the only leader (waits for one)."""
+        """The id of the only leader, once every member knows it (waits)."""
 
         def one() -> str | None:
-            leaders = [i for i, s in self.servers.items() if s.node is not None and s.node.is_leader]
-            return leaders[0] if len(leaders) == 1 else None
+            nodes = [s.node for s in self.servers.values() if s.node is not None]
+            leaders = [n.config.self_id for n in nodes if n.is_leader]
+            if len(leaders) != 1 or any(n.leader_id != leaders[0] for n in nodes):
+                return None
+            return leaders[0]
 
         found: str = wait_for(one, "a single leader")
         return found
