@@ -398,7 +398,7 @@ def cluster(
     from dledger.cli.cluster_runner import LocalCluster, store_args
 
     refuse_plaintext(f"{host}:{base_port}", tls, insecure)
-    tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes) if tls else None
+    tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes, host) if tls else None
     runner = LocalCluster(
         nodes=nodes,
         group=group,
@@ -417,14 +417,16 @@ def cluster(
     sys.exit(runner.run())
 
 
-def cluster_certs(directory: Path, group: str, nodes: int) -> Path:
+def cluster_certs(directory: Path, group: str, nodes: int, host: str = "127.0.0.1") -> Path:
     """`dledger cluster --tls`'s certificates: those in `directory` when every file is
-    there (a later run), else new ones (`dledger certs init`'s defaults). Exits 1 with
-    one line when some exist but not all, or they cannot be written."""
+    there (a later run), else new ones (`dledger certs init`'s defaults, plus `host` as
+    a name of every member). Exits 1 with one line when some exist but not all, or they
+    cannot be written."""
     from dledger.cli.certs import DEFAULT_CLIENTS, parse_clients
     from dledger.security.certs import CertPlan, CertsError, write_dev_certs
 
-    plan = CertPlan(group, tuple(f"n{k}" for k in range(nodes)), parse_clients(DEFAULT_CLIENTS))
+    hosts = () if host in ("127.0.0.1", "localhost") else (host,)
+    plan = CertPlan(group, tuple(f"n{k}" for k in range(nodes)), parse_clients(DEFAULT_CLIENTS), hosts)
     present = [name for name in plan.files() if (directory / name).exists()]
     if len(present) == len(plan.files()):
         click.echo(f"[cluster] mutual TLS with the certificates in {directory}")
