@@ -19,10 +19,17 @@ pytestmark = [pytest.mark.security, pytest.mark.e2e, pytest.mark.timeout(180)]
 
 @pytest.fixture
 def commands() -> Iterator[list[Running]]:
+    """`dledger cluster` commands, stopped with Ctrl-C at the end (their members run in
+    sessions of their own: killing the supervisor's group would leave them running)."""
     started: list[Running] = []
     yield started
     for cmd in started:
-        cmd.kill_group()
+        if cmd.process.poll() is None:
+            os.killpg(cmd.process.pid, signal.SIGINT)
+            try:
+                cmd.process.wait(60)
+            except subprocess.TimeoutExpired:
+                cmd.kill_group()
 
 
 def dledger(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -71,6 +78,9 @@ def test_cluster_tls_in_one_command(tmp_path: Path, commands: list[Running]) -> 
     again.wait_for_line("leader: ")
     kept = dledger("get", "0", "--raw", *common, env=reader_env)
     assert kept.stdout.strip() == "secret", kept.stderr
+    os.killpg(again.process.pid, signal.SIGINT)
+    assert again.process.wait(60) == 0
+    again.wait_for_line("[cluster] stopped: n0=0, n1=0, n2=0")
 
 
 def test_server_refuses_plaintext_off_loopback(tmp_path: Path) -> None:
