@@ -10,8 +10,13 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from dledger.transport.convert import pb, pb_grpc
+from dledger.transport.grpc_client import open_channel
+from tests.e2e.harness import eventually, free_ports
 from tests.e2e.test_cli import DLEDGER, Running, consecutive_free_ports
 
 pytestmark = [pytest.mark.security, pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -105,3 +110,34 @@ def test_server_names_unreadable_tls_files(tmp_path: Path) -> None:
     assert result.returncode == 2 and "cannot read the TLS certificate" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "dledger-n0").exists()
+
+
+@pytest.mark.parametrize("flag", [[], ["--reflection"]])
+def test_server_reflection_only_when_asked_for(tmp_path: Path, flag: list[str]) -> None:
+    port = free_ports(1)[0]
+    args = ["server", "-i", "n0", "-p", f"n0-127.0.0.1:{port}", "-s", str(tmp_path), "--log-level", "WARNING", *flag]
+    process = subprocess.Popen([*DLEDGER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    channel = open_channel(f"127.0.0.1:{port}")
+    try:
+        ledger = pb_grpc.LedgerStub(channel)
+
+        def up() -> bool:
+            try:
+                return bool(ledger.Metadata(pb.MetadataRequest(), timeout=1).self_id == "n0")
+            except grpc.RpcError:
+                return False
+
+        eventually(up, 60, "the server")
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(list_services="")
+        if flag:
+            replies = stub.ServerReflectionInfo(iter([request]), timeout=5)
+            assert "dledger.v1.Ledger" in {s.name for r in replies for s in r.list_services_response.service}
+        else:
+            with pytest.raises(grpc.RpcError) as info:
+                list(stub.ServerReflectionInfo(iter([request]), timeout=5))
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        channel.close()
+        process.terminate()
+        assert process.wait(60) == 0
