@@ -11,7 +11,10 @@ Figures (issue 4 targets in brackets), printed with ratios by the last test:
 - single-entry appends from 64 client threads, vs the raw unary echo from 64 threads on
   the same machine (the echo server of bench/test_grpc_ceiling.py) [>= 80 %];
 - idle single-append latency p50 [<= 3 ms];
-- the batch rates and the idle latency again with flush_mode=sync (ack after fsync).
+- the batch rates and the idle latency again with flush_mode=sync (ack after fsync);
+- the batch rates and the idle latency again with mutual TLS between every member and
+  the client (issue 16) [>= 250,000/s at 128 B, >= 110,000/s at 1 KiB, each >= 0.8x
+  the plaintext batch rate of this run; idle p50 <= 3 ms].
 
 Each cluster first writes WARM_UP_BYTES per member, more than a member's page-cache window
 (`--release-behind`, 256 MiB): the figures are the steady state, in which the pages faulted
@@ -45,6 +48,8 @@ from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
+from dledger.security.certs import CertPlan, write_dev_certs
+from dledger.security.tls import TlsConfig
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import free_ports
 
@@ -74,8 +79,9 @@ FIGURES: dict[str, Any] = {}
 # ----------------------------------------------------------------------- clusters
 
 
-def start_cluster(workdir: Path, flush_mode: str) -> LocalCluster:
-    """Three `dledger server` processes (256 MiB segments, 1 s heartbeats) with a leader."""
+def start_cluster(workdir: Path, flush_mode: str, tls_dir: Path | None = None) -> LocalCluster:
+    """Three `dledger server` processes (256 MiB segments, 1 s heartbeats; mutual TLS with
+    the certificates in `tls_dir`) with a leader."""
     cluster = LocalCluster(
         nodes=3,
         group="bench",
@@ -87,17 +93,22 @@ def start_cluster(workdir: Path, flush_mode: str) -> LocalCluster:
                     "--log-level", "WARNING"],
         command_line=server_command_line,
         log_dir=workdir / "logs",
+        tls_dir=tls_dir,
     )  # fmt: skip
     cluster.start_all()
     assert cluster.wait_leader(60) is not None, "no leader elected"
     return cluster
 
 
-def cluster_client(flush_mode: str) -> Iterator[DLedgerClient]:
+def cluster_client(flush_mode: str, tls: bool = False) -> Iterator[DLedgerClient]:
     with tempfile.TemporaryDirectory(prefix=f"dledger-bench-{flush_mode}-") as workdir:
-        cluster = start_cluster(Path(workdir), flush_mode)
+        tls_dir = Path(workdir) / "tls" if tls else None
+        if tls_dir is not None:
+            write_dev_certs(tls_dir, CertPlan("bench", ("n0", "n1", "n2"), {"admin": "admin", "writer": "write"}))
+        cluster = start_cluster(Path(workdir), flush_mode, tls_dir)
+        client_tls = TlsConfig.in_directory(tls_dir, "client-writer") if tls_dir is not None else None
         try:
-            with DLedgerClient(cluster.peers, "bench", timeout_s=30.0) as client:
+            with DLedgerClient(cluster.peers, "bench", timeout_s=30.0, tls=client_tls) as client:
                 client.append_many(make_bodies(128, 1000))  # warm up: channels, segments, followers
                 stream_round(client, make_bodies(1024, 20 * BATCH), WARM_UP_BYTES // 1024)()  # and memory
                 yield client
@@ -256,6 +267,28 @@ def test_sync_idle_single_latency(benchmark: Any, sync_client: DLedgerClient) ->
     benchmark.group = "service-idle-append"
     benchmark.pedantic(sync_client.append, args=(b"x" * 128,), rounds=200, iterations=1, warmup_rounds=10)
     FIGURES["idle-sync-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
+
+
+# ------------------------------------------------------------------- mutual TLS
+
+
+@pytest.fixture(scope="module")
+def tls_client() -> Iterator[DLedgerClient]:
+    """A client (role write) of a 3-member async cluster speaking mutual TLS throughout."""
+    yield from cluster_client("async", tls=True)
+
+
+@pytest.mark.parametrize("label", list(SIZES))
+def test_tls_batch(benchmark: Any, tls_client: DLedgerClient, label: str) -> None:
+    size, total = SIZES[label]
+    run = batch_round(tls_client, make_bodies(size, 20 * BATCH), total)
+    bench_entries(benchmark, f"service-{label}", "dledger-tls-batch", run, total // BATCH // THREADS * BATCH * THREADS)
+
+
+def test_tls_idle_single_latency(benchmark: Any, tls_client: DLedgerClient) -> None:
+    benchmark.group = "service-idle-append"
+    benchmark.pedantic(tls_client.append, args=(b"x" * 128,), rounds=300, iterations=1, warmup_rounds=10)
+    FIGURES["idle-tls-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
 
 
 # ------------------------------------------------------------------------- PySyncObj
@@ -430,6 +463,11 @@ def summary_lines() -> list[str]:
                 f"{value / base:.1f}x pysyncobj-{name}" for name, base in (("single", single), ("batch", batch)) if base
             )
             lines.append(f"  {label} {impl}: {value:,.0f} entries/s [>= {target:,}; >= {pso_target}x]  ({ratios})")
+    for label, target in (("128B", 250_000), ("1KiB", 110_000)):
+        value, plain = rate(f"service-{label}/dledger-tls-batch"), rate(f"service-{label}/dledger-async-batch")
+        if value is not None:
+            ratio = f" = {value / plain:.2f}x plaintext" if plain else ""
+            lines.append(f"  {label} dledger-tls-batch: {value:,.0f} entries/s{ratio} [>= {target:,}; >= 0.8x]")
     latency = FIGURES.get("latency-50k")
     if isinstance(latency, BenchResult):
         lines.append(
@@ -442,10 +480,10 @@ def summary_lines() -> list[str]:
             f"  64-thread single appends: {single64.entries_per_s:,.0f}/s = {single64.entries_per_s / echo:.0%} of "
             f"the raw unary echo ({echo:,.0f} calls/s) [>= 80%]; p50 {single64.latency_ms.get('p50', 0):.1f} ms"
         )
-    for mode in ("async", "sync"):
+    for mode, name in (("async", "async flush"), ("sync", "sync flush"), ("tls", "mutual TLS, async flush")):
         p50 = FIGURES.get(f"idle-{mode}-p50-ms")
         if p50 is not None:
-            lines.append(f"  idle single append p50 ({mode} flush): {p50:.2f} ms" + (" [<= 3 ms]" * (mode == "async")))
+            lines.append(f"  idle single append p50 ({name}): {p50:.2f} ms" + (" [<= 3 ms]" * (mode != "sync")))
     return lines
 
 

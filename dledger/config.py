@@ -295,6 +295,12 @@ class DLedgerConfig:
     rpc_timeout_ms: int = 3000
     enable_fast_advance_commit_index: bool = True  # a new leader holding uncommitted entries appends a NOOP
 
+    # dledger-py: mutual TLS between members and with clients (all three or none); see
+    # docs/OPERATIONS.md "Security model"
+    tls_cert: str | None = field(default=None, metadata={"yaml": "tlsCert"})
+    tls_key: str | None = field(default=None, metadata={"yaml": "tlsKey"})
+    tls_ca: str | None = field(default=None, metadata={"yaml": "tlsCa"})
+
     # storage (the member's defaults: see member_store_config)
     store: StoreConfig = field(default_factory=member_store_config)
 
@@ -339,6 +345,15 @@ class DLedgerConfig:
         for pid in parse_preferred_leader_ids(self.preferred_leader_ids):
             if pid not in self._peer_map:
                 raise ConfigError(f"preferred leader {pid!r} is not in peers")
+        tls = {"tls_cert": self.tls_cert, "tls_key": self.tls_key, "tls_ca": self.tls_ca}
+        if any(tls.values()) and not all(tls.values()):
+            missing = ", ".join(name for name, value in tls.items() if not value)
+            raise ConfigError(f"TLS needs a certificate, a key and a CA: {missing} missing")
+
+    @property
+    def tls_enabled(self) -> bool:
+        """True when the member speaks mutual TLS (tls_cert, tls_key and tls_ca set)."""
+        return bool(self.tls_cert and self.tls_key and self.tls_ca)
 
     @property
     def peer_map(self) -> dict[str, str]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from dledger.config import DLedgerConfig
 from dledger.node import DLedgerNode
-from dledger.transport.grpc_client import GrpcTransport
+from dledger.transport.grpc_client import GrpcTransport, member_tls
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,10 @@ class DLedgerServer:
         limits: gRPC worker and size limits.
         metrics_port: serve Prometheus metrics on this port (None: off).
         node_factory: builds the node (tests); default `DLedgerNode(config, transport)`.
+        reflection: serve gRPC server reflection too.
+
+    With `config.tls_cert` / `tls_key` / `tls_ca` set the member serves and dials mutual
+    TLS only (see `dledger.transport.guard` for who may call what).
     """
 
     def __init__(
@@ -44,11 +48,13 @@ class DLedgerServer:
         limits: ServiceLimits | None = None,
         metrics_port: int | None = None,
         node_factory: NodeFactory | None = None,
+        reflection: bool = False,
     ) -> None:
         self.config = config
         self.listen_address = listen_address or config.self_address
         self.limits = limits
         self.metrics_port = metrics_port
+        self.reflection = reflection
         self._node_factory: NodeFactory = node_factory or (lambda cfg, transport: DLedgerNode(cfg, transport))
         self.transport: GrpcTransport | None = None
         self.node: DLedgerNode | None = None
@@ -72,11 +78,15 @@ class DLedgerServer:
             BindError: the service or the metrics port cannot be bound (nothing is
                 left running).
             DLedgerError, OSError: the store cannot be opened (e.g. CorruptStoreError).
+            TlsError: the TLS files cannot be read (nothing is left running).
         """
+        tls = member_tls(self.config)
+        if tls is not None:
+            tls.read()  # a missing or unreadable file fails before the store opens
         self.transport = GrpcTransport(self.config)
         try:
             self.node = self._node_factory(self.config, self.transport)
-            self.grpc = GrpcServer(self.node, self.listen_address, self.limits)
+            self.grpc = GrpcServer(self.node, self.listen_address, self.limits, tls=tls, reflection=self.reflection)
             if self.metrics_port is not None:
                 self._start_metrics(self.metrics_port)
         except BaseException:
@@ -87,10 +97,11 @@ class DLedgerServer:
         self.node.start()
         self.grpc.start()
         log.info(
-            "%s of group %s serving on %s (store %s)",
+            "%s of group %s serving on %s (%s, store %s)",
             self.config.self_id,
             self.config.group,
             self.listen_address,
+            "mutual TLS" if tls is not None else "plaintext",
             self.config.default_path,
         )
         return self

@@ -25,6 +25,7 @@ import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
+from dledger.cli.tls_options import client_tls, client_tls_options
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
@@ -39,8 +40,9 @@ BASE64_PREFIX = "base64:"
 
 
 def client_options(fn: F) -> F:
-    """--peers/-p, --group/-g (DLEDGER_PEERS, DLEDGER_GROUP) and --timeout, shared by
-    every client command."""
+    """--peers/-p, --group/-g (DLEDGER_PEERS, DLEDGER_GROUP), --timeout and the TLS
+    options (DLEDGER_TLS_*), shared by every client command."""
+    fn = client_tls_options(fn)
     fn = click.option(
         "--timeout",
         "timeout_s",
@@ -73,7 +75,7 @@ def client_options(fn: F) -> F:
 def open_client(peers: str, group: str, timeout_s: float) -> DLedgerClient:
     """A client, or a usage error (exit 2) for a bad --peers."""
     try:
-        return DLedgerClient(peers, group, timeout_s)
+        return DLedgerClient(peers, group, timeout_s, tls=client_tls())
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from dledger.config import StoreConfig
+from dledger.security.tls import TlsConfig
 from dledger.store import lock_holder
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
@@ -73,6 +74,8 @@ class LocalCluster:
         log_dir: write each member's output to LOG_DIR/n<k>.log instead of echoing it
             with an [n<k>] prefix.
         ports: explicit ports (overrides base_port).
+        tls_dir: a `dledger certs init` directory: members speak mutual TLS with
+            `<id>.crt`, and the supervisor asks them with `client-admin.crt`.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class LocalCluster:
         metrics_base_port: int | None = None,
         log_dir: Path | None = None,
         ports: Sequence[int] | None = None,
+        tls_dir: Path | None = None,
     ) -> None:
         ports = list(ports) if ports is not None else [base_port + k for k in range(nodes)]
         self.group = group
@@ -100,6 +104,9 @@ class LocalCluster:
         self.members = {f"n{k}": Member(f"n{k}", ports[k]) for k in range(nodes)}
         self.peers = ";".join(f"{m.id}-{host}:{m.port}" for m in self.members.values())
         self._channels: dict[str, Any] = {}
+        self.tls_dir = tls_dir
+        self.client_tls = TlsConfig.in_directory(tls_dir, "client-admin") if tls_dir is not None else None
+        self._credentials: Any = None
         self._stop = threading.Event()
         self._pumps: list[threading.Thread] = []
 
@@ -110,6 +117,9 @@ class LocalCluster:
         args = ["-g", self.group, "-i", member_id, "-p", self.peers, "-s", str(self.store_base_dir)]
         if self.metrics_base_port is not None:
             args += ["--metrics-port", str(self.metrics_base_port + int(member_id[1:]))]
+        if self.tls_dir is not None:
+            tls = TlsConfig.in_directory(self.tls_dir, member_id)
+            args += ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca]
         return args + self.extra_args
 
     def start(self, member_id: str) -> Member:
@@ -217,7 +227,9 @@ class LocalCluster:
         """A (cached) gRPC channel to a member."""
         channel = self._channels.get(member_id)
         if channel is None:
-            channel = self._channels[member_id] = open_channel(self.address(member_id))
+            if self.client_tls is not None and self._credentials is None:
+                self._credentials = self.client_tls.channel_credentials()
+            channel = self._channels[member_id] = open_channel(self.address(member_id), credentials=self._credentials)
         return channel
 
     def _drop_channel(self, member_id: str) -> None:
@@ -309,6 +321,14 @@ class LocalCluster:
 
     def _print_usage(self) -> None:
         peers = self.peers
+        if self.client_tls is not None:
+            tls = self.client_tls
+            print(
+                "mutual TLS: client certificates client-admin / client-writer / client-reader in "
+                f"{self.tls_dir}; for example:\n"
+                f"  export DLEDGER_TLS_CERT={tls.cert} DLEDGER_TLS_KEY={tls.key} DLEDGER_TLS_CA={tls.ca}",
+                flush=True,
+            )
         print(
             "from another terminal:\n"
             f'  .venv/bin/dledger append -g {self.group} -p "{peers}" -d hello\n'

@@ -8,6 +8,7 @@ import click
 
 from dledger import __version__
 from dledger.cli.bench_cmd import bench
+from dledger.cli.certs import certs
 from dledger.cli.client_cmds import append, get, leadership_transfer, status
 from dledger.cli.demo import demo
 from dledger.cli.errors import GuardedGroup
@@ -38,6 +39,7 @@ main.add_command(get)
 main.add_command(status)
 main.add_command(leadership_transfer)
 main.add_command(bench)
+main.add_command(certs)
 
 
 if __name__ == "__main__":

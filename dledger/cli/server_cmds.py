@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from dledger.cli.errors import GuardedCommand, fail, one_line
+from dledger.cli.tls_options import EXIT_USAGE, refuse_plaintext, server_tls_options
 from dledger.codes import DLedgerError
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
 
@@ -260,6 +261,7 @@ def server_command_line(args: list[str]) -> list[str]:
 @click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval; election after 3 missed.")
 @store_options()
 @click.option("--listen", help="Listen address instead of this member's peer address (e.g. 0.0.0.0:20911).")
+@server_tls_options
 @click.option(
     "--log-level",
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
@@ -280,6 +282,11 @@ def server(
     heartbeat_ms: int | None,
     listen: str | None,
     log_level: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_ca: str | None,
+    insecure: bool,
+    reflection: bool,
     **store: Any,
 ) -> None:
     """Run one member of a DLedger group until SIGTERM / Ctrl-C.
@@ -298,8 +305,6 @@ def server(
     import signal
 
     from dledger import allocator
-    from dledger.server import DLedgerServer
-    from dledger.transport.grpc_server import BindError
 
     with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file (tests): no dumps
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
@@ -323,6 +328,9 @@ def server(
             "peer_push_quota": peer_push_quotas,
             "preferred_leader_ids": preferred_leader_id,
             "heart_beat_time_interval_ms": heartbeat_ms,
+            "tls_cert": tls_cert,
+            "tls_key": tls_key,
+            "tls_ca": tls_ca,
             **store,
         },
     )
@@ -331,9 +339,25 @@ def server(
             parse_address(listen)
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="'--listen'") from None
-    srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port)
+    run_server(config, listen=listen, metrics_port=metrics_port, insecure=insecure, reflection=reflection)
+
+
+def run_server(
+    config: DLedgerConfig, *, listen: str | None, metrics_port: int | None, insecure: bool, reflection: bool
+) -> None:
+    """Serve `config` until a signal; exits with one line on stderr when it cannot:
+    2 for plaintext on a non-loopback address without `insecure` or unreadable TLS
+    files, 1 for a busy port (named) or a store that cannot be opened."""
+    from dledger.security.tls import TlsError
+    from dledger.server import DLedgerServer
+    from dledger.transport.grpc_server import BindError
+
+    refuse_plaintext(listen or config.self_address, config.tls_enabled, insecure)
+    srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port, reflection=reflection)
     try:
         srv.run_until_signal()
+    except TlsError as exc:
+        fail(str(exc), EXIT_USAGE)
     except BindError as exc:
         fail(bind_failure(srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
     except (DLedgerError, OSError) as exc:
@@ -377,6 +401,12 @@ def bind_failure(address: str, exc: OSError) -> str:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML settings for every member (as `dledger server -c`); the options above win.",
 )
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Mutual TLS: make a development CA and certificates in STORE_BASE_DIR/tls (kept for the next run).",
+)
+@click.option("--insecure", is_flag=True, help="Allow a non-loopback --host without --tls.")
 def cluster(
     nodes: int,
     group: str,
@@ -386,6 +416,8 @@ def cluster(
     heartbeat_ms: int | None,
     metrics_base_port: int | None,
     config_file: Path | None,
+    tls: bool,
+    insecure: bool,
     **store: Any,
 ) -> None:
     """Run a local N-member cluster (ids n0.., ports BASE-PORT..) until Ctrl-C.
@@ -410,6 +442,8 @@ def cluster(
         parse_address(f"{host}:{base_port}")
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--host'") from None
+    refuse_plaintext(f"{host}:{base_port}", tls, insecure)
+    tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes, host) if tls else None
     runner = LocalCluster(
         nodes=nodes,
         group=group,
@@ -423,8 +457,32 @@ def cluster(
         ],
         metrics_base_port=metrics_base_port,
         command_line=server_command_line,
+        tls_dir=tls_dir,
     )
     sys.exit(runner.run())
+
+
+def cluster_certs(directory: Path, group: str, nodes: int, host: str = "127.0.0.1") -> Path:
+    """`dledger cluster --tls`'s certificates: those in `directory` when every file is
+    there (a later run), else new ones (`dledger certs init`'s defaults, plus `host` as
+    a name of every member). Exits 1 with one line when some exist but not all, or they
+    cannot be written."""
+    from dledger.cli.certs import DEFAULT_CLIENTS, parse_clients
+    from dledger.security.certs import CertPlan, CertsError, write_dev_certs
+
+    hosts = () if host in ("127.0.0.1", "localhost") else (host,)
+    plan = CertPlan(group, tuple(f"n{k}" for k in range(nodes)), parse_clients(DEFAULT_CLIENTS), hosts)
+    present = [name for name in plan.files() if (directory / name).exists()]
+    if len(present) == len(plan.files()):
+        click.echo(f"[cluster] mutual TLS with the certificates in {directory}")
+        return directory
+    try:
+        write_dev_certs(directory, plan)
+    except CertsError as exc:
+        click.echo(f"error: {exc}; remove {directory} to make new certificates", err=True)
+        sys.exit(1)
+    click.echo(f"[cluster] mutual TLS: wrote a development CA and certificates to {directory}")
+    return directory
 
 
 if __name__ == "__main__":  # `python -m dledger.cli.server_cmds [server options]` (what `cluster` runs)

@@ -9,13 +9,13 @@ wrapped or interpreted as markup (bodies may hold anything); `--json` prints JSO
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
+from dledger.cli.errors import fail
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
@@ -32,12 +32,11 @@ from dledger.store import (
 
 
 def _fail(message: str, as_json: bool = False, **extra: Any) -> NoReturn:
-    """Print a one-line failure (or a JSON object) and exit 1."""
+    """Exit 1 with the one-line `error:` of every command (after the JSON object on
+    stdout with --json)."""
     if as_json:
         click.echo(json.dumps({"healthy": False, "error": message, **extra}))
-    else:
-        click.echo(f"problem: {message}", err=True)
-    sys.exit(1)
+    fail(message)
 
 
 def _segments(directory: Path) -> list[Path]:
@@ -331,7 +330,8 @@ def check(
         report.notes.append("nothing to repair")
     report.show(as_json)
     if report.problems:
-        sys.exit(1)
+        count = len(report.problems)
+        fail(f"{count} problem{'s' if count > 1 else ''} in {node}" + ("" if as_json else " (listed above)"))
 
 
 __all__ = ["check", "read_file"]

@@ -32,6 +32,7 @@ from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import Entry
+from dledger.security.tls import TlsConfig
 from dledger.transport.convert import PACKED, pb
 
 DEFAULT_PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
@@ -86,9 +87,13 @@ class DLedgerClient:
         group: the Raft group name.
         timeout_s: the time budget of one operation, retries and redirects included.
         clock: time source for deadlines and backoff (tests).
+        tls: mutual TLS with this client certificate, key and CA
+            (`dledger.security.TlsConfig`; None: plaintext). The certificate's role
+            decides what the client may call (read, write, admin).
 
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
+        dledger.security.TlsError: a TLS file cannot be read.
     """
 
     def __init__(
@@ -98,8 +103,9 @@ class DLedgerClient:
         timeout_s: float = 5.0,
         *,
         clock: Clock | None = None,
+        tls: TlsConfig | None = None,
     ) -> None:
-        self.members = Members(peers, group, timeout_s, clock)
+        self.members = Members(peers, group, timeout_s, clock, tls)
 
     # -- plumbing
 

@@ -18,6 +18,7 @@ from dledger.client.types import LedgerStubs, Target
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import parse_peers
+from dledger.security.tls import TlsConfig
 from dledger.transport.convert import pb
 from dledger.transport.grpc_client import open_channel
 
@@ -39,15 +40,22 @@ class Members:
         group: the Raft group name.
         timeout_s: the time budget of one operation, retries and redirects included.
         clock: time source for deadlines and backoff (tests).
+        tls: speak TLS to the members, presenting this client certificate (None:
+            plaintext).
 
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
         ValueError: `timeout_s` is not positive.
+        dledger.security.TlsError: a TLS file cannot be read.
     """
 
-    def __init__(self, peers: str, group: str, timeout_s: float, clock: Clock | None = None) -> None:
+    def __init__(
+        self, peers: str, group: str, timeout_s: float, clock: Clock | None = None, tls: TlsConfig | None = None
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        self.tls = tls
+        self._credentials = tls.channel_credentials() if tls is not None else None
         self.peers = parse_peers(peers)
         self.group = group
         self.timeout_s = timeout_s
@@ -77,7 +85,7 @@ class Members:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "the client is closed")
             stub = self._stubs.get(address)
             if stub is None:
-                stub = self._stubs[address] = LedgerStubs(open_channel(address))
+                stub = self._stubs[address] = LedgerStubs(open_channel(address, credentials=self._credentials))
             return stub
 
     def target(self, node_id: str) -> Target:

@@ -1,5 +1,10 @@
 """The gRPC server of a member: the `dledger.v1.Ledger` and `dledger.v1.Peer` services on
-one port, plus gRPC health checking and reflection.
+one port, plus gRPC health checking (and reflection, when asked for).
+
+With TLS (`dledger.security.TlsConfig`) the port speaks mutual TLS only and every call is
+checked against the caller's certificate (`dledger.transport.guard`): Peer calls must
+come from the member they speak as, Ledger calls need the role the method asks for;
+refusals are gRPC PERMISSION_DENIED.
 
 Handlers are registered with raw-bytes request deserializers and parse the protobuf
 themselves, so that bytes that are not a valid message get INVALID_ARGUMENT (gRPC's own
@@ -23,12 +28,14 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
-from grpc_reflection.v1alpha import reflection  # type: ignore[import-untyped]
+from grpc_reflection.v1alpha import reflection as grpc_reflection  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.messages import RequestOrResponse
+from dledger.security.tls import TlsConfig
 from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
-from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
+from dledger.transport.grpc_client import MAX_MESSAGE_BYTES, TLS_OPTIONS
+from dledger.transport.guard import Guard
 from dledger.transport.ledger_service import LEDGER_SERVICE, LedgerService
 from dledger.transport.service_core import (
     NodeLike,
@@ -71,22 +78,28 @@ class PeerService:
 
     Args:
         core: the shared service state.
+        guard: the identity checks (TLS), or None (plaintext: no checks).
     """
 
-    def __init__(self, core: ServiceCore) -> None:
+    def __init__(self, core: ServiceCore, guard: Guard | None = None) -> None:
         self.core = core
+        self.guard = guard
 
     def _handler(self, method: str, request_name: str, response_name: str) -> Callable[[bytes, Any], Any]:
         request_cls = getattr(pb, request_name)
         core = self.core
+        guard = self.guard
 
         def handle(raw: bytes, context: Any) -> Any:
+            caller = guard.peer_caller(context) if guard is not None else None
             message = parse(request_cls, raw, context)
             try:
                 request = from_pb(message)
             except MalformedMessage as exc:
                 core.refuse(method, Refusal(ResponseCode.UNEXPECTED_ARGUMENT, str(exc)), context)
                 abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            if caller is not None:
+                guard.check_speaks_as(caller, request, context)  # type: ignore[union-attr]
             refusal = core.refuse(method, core.validator.peer_request(request, core.node.term), context)
             if refusal is not None:
                 return response_to_pb(self._error(request, refusal.code), response_name)
@@ -117,7 +130,11 @@ class PeerService:
         )
 
     def _install_snapshot(self, raw: bytes, context: Any) -> Any:
+        if self.guard is not None:
+            caller = self.guard.peer_caller(context)
         request = parse(pb.InstallSnapshotRequest, raw, context)
+        if self.guard is not None:
+            self.guard.check_speaks_as(caller, RequestOrResponse(local_id=request.local_id), context)
         core = self.core
         header = RequestOrResponse(
             group=request.group,
@@ -163,36 +180,55 @@ class BindError(OSError):
 
 
 class GrpcServer:
-    """A member's gRPC server: Ledger + Peer + health + reflection on one port.
+    """A member's gRPC server: Ledger + Peer + health (+ reflection) on one port.
 
     Args:
         node: the member.
         address: `host:port` to listen on (port 0 picks a free one: see `port`).
         limits: worker and size limits.
+        tls: serve mutual TLS with these files and check every caller's identity
+            (None: plaintext, no checks).
+        reflection: also serve gRPC server reflection.
 
     Raises:
         BindError: the address cannot be bound.
+        dledger.security.TlsError: the TLS files cannot be read.
     """
 
-    def __init__(self, node: NodeLike, address: str, limits: ServiceLimits | None = None) -> None:
+    def __init__(
+        self,
+        node: NodeLike,
+        address: str,
+        limits: ServiceLimits | None = None,
+        *,
+        tls: TlsConfig | None = None,
+        reflection: bool = False,
+    ) -> None:
         self.limits = limits or ServiceLimits()
         self.core = ServiceCore(node, self.limits)
         self.address = address
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._server = grpc.server(
             ThreadPoolExecutor(self.limits.max_workers, thread_name_prefix=f"grpc-{node.config.self_id}"),
-            options=list(SERVER_OPTIONS),
+            options=[*SERVER_OPTIONS, *(TLS_OPTIONS if tls is not None else ())],
         )
-        self._server.add_generic_rpc_handlers(
-            (LedgerService(self.core).generic_handler(), PeerService(self.core).generic_handler())
-        )
+        credentials = tls.server_credentials() if tls is not None else None
+        self.guard = Guard(node.config) if tls is not None else None
+        ledger = LedgerService(self.core).generic_handler()
+        if self.guard is not None:
+            ledger = self.guard.ledger_handler(ledger)
+        self._server.add_generic_rpc_handlers((ledger, PeerService(self.core, self.guard).generic_handler()))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        services = [LEDGER_SERVICE, PEER_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        reflection.enable_server_reflection(services, self._server)
+        if reflection:
+            services = [LEDGER_SERVICE, PEER_SERVICE, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME]
+            grpc_reflection.enable_server_reflection(services, self._server)
         for name in ("", LEDGER_SERVICE, PEER_SERVICE):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         try:
-            self.port: int = self._server.add_insecure_port(address)
+            if credentials is not None:
+                self.port: int = self._server.add_secure_port(address, credentials)
+            else:
+                self.port = self._server.add_insecure_port(address)
         except RuntimeError as exc:
             raise BindError(f"cannot listen on {address} (in use?): {exc}") from exc
         if not self.port:

@@ -357,15 +357,30 @@ def test_metadata_and_transfer(ledger: Any) -> None:
     assert empty.code == ResponseCode.UNEXPECTED_ARGUMENT
 
 
-def test_health_and_reflection(channel: Any) -> None:
+def test_health_and_no_reflection_by_default(channel: Any) -> None:
     health = health_pb2_grpc.HealthStub(channel)
     for service in ("", "dledger.v1.Ledger", "dledger.v1.Peer"):
         answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=WAIT_S)
         assert answer.status == health_pb2.HealthCheckResponse.SERVING
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
     replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
-    names = {s.name for r in replies for s in r.list_services_response.service}
-    assert {"dledger.v1.Ledger", "dledger.v1.Peer", "grpc.health.v1.Health"} <= names
+    with pytest.raises(grpc.RpcError) as info:
+        list(replies)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_reflection_when_asked_for(node: FakeNode, limits: ServiceLimits) -> None:
+    srv = GrpcServer(node, "127.0.0.1:0", limits, reflection=True)
+    srv.start()
+    channel = open_channel(f"127.0.0.1:{srv.port}")
+    try:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        replies = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+        names = {s.name for r in replies for s in r.list_services_response.service}
+        assert {"dledger.v1.Ledger", "dledger.v1.Peer", "grpc.health.v1.Health"} <= names
+    finally:
+        channel.close()
+        srv.stop(0)
 
 
 def test_port_cannot_be_bound_twice(node: FakeNode, server: GrpcServer) -> None:

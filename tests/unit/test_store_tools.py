@@ -53,7 +53,7 @@ def test_check_says_no_store_here(tmp_path: Path, kind: str) -> None:
         (target / "notes.txt").write_text("hello")
     result = run("check", str(target))
     assert result.exit_code == 1 and "no store here" in result.output
-    assert json.loads(run("check", "--json", str(target)).output)["healthy"] is False
+    assert json.loads(run("check", "--json", str(target)).stdout)["healthy"] is False
     if kind != "missing":  # nothing was written
         assert sorted(os.listdir(target)) == (["notes.txt"] if kind == "unrelated" else [])
 
@@ -70,7 +70,7 @@ def test_check_unreadable_segment_is_a_one_line_failure(store: Path) -> None:
     (store / "data" / f"{1 << 40:020d}").mkdir()  # a "segment" that cannot be read
     result = run("check", str(store))
     assert result.exit_code == 1, result.output
-    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("problem:")
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error:")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads every directory")
@@ -80,7 +80,7 @@ def test_check_unreadable_data_dir(store: Path) -> None:
         result = run("check", str(store))
     finally:
         os.chmod(store / "data", 0o755)
-    assert result.exit_code == 1 and result.output.startswith("problem:")
+    assert result.exit_code == 1 and result.output.startswith("error:")
 
 
 def test_check_flags_begin_beyond_end(tmp_path: Path) -> None:

@@ -1,0 +1,104 @@
+"""`dledger certs init`: a development CA and member / client certificates for a
+mutual-TLS group (see dledger.security.certs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from dledger.cli.errors import GuardedCommand, GuardedGroup
+from dledger.security.identity import ROLES
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+DEFAULT_CLIENTS = ("admin:admin", "writer:write", "reader:read")
+
+
+def parse_clients(specs: tuple[str, ...]) -> dict[str, str]:
+    """`("alice:write", "bob")` -> {"alice": "write", "bob": "read"}.
+
+    Raises:
+        click.BadParameter: a role that is not read, write or admin, or a name twice.
+    """
+    clients: dict[str, str] = {}
+    for spec in specs:
+        name, _, role = spec.partition(":")
+        role = role or "read"
+        if role not in ROLES:
+            raise click.BadParameter(f"{spec!r}: role must be one of {', '.join(ROLES)}", param_hint="'--client'")
+        if name in clients:
+            raise click.BadParameter(f"client {name!r} is given twice", param_hint="'--client'")
+        clients[name] = role
+    return clients
+
+
+def parse_members(members: str) -> tuple[str, ...]:
+    """`"n0,n1,n2"` or a count `"3"` -> ("n0", "n1", "n2").
+
+    Raises:
+        click.BadParameter: no members, or a count outside 1..99.
+    """
+    text = members.strip()
+    if text.isdigit():
+        count = int(text)
+        if not 1 <= count <= 99:
+            raise click.BadParameter("a member count must be 1..99", param_hint="'--members'")
+        return tuple(f"n{k}" for k in range(count))
+    ids = tuple(item.strip() for item in text.replace(";", ",").split(",") if item.strip())
+    if not ids:
+        raise click.BadParameter("no member ids", param_hint="'--members'")
+    return ids
+
+
+@click.group(cls=GuardedGroup, context_settings=CONTEXT, no_args_is_help=False)
+def certs() -> None:
+    """Development certificates for a mutual-TLS group."""
+
+
+@certs.command("init", cls=GuardedCommand, context_settings=CONTEXT)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("-g", "--group", default="default", show_default=True, help="Raft group the members belong to.")
+@click.option(
+    "-m", "--members", default="3", show_default=True, help="Member ids (n0,n1,...) or a count (3 = n0,n1,n2)."
+)
+@click.option(
+    "--client",
+    "clients",
+    multiple=True,
+    metavar="NAME[:ROLE]",
+    help="A client certificate (role read, write or admin; default read). Repeat. "
+    f"[default: {' '.join(DEFAULT_CLIENTS)}]",
+)
+@click.option("--host", "hosts", multiple=True, help="Extra DNS name or IP of the member certificates. Repeat.")
+@click.option("--days", type=click.IntRange(1, 36500), default=365, show_default=True, help="Validity in days.")
+@click.option("--force", is_flag=True, help="Overwrite existing files.")
+def init(
+    directory: Path, group: str, members: str, clients: tuple[str, ...], hosts: tuple[str, ...], days: int, force: bool
+) -> None:
+    """Write a development CA (ca.crt, ca.key), one certificate per member (<id>.crt,
+    <id>.key: SAN URI dledger://<group>/<id>, localhost, 127.0.0.1) and client
+    certificates (client-<name>.crt/.key: SAN URI dledger-client://<name> and its role)
+    into DIRECTORY. Keys are written with mode 0600. Exit 0 on success, 1 when the
+    files cannot be written (or exist, without --force), 2 for bad options.
+
+    \b
+      dledger certs init tls -g default -m 3
+      dledger server -i n0 -p "$P" --tls-cert tls/n0.crt --tls-key tls/n0.key --tls-ca tls/ca.crt
+      dledger status -p "$P" --tls-cert tls/client-admin.crt --tls-key tls/client-admin.key --tls-ca tls/ca.crt
+    """
+    from dledger.security.certs import CertPlan, CertsError, write_dev_certs
+
+    plan = CertPlan(group, parse_members(members), parse_clients(clients or DEFAULT_CLIENTS), hosts, days)
+    try:
+        plan.validate()
+    except CertsError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        written = write_dev_certs(directory, plan, force=force)
+    except CertsError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"wrote {len(written)} files to {directory}: CA, members {', '.join(plan.members)}, ", nl=False)
+    click.echo("clients " + ", ".join(f"{n} ({r})" for n, r in plan.clients.items()))

@@ -1,0 +1,94 @@
+"""The TLS options of the command line: `--tls-cert`, `--tls-key`, `--tls-ca` for the
+client commands (also from DLEDGER_TLS_CERT / DLEDGER_TLS_KEY / DLEDGER_TLS_CA) and for
+`dledger server` (options or YAML keys `tlsCert`, `tlsKey`, `tlsCa`; never from the
+environment, so a shell set up for client commands cannot hand a client certificate to
+the members `dledger cluster` starts), plus `--insecure` and `--reflection`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, TlsConfig, TlsError, is_loopback
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_META_KEY = "dledger.tls"
+_FILE = click.Path(dir_okay=False)
+
+EXIT_USAGE = 2
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    ctx.meta.setdefault(_META_KEY, {})[param.name or ""] = value
+
+
+def client_tls_options(fn: F) -> F:
+    """Decorator: --tls-cert/--tls-key/--tls-ca for a client command (environment
+    DLEDGER_TLS_*); read them with `client_tls()`. The command's signature is unchanged."""
+    for name, env, what in (
+        ("ca", ENV_CA, "CA certificate the members' certificates must chain to"),
+        ("key", ENV_KEY, "Private key of the client certificate"),
+        ("cert", ENV_CERT, "Client certificate (mutual TLS; its role decides what may be called)"),
+    ):
+        fn = click.option(
+            f"--tls-{name}",
+            f"tls_{name}",
+            type=_FILE,
+            envvar=env,
+            show_envvar=True,
+            expose_value=False,
+            callback=_remember,
+            help=f"{what}.",
+        )(fn)
+    return fn
+
+
+def client_tls() -> TlsConfig | None:
+    """The TLS settings the current client command was given (None: plaintext).
+
+    Raises:
+        click.BadParameter: only some are given, or a file cannot be read (exit 2).
+    """
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(_META_KEY, {}) if ctx is not None else {}
+    try:
+        tls = TlsConfig.from_options(given.get("tls_cert"), given.get("tls_key"), given.get("tls_ca"))
+        if tls is not None:
+            tls.read()
+    except TlsError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--tls-cert/--tls-key/--tls-ca'") from exc
+    return tls
+
+
+def server_tls_options(fn: F) -> F:
+    """Decorator: --tls-cert/--tls-key/--tls-ca (passed as tls_cert, tls_key, tls_ca),
+    --insecure and --reflection of `dledger server`."""
+    fn = click.option("--reflection", is_flag=True, help="Serve gRPC server reflection (off by default).")(fn)
+    fn = click.option(
+        "--insecure",
+        is_flag=True,
+        help="Allow listening on a non-loopback address without TLS (anyone reaching the port can act as a member).",
+    )(fn)
+    fn = click.option("--tls-ca", type=_FILE, help="CA every peer and client certificate must chain to.")(fn)
+    fn = click.option("--tls-key", type=_FILE, help="Private key of this member's certificate.")(fn)
+    fn = click.option(
+        "--tls-cert", type=_FILE, help="This member's certificate (SAN URI dledger://<group>/<id>); mutual TLS."
+    )(fn)
+    return fn
+
+
+def refuse_plaintext(address: str, tls_on: bool, insecure: bool) -> None:
+    """Exit 2 with one line when `address` is not loopback, TLS is off and `--insecure`
+    was not given."""
+    if tls_on or insecure or is_loopback(address):
+        return
+    click.echo(
+        f"error: refusing to listen on {address} without TLS: anyone who can reach it could act as a member "
+        "or a client; give --tls-cert/--tls-key/--tls-ca (see `dledger certs init`), or --insecure",
+        err=True,
+    )
+    sys.exit(EXIT_USAGE)

@@ -1,0 +1,209 @@
+"""Identities, roles, TLS settings, `dledger certs init` and the plaintext rule, without
+a running group."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from dledger.cli.main import main
+from dledger.cli.server_cmds import load_config_file
+from dledger.cli.tls_options import refuse_plaintext
+from dledger.config import ConfigError, DLedgerConfig
+from dledger.security.certs import CertPlan, CertsError, issue_member_cert, write_dev_certs
+from dledger.security.identity import Identity, identity_from_uris, identity_of
+from dledger.security.tls import TlsConfig, TlsError, is_loopback
+
+pytestmark = pytest.mark.security
+
+
+@pytest.mark.parametrize(
+    ("uris", "expected"),
+    [
+        (["dledger://g/n0"], Identity("member", "n0", "g")),
+        (["dledger-client://alice", "dledger-role:write"], Identity("client", "alice", "", "write")),
+        (["dledger-client://bob"], Identity("client", "bob", "", "")),
+        (["dledger-client://bob", "dledger-role:root"], Identity("client", "bob", "", "")),
+        (["dledger://g/n0", "dledger://g/n1"], Identity("unknown")),
+        (["dledger://g/n0", "dledger-client://alice"], Identity("unknown")),
+        (["dledger://g/n0", "dledger-role:admin"], Identity("unknown")),
+        (["dledger-client://a", "dledger-role:read", "dledger-role:admin"], Identity("unknown")),
+        (["dledger://g"], Identity("unknown")),
+        (["dledger://g/a/b"], Identity("unknown")),
+        (["https://example.org"], Identity("unknown")),
+        ([], Identity("unknown")),
+    ],
+)
+def test_identity_from_san_uris(uris: list[str], expected: Identity) -> None:
+    assert identity_from_uris(uris) == expected
+
+
+def test_roles_decide_the_ledger_methods() -> None:
+    allowed = {
+        role: {
+            m
+            for m in ("Get", "ReadCommitted", "Metadata", "Append", "AppendStream", "LeadershipTransfer", "Other")
+            if Identity("client", "c", "", role).may_call_ledger(m)
+        }
+        for role in ("read", "write", "admin", "")
+    }
+    assert allowed["read"] == {"Get", "ReadCommitted", "Metadata"}
+    assert allowed["write"] == {"Get", "ReadCommitted", "Metadata", "Append", "AppendStream"}
+    assert allowed["admin"] == allowed["write"] | {"LeadershipTransfer", "Other"}
+    assert allowed[""] == set()
+    assert Identity("member", "n0", "g").may_call_ledger("Metadata")
+    assert not Identity("member", "n0", "g").may_call_ledger("Append")
+    assert not Identity("unknown").may_call_ledger("Get")
+
+
+def test_a_call_without_a_certificate_is_nobody() -> None:
+    assert identity_of({"transport_security_type": [b"insecure"]}) == Identity("unknown")
+
+
+def test_tls_settings_are_all_or_nothing(tmp_path: Path) -> None:
+    assert TlsConfig.from_options(None, None, None) is None
+    with pytest.raises(TlsError, match="missing --tls-key, --tls-ca"):
+        TlsConfig.from_options("c.crt", None, "")
+    with pytest.raises(ConfigError, match="tls_ca missing"):
+        DLedgerConfig(peers="n0-127.0.0.1:1", tls_cert="c", tls_key="k")
+    assert not DLedgerConfig(peers="n0-127.0.0.1:1").tls_enabled
+
+
+def test_unreadable_or_non_pem_files_are_named(tmp_path: Path) -> None:
+    write_dev_certs(tmp_path, CertPlan("g", ("n0",)))
+    good = TlsConfig.in_directory(tmp_path, "n0")
+    assert [len(x) > 0 for x in good.read()] == [True, True, True]
+    with pytest.raises(TlsError, match=r"cannot read the TLS certificate .*nope\.crt"):
+        TlsConfig(str(tmp_path / "nope.crt"), good.key, good.ca).read()
+    (tmp_path / "junk").write_bytes(b"\x00\x01binary")
+    with pytest.raises(TlsError, match=r"CA .*junk is not a PEM file"):
+        TlsConfig(good.cert, good.key, str(tmp_path / "junk")).read()
+
+
+def test_yaml_keys_set_the_tls_files(tmp_path: Path) -> None:
+    path = tmp_path / "member.yaml"
+    path.write_text("group: g\nselfId: n0\ntlsCert: /x/n0.crt\ntlsKey: /x/n0.key\ntlsCa: /x/ca.crt\n")
+    assert load_config_file(path) == {
+        "group": "g",
+        "self_id": "n0",
+        "tls_cert": "/x/n0.crt",
+        "tls_key": "/x/n0.key",
+        "tls_ca": "/x/ca.crt",
+    }
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1:1", True),
+        ("127.9.9.9:1", True),
+        ("localhost:1", True),
+        ("[::1]:1", True),
+        ("0.0.0.0:1", False),
+        ("10.1.2.3:1", False),
+        ("example.org:1", False),
+    ],
+)
+def test_loopback_addresses(address: str, loopback: bool) -> None:
+    assert is_loopback(address) is loopback
+
+
+def test_plaintext_off_loopback_needs_insecure(capsys: pytest.CaptureFixture[str]) -> None:
+    refuse_plaintext("127.0.0.1:1", tls_on=False, insecure=False)
+    refuse_plaintext("0.0.0.0:1", tls_on=True, insecure=False)
+    refuse_plaintext("0.0.0.0:1", tls_on=False, insecure=True)
+    with pytest.raises(SystemExit) as info:
+        refuse_plaintext("0.0.0.0:1", tls_on=False, insecure=False)
+    assert info.value.code == 2
+    assert "refusing to listen on 0.0.0.0:1 without TLS" in capsys.readouterr().err
+
+
+def test_dev_certs_refuse_to_overwrite(tmp_path: Path) -> None:
+    plan = CertPlan("g", ("n0", "n1"), {"alice": "write"})
+    written = write_dev_certs(tmp_path, plan)
+    assert sorted(p.name for p in written) == sorted(plan.files())
+    assert os.stat(tmp_path / "n0.key").st_mode & 0o777 == 0o600
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(CertsError, match=r"already holds ca\.crt"):
+        write_dev_certs(tmp_path, plan)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    write_dev_certs(tmp_path, plan, force=True)
+    assert (tmp_path / "ca.crt").read_bytes() != before["ca.crt"]
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        (CertPlan("g", ()), "no members"),
+        (CertPlan("g", ("n0", "n0")), "twice"),
+        (CertPlan("g/h", ("n0",)), "bad name"),
+        (CertPlan("g", ("n0",), {"a": "root"}), "role 'root'"),
+        (CertPlan("g", ("n0",), days=0), "at least 1 day"),
+    ],
+)
+def test_bad_cert_plans(tmp_path: Path, plan: CertPlan, message: str) -> None:
+    with pytest.raises(CertsError, match=message):
+        write_dev_certs(tmp_path / "out", plan)
+    assert not (tmp_path / "out").exists()
+
+
+def test_issue_member_cert_needs_the_ca(tmp_path: Path) -> None:
+    with pytest.raises(CertsError, match="cannot read the CA"):
+        issue_member_cert(tmp_path, "g", "n3")
+    write_dev_certs(tmp_path, CertPlan("g", ("n0",)))
+    assert issue_member_cert(tmp_path, "g", "n3").name == "n3.crt"
+    with pytest.raises(CertsError, match="exists"):
+        issue_member_cert(tmp_path, "g", "n3")
+
+
+def test_certs_init_command(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "tls"
+    first = runner.invoke(main, ["certs", "init", str(out), "-g", "g", "-m", "n0,n1", "--client", "ops:admin"])
+    assert first.exit_code == 0, first.output
+    assert "wrote 8 files" in first.output and "ops (admin)" in first.output
+    assert sorted(p.name for p in out.iterdir()) == sorted(CertPlan("g", ("n0", "n1"), {"ops": "admin"}).files())
+    again = runner.invoke(main, ["certs", "init", str(out), "-g", "g", "-m", "n0,n1", "--client", "ops:admin"])
+    assert again.exit_code == 1 and "use --force" in again.output
+    forced = runner.invoke(main, ["certs", "init", str(out), "-m", "2", "--force"])
+    assert forced.exit_code == 0 and "admin (admin), writer (write), reader (read)" in forced.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--client", "bob:root"],
+        ["--client", "a", "--client", "a:write"],
+        ["-m", "0"],
+        ["-m", ","],
+        ["-g", "a/b"],
+        ["--days", "0"],
+    ],
+)
+def test_certs_init_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(main, ["certs", "init", str(tmp_path / "tls"), *args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "tls").exists()
+
+
+def test_client_commands_want_all_three_tls_files(tmp_path: Path) -> None:
+    runner = CliRunner()
+    partial = runner.invoke(main, ["status", "--tls-cert", str(tmp_path / "c.crt")])
+    assert partial.exit_code == 2 and "missing --tls-key, --tls-ca" in partial.output
+    env = {"DLEDGER_TLS_CERT": "x.crt", "DLEDGER_TLS_KEY": "x.key", "DLEDGER_TLS_CA": str(tmp_path / "none")}
+    unreadable = runner.invoke(main, ["get", "0"], env=env)
+    assert unreadable.exit_code == 2 and "cannot read the TLS certificate x.crt" in unreadable.output
+
+
+def test_every_client_command_has_the_tls_options() -> None:
+    commands = ["append", "get", "status", "leadership-transfer", "bench"]
+    assert isinstance(main, click.Group)
+    for name in commands:
+        command = main.commands[name]
+        options = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        assert {"--tls-cert", "--tls-key", "--tls-ca"} <= options, name
