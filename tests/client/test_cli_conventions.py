@@ -77,6 +77,16 @@ def test_demo_refuses_a_file_as_its_directory(tmp_path: Any) -> None:
     assert code == 2 and "is a file" in err and path.read_text() == "x"
 
 
+def test_demo_json_is_one_object_with_the_indexes_it_appended(tmp_path: Any) -> None:
+    code, out, _ = run("demo", "--dir", str(tmp_path), "--count", "5", "--body-size", "8", "--json")
+    first = json.loads(out)
+    assert code == 0 and (first["appended"], first["first_index"], first["last_index"]) == (5, 0, 4)
+    code, out, _ = run("demo", "--dir", str(tmp_path), "--count", "3", "--body-size", "8", "--json")
+    again = json.loads(out)  # the same log, reopened: it goes on after what is there
+    assert code == 0 and (again["first_index"], again["last_index"]) == (5, 7)
+    assert again["appends_per_s"] > 0 and again["gets_per_s"] > 0
+
+
 def test_status_exits_1_without_a_leader_and_prints_the_table(fake: FakeCluster) -> None:
     fake.log.leader = None
     code, out, err = run("status", "-p", fake.peers)
