@@ -3,12 +3,12 @@ mutual-TLS group (see dledger.security.certs)."""
 
 from __future__ import annotations
 
-import sys
+import json
 from pathlib import Path
 
 import click
 
-from dledger.cli.errors import GuardedCommand, GuardedGroup
+from dledger.cli.errors import GuardedCommand, GuardedGroup, fail
 from dledger.security.identity import ROLES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -74,8 +74,16 @@ def certs() -> None:
 @click.option("--host", "hosts", multiple=True, help="Extra DNS name or IP of the member certificates. Repeat.")
 @click.option("--days", type=click.IntRange(1, 36500), default=365, show_default=True, help="Validity in days.")
 @click.option("--force", is_flag=True, help="Overwrite existing files.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as one JSON object.")
 def init(
-    directory: Path, group: str, members: str, clients: tuple[str, ...], hosts: tuple[str, ...], days: int, force: bool
+    directory: Path,
+    group: str,
+    members: str,
+    clients: tuple[str, ...],
+    hosts: tuple[str, ...],
+    days: int,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Write a development CA (ca.crt, ca.key), one certificate per member (<id>.crt,
     <id>.key: SAN URI dledger://<group>/<id>, localhost, 127.0.0.1) and client
@@ -98,7 +106,20 @@ def init(
     try:
         written = write_dev_certs(directory, plan, force=force)
     except CertsError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+        fail(str(exc))
+    if as_json:
+        files = [str(path) for path in written]
+        click.echo(
+            json.dumps(
+                {
+                    "directory": str(directory),
+                    "group": group,
+                    "members": list(plan.members),
+                    "clients": dict(plan.clients),
+                    "files": files,
+                }
+            )
+        )
+        return
     click.echo(f"wrote {len(written)} files to {directory}: CA, members {', '.join(plan.members)}, ", nl=False)
     click.echo("clients " + ", ".join(f"{n} ({r})" for n, r in plan.clients.items()))

@@ -3,6 +3,7 @@ a running group."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -171,6 +172,10 @@ def test_certs_init_command(tmp_path: Path) -> None:
     assert again.exit_code == 1 and "use --force" in again.output
     forced = runner.invoke(main, ["certs", "init", str(out), "-m", "2", "--force"])
     assert forced.exit_code == 0 and "admin (admin), writer (write), reader (read)" in forced.output
+    listed = runner.invoke(main, ["certs", "init", str(tmp_path / "j"), "-m", "n0", "--client", "ops:write", "--json"])
+    summary = json.loads(listed.stdout)
+    assert listed.exit_code == 0 and summary["members"] == ["n0"] and summary["clients"] == {"ops": "write"}
+    assert sorted(Path(f).name for f in summary["files"]) == sorted(p.name for p in (tmp_path / "j").iterdir())
 
 
 @pytest.mark.parametrize(
