@@ -47,14 +47,6 @@ CLIENT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
 )
 """Options of every channel a member or a client opens (FAULTS.md §3)."""
 
-TLS_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.http2.max_frame_size", 1 << 20),
-    ("grpc.http2.write_buffer_size", 1 << 20),
-)
-"""Extra options of TLS channels and servers: larger HTTP/2 frames and write buffers mean
-fewer, larger pieces for the TLS layer to protect (1 MiB messages over TLS on loopback:
-~700 instead of ~550 MB/s in a probe on a busy machine; plaintext is left as it was)."""
-
 HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 """The standing call a transport holds open on every peer channel (see `_keep_spinning`)."""
 KEEPER_RETRY_S = 1.0
@@ -81,10 +73,12 @@ def peer_deadline_ms(config: DLedgerConfig) -> int:
 
 def open_channel(address: str, extra_options: tuple[tuple[str, Any], ...] = (), credentials: Any = None) -> Any:
     """A channel to `address` with CLIENT_CHANNEL_OPTIONS (+ `extra_options`): TLS with
-    `credentials` (`TlsConfig.channel_credentials()`), else plaintext."""
+    `credentials` (`TlsConfig.channel_credentials()`), else plaintext. TLS channels take
+    the same options: 1 MiB HTTP/2 frames made TLS slower on a quiet machine
+    (docs/BENCHMARKS.md, "Mutual TLS")."""
     options = [*CLIENT_CHANNEL_OPTIONS, *extra_options]
     if credentials is not None:
-        return grpc.secure_channel(address, credentials, options=[*options, *TLS_OPTIONS])
+        return grpc.secure_channel(address, credentials, options=options)
     return grpc.insecure_channel(address, options=options)
 
 

@@ -34,7 +34,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.messages import RequestOrResponse
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
-from dledger.transport.grpc_client import MAX_MESSAGE_BYTES, TLS_OPTIONS
+from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
 from dledger.transport.guard import Guard
 from dledger.transport.ledger_service import LEDGER_SERVICE, LedgerService
 from dledger.transport.service_core import (
@@ -210,7 +210,7 @@ class GrpcServer:
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self._server = grpc.server(
             ThreadPoolExecutor(self.limits.max_workers, thread_name_prefix=f"grpc-{node.config.self_id}"),
-            options=[*SERVER_OPTIONS, *(TLS_OPTIONS if tls is not None else ())],
+            options=list(SERVER_OPTIONS),  # the same for TLS (docs/BENCHMARKS.md, "Mutual TLS")
         )
         credentials = tls.server_credentials() if tls is not None else None
         self.guard = Guard(node.config) if tls is not None else None
