@@ -15,8 +15,11 @@ Bodies are shown as text when they are printable UTF-8 (and do not start with
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -201,10 +204,11 @@ def append(
                     if not appended:
                         raise
                     fail(f"{exc}; before it, {_appended(appended, first, last)}")
-                in_flight = 0
-                first = result.first_index if first < 0 else first
-                last = result.last_index
-                appended += result.count
+                with _ctrl_c_after():  # the report after Ctrl-C sees all of this or none of it
+                    in_flight = 0
+                    first = result.first_index if first < 0 else first
+                    last = result.last_index
+                    appended += result.count
         except KeyboardInterrupt:
             unknown = f"; the outcome of the last request ({in_flight} entries) is unknown" if in_flight else ""
             interrupted(_appended(appended, first, last) + unknown)
@@ -230,15 +234,30 @@ class _Printer:
         self.shown = 0
 
     def __call__(self, entry: Entry) -> None:
-        if self.out is not None:
-            self.out.write(entry.body + b"\n")
-            self.out.flush()
-        elif self.as_json:
-            click.echo(json.dumps(entry_json(entry)))
-        else:
-            noop = " (noop)" if entry.is_noop else ""
-            click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")
-        self.shown += 1
+        with _ctrl_c_after():  # an entry printed is an entry counted
+            if self.out is not None:
+                self.out.write(entry.body + b"\n")
+                self.out.flush()
+            elif self.as_json:
+                click.echo(json.dumps(entry_json(entry)))
+            else:
+                noop = " (noop)" if entry.is_noop else ""
+                click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")
+            self.shown += 1
+
+
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold SIGINT back for the block: a Ctrl-C that arrives inside it is delivered (as
+    KeyboardInterrupt) right after it. Only the main thread receives signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 GET_PAGE = 1024
