@@ -30,7 +30,8 @@ from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
 from dledger.store import kvfile
-from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, is_segment_name
+from dledger.store.checkpoint import load_checkpoint
+from dledger.store.layout import DATA_DIR, INDEX_DIR, RESET_FILE, is_segment_name
 from dledger.store.recovery import first_entry_header
 
 log = logging.getLogger(__name__)
@@ -81,14 +82,11 @@ def decode_index_unit(raw: bytes) -> IndexUnit:
 
 
 def checkpoint_committed(node_dir: str | os.PathLike[str]) -> int:
-    """The committed index recorded in `checkpoint` (or `checkpoint.bak`), -1 without one,
-    never above the `endIndex` recorded with it (Java DLedger can leave a committed index
-    past the end after a truncate, DLedger #316). Cheap: streams use it to see new entries
-    without opening the store."""
-    values = kvfile.read(Path(node_dir) / CHECKPOINT_FILE)
-    committed = kvfile.read_int(values, "committedIndex", -1)
-    end = kvfile.read_int(values, "endIndex", committed)
-    return min(committed, end)
+    """The committed index recorded in `checkpoint` (or `checkpoint.bak`), -1 without a
+    valid one, never above the `endIndex` recorded with it (Java DLedger can leave a
+    committed index past the end after a truncate, DLedger #316): `load_checkpoint`'s
+    reading. Cheap: streams use it to see new entries without opening the store."""
+    return load_checkpoint(node_dir).committed
 
 
 def _map_segments(directory: Path, default_size: int) -> Any:
