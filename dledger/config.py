@@ -246,6 +246,10 @@ class DLedgerConfig:
         default=None, metadata={"yaml": ("preferredLeaderIds", "preferredLeaderId")}
     )
     enable_leader_elector: bool = True
+    # dledger-py (etcd's --initial-cluster-state): "new" founds the group; "existing" joins
+    # a running one, so that a member without a store (a lost disk) neither votes nor
+    # stands until a leader brought it up to date (see dledger.store.membership)
+    initial_cluster_state: str = field(default="new", metadata={"yaml": "initialClusterState"})
 
     # election
     heart_beat_time_interval_ms: int = field(
@@ -320,6 +324,8 @@ class DLedgerConfig:
             raise ConfigError("group must not be empty")
         if self.self_id not in self._peer_map:
             raise ConfigError(f"self id {self.self_id!r} is not in peers {self.peers!r}")
+        if self.initial_cluster_state not in ("new", "existing"):
+            raise ConfigError(f"initial cluster state {self.initial_cluster_state!r} is not 'new' or 'existing'")
         for name in ("heart_beat_time_interval_ms", "max_heart_beat_leak", "max_push_timeout_ms", "rpc_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive")

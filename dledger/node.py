@@ -29,7 +29,7 @@ from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_status import NodeStatus
-from dledger.node_store import open_node_store
+from dledger.node_store import open_node_store, prepare_membership
 from dledger.raft.core import RaftCore
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
 from dledger.raft.elector import Outbound
@@ -74,6 +74,8 @@ class DLedgerNode:
         clock: time source (default: the monotonic clock).
         state_machine: receives committed entries in order (optional).
         rng: randomness of vote intervals (seed it for reproducible runs).
+        repair: let recovery cut a damaged log back to its last valid entry (the member
+            then rejoins: see dledger.node_store.open_node_store).
     """
 
     def __init__(
@@ -86,17 +88,30 @@ class DLedgerNode:
         clock: Clock | None = None,
         state_machine: StateMachine | None = None,
         rng: random.Random | None = None,
+        repair: bool = False,
     ) -> None:
         self.config = config
         self.transport = transport
         self.clock: Clock = clock or MonotonicClock()
-        self.store: LogStore = store if store is not None else open_node_store(config)
+        self.store: LogStore = store if store is not None else open_node_store(config, repair=repair)
         self.term_store: TermStore = term_store or FileTermStore(config.default_path)
-        # a store on disk remembers whether its last run ended cleanly
+        # a store on disk remembers whether its last run ended cleanly, and its place in the group
         node_dir = self.store.node_dir
+        self.membership = prepare_membership(config, self.store)
         self._abort_marker = AbortMarker(node_dir) if node_dir is not None else None
         unclean = self._abort_marker.arm() if self._abort_marker is not None else False
-        self.core = RaftCore(config, self.store, self.term_store, rng or random.Random(), unclean_restart=unclean)
+        rejoin = self.membership.rejoin
+        self.core = RaftCore(
+            config,
+            self.store,
+            self.term_store,
+            rng or random.Random(),
+            unclean_restart=unclean,
+            rejoin_index=rejoin.catch_up_index if rejoin is not None else None,
+            group_id=self.membership.identity.group_id,
+            incarnation=self.membership.identity.incarnation,
+        )
+        self.membership.bind(self.core.elector, node_dir)
         self._outbox: list[Outbound] = []  # what the driver sent under the lock: it goes out after it
         self.driver = RaftDriver(self.core, self._outbox.append, self._wake, eager=True)
         self.sync_mode = config.store.flush_mode == "sync"
@@ -480,4 +495,5 @@ class DLedgerNode:
                 committed_index=member.committed_index,
                 applied_index=self.applied_index,
                 peer_match={peer: marks.get(peer, -1) for peer in member.peer_ids} if member.is_leader else {},
+                vote_hold=self.core.elector.vote_hold.state,
             )

@@ -18,6 +18,8 @@ class NodeStatus:
         committed_index: the highest committed index known here.
         applied_index: the last index applied to the state machine (-1 without one).
         peer_match: on the leader, each member's match index in the current term.
+        vote_hold: "" when the member votes freely, else why it holds its vote
+            ("unclean", "rejoin" or "floor": see dledger.raft.vote_hold).
     """
 
     group: str
@@ -32,3 +34,4 @@ class NodeStatus:
     committed_index: int
     applied_index: int
     peer_match: dict[str, int] = field(default_factory=dict)
+    vote_hold: str = ""

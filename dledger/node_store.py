@@ -1,20 +1,132 @@
-"""How a member opens its log: the store its configuration names."""
+"""How a member opens its log and learns its place in the group: the store its
+configuration names, its identity and whether it must rejoin (dledger.store.membership)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore
+from dledger.store.membership import (
+    NodeIdentity,
+    RejoinMarker,
+    clear_rejoin,
+    derive_group_id,
+    load_identity,
+    load_rejoin,
+    new_incarnation,
+    write_identity,
+    write_rejoin,
+)
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore
 
+log = logging.getLogger(__name__)
 
-def open_node_store(config: DLedgerConfig) -> LogStore:
+
+def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """Open (and recover) the store a node's configuration names: `MEMORY`, or the file
     store in `<store_base_dir>/dledger-<self_id>` with the options `config.store`. The
     node itself implements `flush_mode="sync"` (it syncs outside its lock), so the file
-    store is opened async."""
+    store is opened async.
+
+    `repair=True` lets recovery cut a damaged log back to its last valid entry, also
+    below the committed index; when it cut anything the member records that it lost
+    data (the `rejoin` marker) and will not vote until it caught up again.
+    """
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    return MmapLogStore(config.default_path, replace(config.store, flush_mode="async"))
+    store = MmapLogStore(config.default_path, replace(config.store, flush_mode="async"), repair=repair)
+    if repair and store.recovery.stop_file:
+        recorded = store.checkpoint_info.committed if store.checkpoint_info.known else -1
+        write_rejoin(store.node_dir, RejoinMarker(recorded, "repaired: a damaged tail was cut"))
+        log.warning(
+            "%s: cut the damaged log after entry %d (committed before: %d); the member holds its vote "
+            "until a leader brought it back",
+            config.self_id,
+            store.end_index,
+            recorded,
+        )
+    return store
+
+
+@dataclass(slots=True)
+class Membership:
+    """What a member knows of its place in the group when it starts.
+
+    Attributes:
+        identity: its group id and incarnation.
+        rejoin: set when it lost data and must catch up before it votes again.
+    """
+
+    identity: NodeIdentity
+    rejoin: RejoinMarker | None
+
+    def bind(self, elector: LeaderElector, node_dir: Path | None) -> None:
+        """Persist what the elector learns: the end of a rejoin (the marker goes) and the
+        group id a joining member adopts."""
+        if node_dir is None:
+            return
+
+        def rejoined() -> None:
+            clear_rejoin(node_dir)
+            self.rejoin = None
+
+        def adopt(group_id: str) -> None:
+            self.identity = replace(self.identity, group_id=group_id)
+            write_identity(node_dir, self.identity)
+
+        elector.on_rejoined = rejoined
+        elector.on_group_id = adopt
+
+
+def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
+    """Read (or create) the member's identity and rejoin marker, by
+    `config.initial_cluster_state`:
+
+    - a store with an identity is that member, whatever the state says;
+    - no identity and `new` (or a store written before identities existed): the member
+      founds the group, with the group id every founding member derives alike;
+    - no identity and `existing` with an empty store: the disk was lost (or the member
+      is new to a running group): a new incarnation that adopts its first leader's group
+      id and holds its vote until it caught up (the `rejoin` marker, written first).
+
+    Raises:
+        DLedgerError: ILLEGAL_MEMBER_STATE for a store of another member or group.
+    """
+    node_dir = store.node_dir
+    derived = derive_group_id(config.group, config.peer_map)
+    if node_dir is None:  # a memory store: nothing survives a restart
+        return Membership(NodeIdentity(derived, config.self_id, new_incarnation()), None)
+    identity = load_identity(node_dir)
+    rejoin = load_rejoin(node_dir)
+    if identity is not None:
+        _check_owner(identity, config, node_dir)
+        return Membership(identity, rejoin)
+    empty = store.end_index < 0 and store.begin_index < 0
+    if empty and config.initial_cluster_state == "existing":
+        rejoin = RejoinMarker(-1, "started with an empty store in an existing group")
+        write_rejoin(node_dir, rejoin)
+        identity = NodeIdentity("", config.self_id, new_incarnation())
+        log.warning(
+            "%s: no store, and group %s exists: joins as a new incarnation, without a vote until a leader "
+            "brought it up to date (if the whole group is new, start it with --initial-cluster-state new)",
+            config.self_id,
+            config.group,
+        )
+    else:
+        identity = NodeIdentity(derived, config.self_id, new_incarnation())
+    write_identity(node_dir, identity)
+    return Membership(identity, rejoin)
+
+
+def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) -> None:
+    if identity.member_id != config.self_id:
+        raise DLedgerError(
+            ResponseCode.ILLEGAL_MEMBER_STATE,
+            f"{node_dir} is the store of member {identity.member_id!r}, not {config.self_id!r}",
+        )

@@ -35,6 +35,7 @@ class DLedgerServer:
         metrics_port: serve Prometheus metrics on this port (None: off).
         node_factory: builds the node (tests); default `DLedgerNode(config, transport)`.
         reflection: serve gRPC server reflection too.
+        repair: let the store's recovery cut a damaged log (see DLedgerNode).
 
     With `config.tls_cert` / `tls_key` / `tls_ca` set the member serves and dials mutual
     TLS only (see `dledger.transport.guard` for who may call what).
@@ -49,13 +50,16 @@ class DLedgerServer:
         metrics_port: int | None = None,
         node_factory: NodeFactory | None = None,
         reflection: bool = False,
+        repair: bool = False,
     ) -> None:
         self.config = config
         self.listen_address = listen_address or config.self_address
         self.limits = limits
         self.metrics_port = metrics_port
         self.reflection = reflection
-        self._node_factory: NodeFactory = node_factory or (lambda cfg, transport: DLedgerNode(cfg, transport))
+        self._node_factory: NodeFactory = node_factory or (
+            lambda cfg, transport: DLedgerNode(cfg, transport, repair=repair)
+        )
         self.transport: GrpcTransport | None = None
         self.node: DLedgerNode | None = None
         self.grpc: GrpcServer | None = None

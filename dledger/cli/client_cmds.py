@@ -361,6 +361,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "end_index": m.end_index,
                 "committed_index": m.committed_index,
                 "applied_index": m.applied_index,
+                "vote_hold": m.vote_hold if m.reachable else "",
                 "lag": lag,
                 "error": m.error,
             }
@@ -399,6 +400,8 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
         for r in rows:
             cells = ["" if not r["reachable"] or r[key] is None else str(r[key]) for key in numbers]
             role = f"[{style[r['role']]}]{r['role']}[/]" if r["role"] in style else r["role"]
+            if r["vote_hold"]:
+                role += f" (holds vote: {r['vote_hold']})"
             table.add_row(r["id"], r["address"], role, *cells)
         Console(width=None if sys.stdout.isatty() else 120).print(table)
         for r in rows:

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from dledger.config import StoreConfig
 from dledger.security.tls import TlsConfig
-from dledger.store import lock_holder
+from dledger.store import IDENTITY_FILE, holds_store, lock_holder
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 
@@ -102,6 +102,9 @@ class LocalCluster:
         self.command_line = command_line
         self.log_dir = log_dir
         self.members = {f"n{k}": Member(f"n{k}", ports[k]) for k in range(nodes)}
+        # a fresh base directory founds a new group; any member's store or identity
+        # there means the group exists (a member without one rejoins: a lost disk)
+        self.initial_cluster_state = "existing" if self._group_exists() else "new"
         self.peers = ";".join(f"{m.id}-{host}:{m.port}" for m in self.members.values())
         self._channels: dict[str, Any] = {}
         self.tls_dir = tls_dir
@@ -112,9 +115,17 @@ class LocalCluster:
 
     # -- processes
 
+    def _group_exists(self) -> bool:
+        for member_id in self.members:
+            node = self.store_base_dir / f"dledger-{member_id}"
+            if holds_store(node) or (node / IDENTITY_FILE).exists():
+                return True
+        return False
+
     def server_args(self, member_id: str) -> list[str]:
         """The `dledger server` options of a member."""
         args = ["-g", self.group, "-i", member_id, "-p", self.peers, "-s", str(self.store_base_dir)]
+        args += ["--initial-cluster-state", self.initial_cluster_state]
         if self.metrics_base_port is not None:
             args += ["--metrics-port", str(self.metrics_base_port + int(member_id[1:]))]
         if self.tls_dir is not None:

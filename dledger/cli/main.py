@@ -10,9 +10,10 @@ from dledger import __version__
 from dledger.cli.bench_cmd import bench
 from dledger.cli.certs import certs
 from dledger.cli.client_cmds import append, get, leadership_transfer, status
+from dledger.cli.cluster_cmd import cluster
 from dledger.cli.demo import demo
 from dledger.cli.errors import GuardedGroup
-from dledger.cli.server_cmds import cluster, server
+from dledger.cli.server_cmds import server
 from dledger.cli.store_tools import check, read_file
 
 

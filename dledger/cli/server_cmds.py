@@ -19,7 +19,7 @@ import click
 
 from dledger.cli.errors import GuardedCommand, fail, one_line
 from dledger.cli.tls_options import EXIT_USAGE, refuse_plaintext, server_tls_options
-from dledger.codes import DLedgerError
+from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
 
 EXIT_ADDRESS_IN_USE = 1
@@ -27,10 +27,6 @@ EXIT_ADDRESS_IN_USE = 1
 a message `port N is already in use` (the metrics port is named as such)."""
 EXIT_BAD_STORE = 1
 """`dledger server` exit status when the store cannot be opened (damaged, unreadable)."""
-
-CLUSTER_STORE_DEFAULTS: dict[str, Any] = {"flush_mode": "async", "data_file_size": 64 << 20}
-"""`dledger cluster`'s store options that have a default of their own: every member is
-started with them (so they win over the config file), unlike the options not given."""
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
@@ -261,6 +257,18 @@ def server_command_line(args: list[str]) -> list[str]:
 @click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval; election after 3 missed.")
 @store_options()
 @click.option("--listen", help="Listen address instead of this member's peer address (e.g. 0.0.0.0:20911).")
+@click.option(
+    "--initial-cluster-state",
+    type=click.Choice(["new", "existing"]),
+    help="new: this member founds the group; existing: it joins a running group, and with an empty store "
+    "(a lost disk) it neither votes nor stands until a leader brought it up to date.  [default: new]",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Cut a damaged log back to its last valid entry, also below the committed index; the member then "
+    "catches up from the leader before it votes again.",
+)
 @server_tls_options
 @click.option(
     "--log-level",
@@ -281,6 +289,8 @@ def server(
     metrics_port: int | None,
     heartbeat_ms: int | None,
     listen: str | None,
+    initial_cluster_state: str | None,
+    repair: bool,
     log_level: str,
     tls_cert: str | None,
     tls_key: str | None,
@@ -331,6 +341,7 @@ def server(
             "tls_cert": tls_cert,
             "tls_key": tls_key,
             "tls_ca": tls_ca,
+            "initial_cluster_state": initial_cluster_state,
             **store,
         },
     )
@@ -339,11 +350,19 @@ def server(
             parse_address(listen)
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="'--listen'") from None
-    run_server(config, listen=listen, metrics_port=metrics_port, insecure=insecure, reflection=reflection)
+    run_server(
+        config, listen=listen, metrics_port=metrics_port, insecure=insecure, reflection=reflection, repair=repair
+    )
 
 
 def run_server(
-    config: DLedgerConfig, *, listen: str | None, metrics_port: int | None, insecure: bool, reflection: bool
+    config: DLedgerConfig,
+    *,
+    listen: str | None,
+    metrics_port: int | None,
+    insecure: bool,
+    reflection: bool,
+    repair: bool = False,
 ) -> None:
     """Serve `config` until a signal; exits with one line on stderr when it cannot:
     2 for plaintext on a non-loopback address without `insecure` or unreadable TLS
@@ -353,13 +372,23 @@ def run_server(
     from dledger.transport.grpc_server import BindError
 
     refuse_plaintext(listen or config.self_address, config.tls_enabled, insecure)
-    srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port, reflection=reflection)
+    srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port, reflection=reflection, repair=repair)
     try:
         srv.run_until_signal()
     except TlsError as exc:
         fail(str(exc), EXIT_USAGE)
     except BindError as exc:
         fail(bind_failure(srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
+    except CorruptStoreError as exc:
+        hint = (
+            ""
+            if repair
+            else (
+                "; `dledger server --repair` cuts the log back to its last valid entry and lets the member catch up "
+                "from the leader (`dledger check --repair` shows what it would cut)"
+            )
+        )
+        fail(f"cannot open the store in {config.default_path}: {exc}{hint}", EXIT_BAD_STORE)
     except (DLedgerError, OSError) as exc:
         fail(f"cannot open the store in {config.default_path}: {exc}", EXIT_BAD_STORE)
 
@@ -384,105 +413,6 @@ def bind_failure(address: str, exc: OSError) -> str:
     finally:
         probe.close()
     return text
-
-
-@click.command(cls=GuardedCommand, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("-n", "--nodes", default=3, show_default=True, type=click.IntRange(1, 9), help="Members.")
-@click.option("-g", "--group", default="default", show_default=True, help="Raft group name.")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on.")
-@click.option("--base-port", default=20911, show_default=True, type=click.IntRange(1, 65535), help="Port of n0.")
-@click.option("-s", "--store-base-dir", default=".dledger-data", show_default=True, help="Logs go to DIR/dledger-n<k>.")
-@click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval.  [default: 2000]")
-@store_options(CLUSTER_STORE_DEFAULTS)
-@click.option("--metrics-base-port", type=click.IntRange(1, 65535), help="Metrics of n<k> on this port + k.")
-@click.option(
-    "-c",
-    "--config-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="YAML settings for every member (as `dledger server -c`); the options above win.",
-)
-@click.option(
-    "--tls",
-    is_flag=True,
-    help="Mutual TLS: make a development CA and certificates in STORE_BASE_DIR/tls (kept for the next run).",
-)
-@click.option("--insecure", is_flag=True, help="Allow a non-loopback --host without --tls.")
-def cluster(
-    nodes: int,
-    group: str,
-    host: str,
-    base_port: int,
-    store_base_dir: str,
-    heartbeat_ms: int | None,
-    metrics_base_port: int | None,
-    config_file: Path | None,
-    tls: bool,
-    insecure: bool,
-    **store: Any,
-) -> None:
-    """Run a local N-member cluster (ids n0.., ports BASE-PORT..) until Ctrl-C.
-
-    Each member is a `dledger server` child process; their logs are shown with an [id]
-    prefix. Once a leader is elected it prints `leader: <id>` and how to talk to the
-    cluster from another terminal. Ctrl-C shuts every member down cleanly; running the
-    same command again resumes from the data in --store-base-dir.
-    """
-    from dledger.cli.cluster_runner import LocalCluster, store_args
-
-    if base_port + nodes - 1 > 65535:
-        raise click.BadParameter(
-            f"{nodes} members need ports {base_port}..{base_port + nodes - 1}", param_hint="'--base-port'"
-        )
-    if metrics_base_port is not None and metrics_base_port + nodes - 1 > 65535:
-        raise click.BadParameter(
-            f"{nodes} members need ports {metrics_base_port}..{metrics_base_port + nodes - 1}",
-            param_hint="'--metrics-base-port'",
-        )
-    try:
-        parse_address(f"{host}:{base_port}")
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--host'") from None
-    refuse_plaintext(f"{host}:{base_port}", tls, insecure)
-    tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes, host) if tls else None
-    runner = LocalCluster(
-        nodes=nodes,
-        group=group,
-        host=host,
-        base_port=base_port,
-        store_base_dir=store_base_dir,
-        extra_args=[
-            *store_args(store),
-            *(["--heartbeat-ms", str(heartbeat_ms)] if heartbeat_ms else []),
-            *(["--config-file", str(config_file.resolve())] if config_file else []),
-        ],
-        metrics_base_port=metrics_base_port,
-        command_line=server_command_line,
-        tls_dir=tls_dir,
-    )
-    sys.exit(runner.run())
-
-
-def cluster_certs(directory: Path, group: str, nodes: int, host: str = "127.0.0.1") -> Path:
-    """`dledger cluster --tls`'s certificates: those in `directory` when every file is
-    there (a later run), else new ones (`dledger certs init`'s defaults, plus `host` as
-    a name of every member). Exits 1 with one line when some exist but not all, or they
-    cannot be written."""
-    from dledger.cli.certs import DEFAULT_CLIENTS, parse_clients
-    from dledger.security.certs import CertPlan, CertsError, write_dev_certs
-
-    hosts = () if host in ("127.0.0.1", "localhost") else (host,)
-    plan = CertPlan(group, tuple(f"n{k}" for k in range(nodes)), parse_clients(DEFAULT_CLIENTS), hosts)
-    present = [name for name in plan.files() if (directory / name).exists()]
-    if len(present) == len(plan.files()):
-        click.echo(f"[cluster] mutual TLS with the certificates in {directory}")
-        return directory
-    try:
-        write_dev_certs(directory, plan)
-    except CertsError as exc:
-        click.echo(f"error: {exc}; remove {directory} to make new certificates", err=True)
-        sys.exit(1)
-    click.echo(f"[cluster] mutual TLS: wrote a development CA and certificates to {directory}")
-    return directory
 
 
 if __name__ == "__main__":  # `python -m dledger.cli.server_cmds [server options]` (what `cluster` runs)

@@ -58,6 +58,7 @@ class NodeMetadata:
         term, leader_id, leader_address: its view of the group.
         begin_index, end_index, end_term, committed_index, applied_index: its log.
         peers: {id: address} of the group; members: per-member role and match index.
+        vote_hold: why the member holds its vote ("" when it does not).
     """
 
     node_id: str
@@ -74,6 +75,7 @@ class NodeMetadata:
     end_term: int = -1
     committed_index: int = -1
     applied_index: int = -1
+    vote_hold: str = ""
     peers: dict[str, str] = field(default_factory=dict)
     members: tuple[MemberInfo, ...] = ()
 
@@ -119,6 +121,7 @@ def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
         end_term=message.end_term,
         committed_index=message.committed_index,
         applied_index=message.applied_index,
+        vote_hold=message.vote_hold,
         peers=dict(message.peers),
         members=members,
     )

@@ -178,7 +178,7 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message")
+    __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message", "vote_hold")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +201,7 @@ class MetadataResponse(_message.Message):
     COMMITTED_INDEX_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    VOTE_HOLD_FIELD_NUMBER: _ClassVar[int]
     code: int
     leader_id: str
     term: int
@@ -216,7 +217,8 @@ class MetadataResponse(_message.Message):
     committed_index: int
     applied_index: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., peers: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    vote_hold: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., peers: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., message: _Optional[str] = ..., vote_hold: _Optional[str] = ...) -> None: ...
 
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "transfer_id", "transferee_id", "take_leadership_ledger_index")
@@ -261,7 +263,7 @@ class LeadershipTransferResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class VoteRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "group_id", "incarnation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +274,8 @@ class VoteRequest(_message.Message):
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
     PRE_VOTE_FIELD_NUMBER: _ClassVar[int]
     LEADERSHIP_TRANSFER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -282,10 +286,12 @@ class VoteRequest(_message.Message):
     ledger_end_term: int
     pre_vote: bool
     leadership_transfer: bool
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ...) -> None: ...
+    group_id: str
+    incarnation: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "vote_result")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "vote_result", "ledger_end_index", "ledger_end_term")
     class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[VoteResponse.Result]
@@ -321,6 +327,8 @@ class VoteResponse(_message.Message):
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     VOTE_RESULT_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -328,10 +336,12 @@ class VoteResponse(_message.Message):
     leader_id: str
     term: int
     vote_result: VoteResponse.Result
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ...) -> None: ...
+    ledger_end_index: int
+    ledger_end_term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "group_id", "incarnation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +349,8 @@ class HeartBeatRequest(_message.Message):
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -346,7 +358,9 @@ class HeartBeatRequest(_message.Message):
     leader_id: str
     term: int
     ledger_end_index: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ...) -> None: ...
+    group_id: str
+    incarnation: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class HeartBeatResponse(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
@@ -365,7 +379,7 @@ class HeartBeatResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "type", "prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "type", "prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries", "group_id", "incarnation")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TYPE_UNSPECIFIED: _ClassVar[PushEntryRequest.Type]
@@ -392,6 +406,8 @@ class PushEntryRequest(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     LAST_TERM_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -406,7 +422,9 @@ class PushEntryRequest(_message.Message):
     count: int
     last_term: int
     entries: bytes
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushEntryRequest.Type, str]] = ..., prev_index: _Optional[int] = ..., prev_term: _Optional[int] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., last_term: _Optional[int] = ..., entries: _Optional[bytes] = ...) -> None: ...
+    group_id: str
+    incarnation: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushEntryRequest.Type, str]] = ..., prev_index: _Optional[int] = ..., prev_term: _Optional[int] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., last_term: _Optional[int] = ..., entries: _Optional[bytes] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class PushEntryResponse(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "index", "begin_index", "end_index", "count", "x_term", "x_index")

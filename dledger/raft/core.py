@@ -55,6 +55,12 @@ class RaftCore:
         unclean_restart: the member's last shutdown was not clean (a crash or a power
             loss); with async flush it then holds its vote until it caught up with a
             leader (`dledger.raft.vote_hold`).
+        rejoin_index: the member lost data (a wiped or repaired store, see
+            dledger.store.membership) and holds its vote, without time limit, until it
+            caught up with a leader and its committed index reached this (-1: no floor);
+            None when it lost nothing.
+        group_id: the group's id ("" while a joining member has not heard a leader).
+        incarnation: this member's incarnation.
     """
 
     def __init__(
@@ -64,13 +70,17 @@ class RaftCore:
         term_store: TermStore,
         rng: random.Random,
         unclean_restart: bool = False,
+        rejoin_index: int | None = None,
+        group_id: str = "",
+        incarnation: str = "",
     ) -> None:
         self.config = config
         self.store = store
         self.member_state = MemberState(config, store, term_store)
+        self.member_state.group_id, self.member_state.incarnation = group_id, incarnation
         # with async flush, entries acknowledged before an unclean shutdown may be gone
         self.elector = LeaderElector(
-            config, self.member_state, rng, unclean_restart and config.store.flush_mode == "async"
+            config, self.member_state, rng, unclean_restart and config.store.flush_mode == "async", rejoin_index
         )
         self.quorum = QuorumAckChecker(config, self.member_state)
         self.incoming_appends: Callable[[], int] = _nothing_incoming

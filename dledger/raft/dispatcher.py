@@ -153,6 +153,8 @@ class EntryDispatcher:
             term=self.term,
             type=push_type,
             commit_index=self.member_state.committed_index,
+            group_id=self.member_state.group_id,
+            incarnation=self.member_state.incarnation,
         )
 
     def _term_at(self, index: int) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.heartbeats import LeaderHeartbeats
 from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import (
     HeartBeatRequest,
@@ -29,7 +30,6 @@ from dledger.raft.prevote import (
     at_max_term,
     election_timeout_ms,
     in_lease,
-    lost_quorum,
     raises_own_term,
     term_out_of_range,
 )
@@ -42,7 +42,7 @@ RoleChangeListener = Callable[[int, Role], None]
 log = logging.getLogger(__name__)
 
 
-class LeaderElector:
+class LeaderElector(LeaderHeartbeats):
     """Election and heartbeat decisions of one member (DLedgerLeaderElector).
 
     Args:
@@ -57,6 +57,7 @@ class LeaderElector:
         member_state: MemberState,
         rng: random.Random,
         unclean_restart: bool = False,
+        rejoin_index: int | None = None,
     ) -> None:
         self.config = config
         self.member_state = member_state
@@ -81,8 +82,16 @@ class LeaderElector:
         # re-runs and may win the same term; a single member has nobody to diverge from.)
         restarted_candidate = member_state.vote_for == member_state.self_id and len(member_state.peer_map) > 1
         self.no_lead_term = member_state.current_term if restarted_candidate else -1
-        hold = unclean_restart and len(member_state.peer_map) > 1 and config.max_vote_hold_ms > 0
-        self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
+        group = len(member_state.peer_map) > 1  # a single member has nobody to catch up with
+        if rejoin_index is not None and group:
+            self.vote_hold = VoteHold(active=True, max_ms=0, kind="rejoin", min_index=rejoin_index)
+        else:
+            hold = unclean_restart and group and config.max_vote_hold_ms > 0
+            self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
+        self.on_rejoined: Callable[[], None] | None = None
+        """Called once when a rejoin hold ends (the shell removes the `rejoin` marker)."""
+        self.on_group_id: Callable[[str], None] | None = None
+        """Called when a joining member adopts its leader's group id (the shell persists it)."""
 
     @property
     def now_ms(self) -> int:
@@ -146,12 +155,20 @@ class LeaderElector:
     # -- request handlers
 
     def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
-        """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member."""
-        if req.remote_id != self.member_state.self_id:
+        """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member (another
+        group name, or another group id when both sides know theirs)."""
+        member = self.member_state
+        if req.remote_id != member.self_id:
             return ResponseCode.UNKNOWN_MEMBER
-        if req.group != self.member_state.group:
+        if req.group != member.group:
+            return ResponseCode.UNKNOWN_GROUP
+        if not member.accepts_group_id(getattr(req, "group_id", "")):  # Vote, HeartBeat and Push carry it
             return ResponseCode.UNKNOWN_GROUP
         return None
+
+    def own_log_end(self) -> tuple[int, int]:
+        """This member's log end as (term, index)."""
+        return self.member_state.ledger_end_term, self.member_state.ledger_end_index
 
     def handle_vote(self, req: VoteRequest, now_ms: int, self_call: bool = False) -> VoteResponse:
         """Answer a vote request, in DLedger's order (DLEDGER.md §3.5)."""
@@ -162,7 +179,10 @@ class LeaderElector:
             header = member.answer_header(req)
             if term is not None:
                 header["term"] = term
-            return VoteResponse(**header, code=code, vote_result=result)
+            end_term, end_index = self.own_log_end()
+            return VoteResponse(
+                **header, code=code, vote_result=result, ledger_end_index=end_index, ledger_end_term=end_term
+            )
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
@@ -174,9 +194,11 @@ class LeaderElector:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
         candidate = req.leader_id
         assert candidate is not None
-        if req.ledger_end_term < member.ledger_end_term:
+        # a member holding a floor (see vote_hold) compares as if its log ended there
+        end_term, end_index = max(self.own_log_end(), self.vote_hold.floor or (-1, -1))
+        if req.ledger_end_term < end_term:
             return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
-        if req.ledger_end_term == member.ledger_end_term and req.ledger_end_index < member.ledger_end_index:
+        if req.ledger_end_term == end_term and req.ledger_end_index < end_index:
             return reply(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
         if not self_call and not req.leadership_transfer and candidate != member.leader_id and self._in_lease(now_ms):
             return reply(VoteResult.REJECT_ALREADY_HAS_LEADER)  # a live leader: never disrupt it
@@ -235,10 +257,12 @@ class LeaderElector:
             if member.leader_id is None:
                 self.change_role_to_follower(req.term, leader)
                 self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
+                self.member_state.adopt_group_id(req.group_id, self.on_group_id)
                 return reply(ResponseCode.SUCCESS)
             if member.leader_id == leader:
                 self.last_leader_heart_beat_time = now_ms
                 self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
+                self.member_state.adopt_group_id(req.group_id, self.on_group_id)
                 return reply(ResponseCode.SUCCESS)
             return reply(ResponseCode.INCONSISTENT_LEADER)
         # a larger term: become candidate there first, the next heartbeat then succeeds
@@ -269,88 +293,25 @@ class LeaderElector:
         if now_ms - self.last_leader_heart_beat_time > leak_ms:
             self.change_role_to_candidate(self.member_state.current_term)
 
-    def _maintain_as_leader(self, now_ms: int) -> list[Outbound]:
-        if lost_quorum(self.config, self.member_state, self.last_succ_heart_beat_time, now_ms):
-            self.change_role_to_candidate(self.member_state.current_term)  # CheckQuorum: step down
-            return []
-        rnd = self._hb_round
-        if rnd is not None and (len(rnd.answered) == len(rnd.requests) or now_ms >= rnd.deadline_ms):
-            self._finish_heartbeat_round(rnd, now_ms)
-            if not self.member_state.is_leader:
-                return []
-        if self._hb_round is not None:
-            return []
-        if now_ms - self.last_send_heart_beat_time < self.config.heart_beat_time_interval_ms and (
-            self.last_send_heart_beat_time != -1
-        ):
-            return []
-        self.last_send_heart_beat_time = now_ms
-        term = self.member_state.current_term
-        requests = {
-            peer: HeartBeatRequest(
-                group=self.member_state.group,
-                local_id=self.member_state.self_id,
-                remote_id=peer,
-                leader_id=self.member_state.self_id,
-                term=term,
-                ledger_end_index=self.member_state.ledger_end_index,
-            )
-            for peer in self.member_state.other_peer_ids
-        }
-        deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
-        self._hb_round = HeartBeatRound(term, deadline, requests)
-        if not requests:  # a single-node group
-            self._finish_heartbeat_round(self._hb_round, now_ms)
-        return [Outbound(peer, req) for peer, req in requests.items()]
-
-    def on_heartbeat_response(
-        self, peer: str, request: HeartBeatRequest, response: HeartBeatResponse | None, now_ms: int
-    ) -> None:
-        """Record one heartbeat answer (None: network error)."""
-        self._now_ms = now_ms
-        self.peers_live_table[peer] = response is not None and response.code != ResponseCode.NETWORK_ERROR
-        if response is not None and response.term > self.member_state.current_term and self.member_state.is_leader:
-            # a higher term exists: step down at once (#247)
-            self.change_role_to_candidate(response.term)
-            return
-        rnd = self._hb_round
-        if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
-            return
-        rnd.answered.add(peer)
-        if response is None:
-            return
-        if response.code == ResponseCode.SUCCESS:
-            rnd.succ_num += 1
-        elif response.code == ResponseCode.TERM_NOT_READY:
-            rnd.not_ready_num += 1
-        elif response.code == ResponseCode.INCONSISTENT_LEADER:
-            rnd.inconsistent_leader = True
-        if self.member_state.is_quorum(rnd.succ_num) and now_ms < rnd.deadline_ms:
-            self._finish_heartbeat_round(rnd, now_ms)
-
-    def _finish_heartbeat_round(self, rnd: HeartBeatRound, now_ms: int) -> None:
-        self._hb_round = None
-        if not self.member_state.is_leader or rnd.term != self.member_state.current_term:
-            return
-        leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
-        if self.member_state.is_quorum(rnd.succ_num):
-            self.last_succ_heart_beat_time = now_ms
-        elif self.member_state.is_quorum(rnd.succ_num + rnd.not_ready_num):
-            self.last_send_heart_beat_time = -1  # resend at once
-        elif rnd.inconsistent_leader or now_ms - self.last_succ_heart_beat_time > leak_ms:
-            self.change_role_to_candidate(rnd.term)
-
     def holding_vote(self, now_ms: int) -> bool:
-        """Whether this member still holds its vote after an unclean restart (see
-        `dledger.raft.vote_hold`); ends the hold once it caught up or `max_vote_hold_ms`
-        passed."""
+        """Whether this member still holds its vote (see `dledger.raft.vote_hold`); ends
+        the hold once it caught up or (unclean hold) `max_vote_hold_ms` passed."""
         hold = self.vote_hold
-        if not hold.active:
+        if not hold.pending:
             return False
         member = self.member_state
         if hold.release(now_ms, member.committed_index, member.leader_id, member.current_term):
             return True
-        if hold.expired:
+        if hold.released:
+            log.info(
+                "%s: caught up with leader %s at index %d: votes again",
+                member.self_id,
+                member.leader_id,
+                member.committed_index,
+            )
+            if hold.kind == "rejoin" and self.on_rejoined is not None:
+                self.on_rejoined()
+        elif hold.expired:
             log.warning(
                 "%s: votes again after %d ms without catching up with a leader since its unclean restart; "
                 "entries it acknowledged before (async flush) may be lost",
@@ -372,6 +333,14 @@ class LeaderElector:
         if now_ms < self.next_time_to_request_vote and not self.need_increase_term_immediately:
             return []
         member = self.member_state
+        hold = self.vote_hold
+        if (hold.active or not hold.admits(self.own_log_end())) and not self.need_increase_term_immediately:
+            # it moves to the terms others reach (below), but neither stands nor votes;
+            # an unclean hold asks every member for its log end (see vote_hold)
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)
+            if hold.wants_log_ends:
+                return self._start_round(member.peek_next_term(), now_ms, pre_vote=True, probe=True)
+            return []
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
             if at_max_term(member):
                 self.next_time_to_request_vote, self.need_increase_term_immediately = self.next_vote_time(now_ms), False
@@ -392,14 +361,11 @@ class LeaderElector:
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             self.need_increase_term_immediately = False
             return []
-        if self.vote_hold.active:  # as tick() left it this pass
-            # it moves to the terms others reach (above), but neither stands nor votes
-            self.next_time_to_request_vote = self.next_vote_time(now_ms)
-            return []
         return self._start_round(term, now_ms)
 
-    def _start_round(self, term: int, now_ms: int, pre_vote: bool = False) -> list[Outbound]:
-        """Ask every member (itself included) for its vote, or its pre-vote, in `term`."""
+    def _start_round(self, term: int, now_ms: int, pre_vote: bool = False, probe: bool = False) -> list[Outbound]:
+        """Ask every member (itself included) for its vote, or its pre-vote, in `term`
+        (`probe`: a pre-vote round asked only for the members' log ends)."""
         member = self.member_state
         transfer = member.is_taking_leadership()
         deadline = (
@@ -416,11 +382,13 @@ class LeaderElector:
                 ledger_end_term=member.ledger_end_term,
                 pre_vote=pre_vote,
                 leadership_transfer=transfer,
+                group_id=member.group_id,
+                incarnation=member.incarnation,
             )
             for peer in member.peer_ids
         }
         known = member.current_term if pre_vote else term  # a pre-vote learns only of higher real terms
-        rnd = VoteRound(term, deadline, requests, known_max_term=known, pre_vote=pre_vote)
+        rnd = VoteRound(term, deadline, requests, known_max_term=known, pre_vote=pre_vote, probe=probe)
         self._vote_round = rnd
         self.on_vote_response(
             member.self_id, requests[member.self_id], self.handle_vote(requests[member.self_id], now_ms, True), now_ms
@@ -441,13 +409,16 @@ class LeaderElector:
         rnd.answered.add(peer)
         if response is None:
             return
-        rnd.record(response)
+        rnd.record(peer, response)
 
     def _parse_pre_vote_round(self, rnd: VoteRound, now_ms: int) -> None:
         """A quorum of pre-vote grants lets the real round for `rnd.term` start at once;
         otherwise the member keeps its term and tries again later."""
         self._vote_round = None
         member = self.member_state
+        if rnd.probe:
+            self._parse_probe(rnd, now_ms)
+            return
         if not member.is_candidate or rnd.term != member.peek_next_term():
             return
         if member.is_quorum(rnd.accepted_num):
@@ -461,6 +432,24 @@ class LeaderElector:
             self.next_time_to_request_vote = self.next_vote_time(now_ms) + election_timeout_ms(self.config)
         else:
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
+
+    def _parse_probe(self, rnd: VoteRound, now_ms: int) -> None:
+        """The log ends a holding member asked for: with every member's, the floor
+        replaces the hold (see vote_hold); the member with the highest log end may then
+        stand at once."""
+        member = self.member_state
+        if len(rnd.ends) == len(member.peer_map):
+            self.vote_hold.on_log_ends(list(rnd.ends.values()))
+            log.info(
+                "%s: every member reported its log end: votes again, for logs at least %s (term, index)",
+                member.self_id,
+                self.vote_hold.floor,
+            )
+            if self.vote_hold.admits(self.own_log_end()):
+                self.next_time_to_request_vote = now_ms
+                return
+        if member.is_candidate and rnd.known_max_term > member.current_term:
+            self.change_role_to_candidate(rnd.known_max_term)
 
     def _parse_vote_round(self, rnd: VoteRound, now_ms: int) -> ParseResult:
         self._vote_round = None

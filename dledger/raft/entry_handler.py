@@ -61,7 +61,9 @@ class EntryHandler:
 
     # -- intake
 
-    def _reply(self, req: PushEntryRequest, code: ResponseCode, **extra: int) -> PushEntryResponse:
+    def _reply(
+        self, req: PushEntryRequest, code: ResponseCode, *, x_term: int = -1, x_index: int = -1
+    ) -> PushEntryResponse:
         return PushEntryResponse(
             **self.member_state.answer_header(req),
             code=code,
@@ -69,7 +71,8 @@ class EntryHandler:
             begin_index=self.store.begin_index,
             end_index=self.store.end_index,
             count=req.count,
-            **extra,
+            x_term=x_term,
+            x_index=x_index,
         )
 
     def handle_push(self, req: PushEntryRequest, now_ms: int) -> Future[PushEntryResponse]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from enum import Enum
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.log import LogStore, TermStore
 from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestOrResponse
+
+log = logging.getLogger(__name__)
 
 
 class Role(Enum):
@@ -63,6 +67,8 @@ class MemberState:
         self.leader_id: str | None = None
         self.transferee: str | None = None
         self.term_to_take_leadership = -1
+        self.group_id = ""  # the group's id (dledger.store.membership); "" until known
+        self.incarnation = ""  # this member's incarnation (a new one with every empty store)
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
 
@@ -184,6 +190,20 @@ class MemberState:
             leader_id=self.leader_id,
             term=self.current_term,
         )
+
+    def accepts_group_id(self, group_id: str) -> bool:
+        """Whether a request carrying `group_id` may be of this group: yes unless both
+        sides know their ids and they differ."""
+        return not group_id or not self.group_id or group_id == self.group_id
+
+    def adopt_group_id(self, group_id: str, persist: Callable[[str], None] | None) -> None:
+        """A joining member takes the group id of the first leader it follows, persisted
+        through `persist`."""
+        if not self.group_id and group_id:
+            self.group_id = group_id
+            log.info("%s: joined group %s (id %s)", self.self_id, self.group, group_id)
+            if persist is not None:
+                persist(group_id)
 
     def is_peer_member(self, node_id: str | None) -> bool:
         return node_id is not None and node_id in self.peer_map

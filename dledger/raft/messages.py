@@ -96,27 +96,38 @@ class VoteRequest(RequestOrResponse):
 
     `pre_vote`: only asks whether the addressee would vote (nothing changes there);
     `leadership_transfer`: the candidate is the transferee of a leadership transfer.
+    `group_id` / `incarnation`: the sender's group id and incarnation
+    (dledger.store.membership; "" when unknown: a member still joining).
     """
 
     ledger_end_index: int = -1
     ledger_end_term: int = -1
     pre_vote: bool = False
     leadership_transfer: bool = False
+    group_id: str = ""
+    incarnation: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
 class VoteResponse(RequestOrResponse):
-    """The answer to a VoteRequest."""
+    """The answer to a VoteRequest, with the answering member's own log end (what a
+    member holding its vote after an unclean restart learns the group's log ends from:
+    see dledger.raft.vote_hold)."""
 
     vote_result: VoteResult = VoteResult.UNKNOWN
+    ledger_end_index: int = -1
+    ledger_end_term: int = -1
 
 
 @dataclass(slots=True, kw_only=True)
 class HeartBeatRequest(RequestOrResponse):
     """The leader's periodic heartbeat, with its ledger end index (dledger-py: what a
-    member holding its vote after an unclean restart must catch up to)."""
+    member holding its vote after an unclean restart must catch up to), its group id and
+    incarnation (as in VoteRequest)."""
 
     ledger_end_index: int = -1
+    group_id: str = ""
+    incarnation: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -136,7 +147,7 @@ class PushEntryRequest(RequestOrResponse):
     `first_index` after the same check on `first_index - 1`. COMMIT carries the commit
     index with the check on `prev_index` (the follower's known match point). Every type
     carries the leader's `commit_index`; the follower never commits beyond what the
-    request proved to match.
+    request proved to match. `group_id` / `incarnation` as in VoteRequest.
     """
 
     type: PushType = PushType.APPEND
@@ -147,6 +158,8 @@ class PushEntryRequest(RequestOrResponse):
     count: int = 0
     last_term: int = -1
     entries: bytes = b""
+    group_id: str = ""
+    incarnation: str = ""
 
     @property
     def last_index(self) -> int:

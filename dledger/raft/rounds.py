@@ -38,10 +38,14 @@ class VoteRound:
     bigger_ledger_num: int = 0
     already_has_leader: bool = False
     pre_vote: bool = False
+    probe: bool = False  # a pre-vote round asked for the members' log ends (vote_hold)
+    ends: dict[str, tuple[int, int]] = field(default_factory=dict)  # (term, index) by member
 
-    def record(self, response: VoteResponse) -> None:
-        """Count one answer."""
+    def record(self, peer: str, response: VoteResponse) -> None:
+        """Count one answer of `peer`."""
         result = response.vote_result
+        if result != VoteResult.UNKNOWN and response.ok:
+            self.ends[peer] = (response.ledger_end_term, response.ledger_end_index)
         if result != VoteResult.UNKNOWN:
             self.valid_num += 1
         if result == VoteResult.ACCEPT:
@@ -63,6 +67,8 @@ class VoteRound:
         the members that just moved to this term stand themselves (with a silent,
         partitioned member DLedger's rounds otherwise split the vote term after term).
         """
+        if self.probe:
+            return len(self.answered) == len(self.requests)
         if self.not_ready_term_num and member.is_quorum(self.accepted_num + self.not_ready_term_num):
             return True
         return member.is_quorum(self.accepted_num) or len(self.answered) == len(self.requests)

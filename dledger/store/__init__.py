@@ -19,7 +19,9 @@ from dledger.store.checkpoint import CheckpointInfo, load_checkpoint
 from dledger.store.layout import (
     CHECKPOINT_FILE,
     DATA_DIR,
+    IDENTITY_FILE,
     INDEX_DIR,
+    LOCAL_LOG_FILE,
     RESET_FILE,
     holds_store,
     infer_segment_sizes,
@@ -27,6 +29,7 @@ from dledger.store.layout import (
     resolve_node_dir,
 )
 from dledger.store.lock import lock_holder
+from dledger.store.membership import RejoinMarker, load_rejoin, write_rejoin
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, SyncMmapLogStore, sized_config
 from dledger.store.view import (
@@ -41,7 +44,9 @@ from dledger.store.view import (
 __all__ = [
     "CHECKPOINT_FILE",
     "DATA_DIR",
+    "IDENTITY_FILE",
     "INDEX_DIR",
+    "LOCAL_LOG_FILE",
     "RESET_FILE",
     "CheckpointInfo",
     "ColumnBatch",
@@ -49,6 +54,7 @@ __all__ = [
     "IndexUnit",
     "MemoryLogStore",
     "MmapLogStore",
+    "RejoinMarker",
     "StoreConfig",
     "StoreView",
     "SyncMmapLogStore",
@@ -59,7 +65,9 @@ __all__ = [
     "infer_segment_sizes",
     "is_segment_name",
     "load_checkpoint",
+    "load_rejoin",
     "lock_holder",
     "resolve_node_dir",
     "sized_config",
+    "write_rejoin",
 ]

@@ -28,6 +28,8 @@ CURRTERM_FILE = "currterm"
 ABORT_FILE = "abort"
 LOCK_FILE = "lock"  # ours: the writer's flock (see store/lock.py; Java ignores it)
 LOCAL_LOG_FILE = "locallog"  # ours: this store was created by open_log (every entry is committed)
+IDENTITY_FILE = "identity"  # ours: the group id and this member's incarnation (store/membership.py)
+REJOIN_FILE = "rejoin"  # ours: present while the member must catch up before it votes (store/membership.py)
 NODE_DIR_PREFIX = "dledger-"
 
 NAME_DIGITS = 20

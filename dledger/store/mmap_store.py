@@ -73,6 +73,7 @@ class MmapLogStore(impl.LogCore, Durability):
     ) -> None:
         super().__init__()
         self._repair = repair
+        self.cut_committed = False
         cfg = config or StoreConfig()
         if cfg.java_compat:
             cfg = replace(cfg, write_crc=False)
@@ -115,7 +116,10 @@ class MmapLogStore(impl.LogCore, Durability):
 
         A writable open takes the store's lock (`store/lock.py`) until `close()`.
         `repair=True` lets recovery cut a damaged tail although no valid checkpoint says
-        what is committed (`dledger check --repair`); otherwise that is refused.
+        what is committed, or although it holds committed entries (`dledger check
+        --repair`, `dledger server --repair`); otherwise that is refused. `cut_committed`
+        then says whether committed entries were cut (the member must rejoin: see
+        dledger.store.membership).
 
         Raises:
             DLedgerError: the store is locked by another writer, or cannot be opened.
@@ -162,7 +166,9 @@ class MmapLogStore(impl.LogCore, Durability):
             # without a valid checkpoint nothing says which entries are committed: a
             # damaged entry is then refused, never cut on a guess (unless repairing)
             recovery.may_cut_unknown = self.checkpoint_info.known or self._repair
+            recovery.may_cut_committed = self._repair
             self.recovery: RecoveryReport = recovery.run()
+            self.cut_committed = recovery.cut_committed
             if self.begin_index < 0 and before_begin > self.end_index:
                 # every entry after the last reset is gone: the log still ends there
                 term = kvfile.read_int(reset, "beforeBeginTerm", -1)

@@ -143,6 +143,11 @@ class Recovery:
         self.may_cut_unknown = True
         """False when nothing tells which entries are committed (no valid checkpoint):
         a damaged entry is then a CorruptStoreError, never a cut."""
+        self.may_cut_committed = False
+        """True when repairing (`--repair`): a damaged entry at or below the committed
+        index is cut too; the member then lost committed entries and must rejoin
+        (dledger.store.membership), and `cut_committed` says so."""
+        self.cut_committed = False
 
     def _agrees_with_index(self, header: tuple[int, ...]) -> bool:
         magic, size, idx, term, pos = header[:5]
@@ -209,9 +214,12 @@ class Recovery:
         if lost_committed and (reason != impl.STOP_END or self.committed_index <= self.checkpoint_end_index):
             # entries the checkpoint says are committed (and were flushed) are missing:
             # never drop them silently (a zeroed hole ends the scan like a clean end)
-            raise CorruptStoreError(
-                str(path), offset, f"{STOP_NAMES[reason]} below the committed index {self.committed_index}"
-            )
+            if not self.may_cut_committed:
+                raise CorruptStoreError(
+                    str(path), offset, f"{STOP_NAMES[reason]} below the committed index {self.committed_index}"
+                )
+            log.warning("repair: committed entries after %d are lost here", last if count else -1)
+            self.cut_committed = True
         if reason != impl.STOP_END and not self.may_cut_unknown:
             where = f"after entry {last}" if count else "at the first entry"
             raise CorruptStoreError(
@@ -221,7 +229,7 @@ class Recovery:
                 "says which entries are committed: nothing was cut (`dledger check --repair` shows what "
                 "cutting the log there would lose, and does it when confirmed)",
             )
-        if reason != impl.STOP_END:
+        if reason != impl.STOP_END and not self.may_cut_committed:
             last_seg_start = table.end_offset - table.file_size
             if last_seg_start - stop_pos > table.file_size:
                 raise CorruptStoreError(
@@ -304,7 +312,7 @@ class Recovery:
             upper = next_term if idx < last else None
             if self._unit_is_wrong(idx, pos, header, unit, lower, upper, size_proven=idx < last):
                 continue
-            if idx <= self.committed_index:
+            if idx <= self.committed_index and not self.may_cut_committed:
                 path, offset = self.data.locate(pos)
                 raise CorruptStoreError(
                     str(path),

@@ -73,13 +73,26 @@ _PUSH_TYPE_FROM_PB = {number: kind for kind, number in _PUSH_TYPE_TO_PB.items()}
 
 # dataclass -> (protobuf class name, fields beyond the base ones that map 1:1)
 _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
-    VoteRequest: ("VoteRequest", ("ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer")),
-    VoteResponse: ("VoteResponse", ()),
-    HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index",)),
+    VoteRequest: (
+        "VoteRequest",
+        ("ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "group_id", "incarnation"),
+    ),
+    VoteResponse: ("VoteResponse", ("ledger_end_index", "ledger_end_term")),
+    HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index", "group_id", "incarnation")),
     HeartBeatResponse: ("HeartBeatResponse", ()),
     PushEntryRequest: (
         "PushEntryRequest",
-        ("prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries"),
+        (
+            "prev_index",
+            "prev_term",
+            "commit_index",
+            "first_index",
+            "count",
+            "last_term",
+            "entries",
+            "group_id",
+            "incarnation",
+        ),
     ),
     PushEntryResponse: ("PushEntryResponse", ("index", "begin_index", "end_index", "count", "x_term", "x_index")),
     LeadershipTransferRequest: (
@@ -317,6 +330,8 @@ class StatusLike(Protocol):
     def applied_index(self) -> int: ...
     @property
     def peer_match(self) -> Mapping[str, int]: ...
+    @property
+    def vote_hold(self) -> str: ...
 
 
 def _member_role(status: StatusLike, member_id: str) -> str:
@@ -352,4 +367,5 @@ def status_to_metadata(status: StatusLike, out: Any | None = None) -> Any:
     out.end_term = status.end_term
     out.committed_index = status.committed_index
     out.applied_index = status.applied_index
+    out.vote_hold = status.vote_hold
     return out

@@ -77,6 +77,19 @@ def _within(name: str, value: int, low: int, high: int) -> Refusal | None:
     return _unexpected(f"{name} {value} is outside [{low}, {high}]")
 
 
+MAX_IDENTITY_CHARS = 64
+"""The longest group id or incarnation a request may carry (ours are 16 hex digits)."""
+
+
+def _identity(request: VoteRequest | HeartBeatRequest | PushEntryRequest) -> Refusal | None:
+    """A request's group id and incarnation: short ASCII words."""
+    for name in ("group_id", "incarnation"):
+        value: str = getattr(request, name)
+        if len(value) > MAX_IDENTITY_CHARS or not (value.isascii() and (value.isalnum() or not value)):
+            return _unexpected(f"{name} {value[:MAX_IDENTITY_CHARS]!r} is not a short alphanumeric id")
+    return None
+
+
 def _first_failure(checks: Iterable[Refusal | None]) -> Refusal | None:
     for refusal in checks:
         if refusal is not None:
@@ -155,6 +168,8 @@ class RequestValidator:
                 ResponseCode.UNEXPECTED_MEMBER,
                 f"{request.local_id!r} speaks for {role} {request.leader_id!r}: a member speaks only for itself",
             )
+        if (bad_id := _identity(request)) is not None:
+            return bad_id
         if isinstance(request, VoteRequest):
             return _first_failure(
                 (

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dledger.entry import Entry
+from dledger.raft.vote_hold import VoteHold
+from dledger.store.layout import IDENTITY_FILE, REJOIN_FILE
 
 if TYPE_CHECKING:
     from tests.sim.harness import SimNode
@@ -190,7 +192,10 @@ class Checker:
         again once it has recovered whatever its disk kept. A member holding its vote after
         an unclean restart (`dledger.raft.vote_hold`) counts too: it cannot help elect a
         leader that lacks the entry, and it holds the entry once its hold ends by catching
-        up (a hold that ends by timing out stops counting at once)."""
+        up (a hold that ends by timing out stops counting at once); so does one whose hold
+        gave way to a floor at or above the entry (it votes only for logs that reach it),
+        and so does a member that lost its disk and will rejoin (it holds its vote until
+        a leader brought it up to date)."""
         last = len(self.ref_term) - 1
         if last < 0:
             return
@@ -200,9 +205,10 @@ class Checker:
             if node.store is not None:
                 held = node.store.end_index >= last and node.store.term_at(last) == key[0]
                 held = held and uid_of(node.store.get(last).body) == key[1]
-                held = held or (node.core is not None and node.core.elector.vote_hold.active)
+                held = held or (node.core is not None and _hold_covers(node.core.elector.vote_hold, key[0], last))
             else:
                 held = last <= node.down_verified or node.down_log.get(last) == key
+                held = held or _will_rejoin(node)
             if held:
                 holders.append(node.node_id)
         if len(holders) < self.majority and not self._excused(last):
@@ -421,3 +427,17 @@ class Checker:
                 j += 1
             if min(spans[id(op)]) <= high:
                 raise Violation(f"real-time order: uid {op.uids[0]} invoked after an ack of a later index")
+
+
+def _hold_covers(hold: VoteHold, term: int, index: int) -> bool:
+    """Whether a member's vote hold keeps it from electing a leader without the entry
+    (`term`, `index`): it holds, or it votes only for logs reaching a floor at or above it."""
+    return hold.active or (hold.floor is not None and hold.floor >= (term, index))
+
+
+def _will_rejoin(node: SimNode) -> bool:
+    """A member that is down after losing its disk (or with its rejoin marker): it comes
+    back holding its vote until it caught up."""
+    if (node.dir / REJOIN_FILE).exists():
+        return True
+    return node.config.initial_cluster_state == "existing" and not (node.dir / IDENTITY_FILE).exists()

@@ -12,6 +12,7 @@ loss's torn tail. The same seed replays the same run.
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, member_store_config
+from dledger.node_store import prepare_membership
 from dledger.raft.core import RaftCore
 from dledger.raft.driver import HANDLER, MAX_HANDLER_STEPS_PER_PASS, RaftDriver
 from dledger.raft.elector import Outbound
@@ -123,6 +125,7 @@ class SimNode:
         self.driver: RaftDriver | None = None
         self.incarnation = 0
         self.restart_at = -1
+        self.new_disk = False  # wiped while down: it restarts without an abort marker
         self.next_flush_ms = 0
         self.next_checkpoint_ms = 0
         self.pending: list[Op] = []
@@ -159,7 +162,21 @@ class SimNode:
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
         # every restart follows a crash or a power loss: never a clean shutdown
-        core = RaftCore(self.config, store, FileTermStore(self.dir), rng, unclean_restart=self.incarnation > 1)
+        membership = prepare_membership(self.config, store)
+        rejoin = membership.rejoin.catch_up_index if membership.rejoin is not None else None
+        identity = membership.identity
+        core = RaftCore(
+            self.config,
+            store,
+            FileTermStore(self.dir),
+            rng,
+            unclean_restart=self.incarnation > 1 and not self.new_disk,  # a new disk has no abort marker
+            rejoin_index=rejoin,
+            group_id=identity.group_id,
+            incarnation=identity.incarnation,
+        )
+        membership.bind(core.elector, self.dir)
+        self.new_disk = False
         driver = RaftDriver(core, lambda outbound: sim._send(self, driver, outbound))
         self.driver = driver
         now = sim.now
@@ -231,6 +248,20 @@ class SimNode:
                 sim.stats.torn_modes[report.mode] = sim.stats.torn_modes.get(report.mode, 0) + 1
                 sim.stats.unsynced_bytes_lost += report.dirty_bytes - report.kept_bytes
         self.disk.crashed = self.disk.crash_armed = False
+
+    def wipe(self) -> None:
+        """While down, the member loses its disk: it comes back with an empty directory,
+        told that its group exists (`--initial-cluster-state existing`)."""
+        assert self.store is None, "wipe a member that is down"
+        unregister_disk(self.disk)
+        shutil.rmtree(self.dir)
+        self.disk = NodeDisk(self.dir)
+        register_disk(self.disk)
+        self.config.initial_cluster_state = "existing"
+        self.down_verified, self.down_log, self.loss_window = -1, {}, None
+        self.max_term = 0  # its term and vote went with the disk
+        self.new_disk = True
+        self.sim.log(f"{self.node_id} lost its disk")
 
     def flush_if_due(self, now: int) -> None:
         """What the store's flush thread does (`_flush_once`), on simulated time."""

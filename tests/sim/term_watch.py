@@ -2,7 +2,9 @@
 (both ways: it can neither send nor receive) never raises its term while it stays cut off.
 With Pre-Vote its pre-votes find no quorum, so it keeps its term; without Pre-Vote a
 candidate whose rounds end in WAIT_TO_VOTE_NEXT would raise it round after round, and
-disrupt the group when it rejoins."""
+disrupt the group when it rejoins. A pre-vote a quorum granted just before the cut
+still lets it move to that one term (as in etcd), and so does a term it learned before
+the cut that others had reached."""
 
 from __future__ import annotations
 
@@ -26,8 +28,21 @@ class TermWatch:
                 self.term_when_cut.pop(node_id, None)
                 continue
             term = core.member_state.current_term
-            first = self.term_when_cut.setdefault(node_id, term)
+            granted = _pre_vote_granted(core)
+            # a term it learned others reached before the cut is no inflation either
+            known = core.member_state.known_max_term_in_group
+            first = self.term_when_cut.setdefault(node_id, max(term, granted, known))
             if term > first:
                 raise Violation(
                     f"term inflation: {node_id}, cut off from every member, went from term {first} to {term}"
                 )
+
+
+def _pre_vote_granted(core: RaftCore) -> int:
+    """The term a quorum granted this member a pre-vote for (-1: none): passed, or a
+    pre-vote round whose granting answers all came in."""
+    elector = core.elector
+    rnd = elector._vote_round
+    if rnd is not None and rnd.pre_vote and not rnd.probe and core.member_state.is_quorum(rnd.accepted_num):
+        return max(elector._pre_vote_passed_term, rnd.term)
+    return elector._pre_vote_passed_term

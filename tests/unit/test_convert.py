@@ -218,10 +218,12 @@ class FakeStatus:
     committed_index: int = 9
     applied_index: int = -1
     peer_match: dict[str, int] = field(default_factory=dict)
+    vote_hold: str = "rejoin"
 
 
 def test_status_to_metadata() -> None:
     out = _wire(status_to_metadata(FakeStatus()))
+    assert out.vote_hold == "rejoin"
     assert (out.code, out.leader_id, out.leader_address, out.term) == (200, "n0", "h:1", 3)
     assert (out.group, out.self_id, out.role) == ("g", "n1", "FOLLOWER")
     assert dict(out.peers) == {"n0": "h:1", "n1": "h:2", "n2": "h:3"}

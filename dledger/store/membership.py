@@ -1,0 +1,122 @@
+"""A member's place in its group, on disk: the `identity` file (the group id and this
+member's incarnation) and the `rejoin` marker (the member lost data and must catch up
+with a leader before it votes or stands again).
+
+The group id is fixed when the group is bootstrapped (`--initial-cluster-state new`):
+every founding member derives the same id from the group name and the member ids, so
+no founding member needs to hear from another first. A member that joins a running group
+(`existing`) with no store adopts the id of the first leader it accepts. The incarnation
+is a random id, new each time a member starts from an empty store: a member whose disk
+was replaced is a new incarnation of the same member id.
+
+The `rejoin` marker is written before a member that lost data (an empty store told
+`existing`, or a store cut by `--repair`) runs, and removed once it has caught up; while
+it exists the Raft core holds the member's vote (`dledger.raft.vote_hold`), across any
+number of restarts. Java DLedger ignores both files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dledger.store import kvfile
+from dledger.store.layout import IDENTITY_FILE, REJOIN_FILE
+
+__all__ = [
+    "IDENTITY_FILE",
+    "REJOIN_FILE",
+    "NodeIdentity",
+    "RejoinMarker",
+    "clear_rejoin",
+    "derive_group_id",
+    "load_identity",
+    "load_rejoin",
+    "new_incarnation",
+    "write_identity",
+    "write_rejoin",
+]
+
+
+def derive_group_id(group: str, member_ids: Iterable[str]) -> str:
+    """The id every founding member of `group` computes alike (16 hex digits)."""
+    text = group + "\0" + "\0".join(sorted(member_ids))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def new_incarnation() -> str:
+    """A fresh random incarnation id (16 hex digits)."""
+    return secrets.token_hex(8)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """What `<node_dir>/identity` holds.
+
+    Attributes:
+        group_id: the group's id ("" while a joining member has not yet heard a leader).
+        member_id: the member this store belongs to.
+        incarnation: this store's incarnation of that member.
+    """
+
+    group_id: str
+    member_id: str
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class RejoinMarker:
+    """What `<node_dir>/rejoin` holds.
+
+    Attributes:
+        catch_up_index: the member holds its vote at least until its committed index
+            reaches this (the committed index it had recorded before it lost data; -1
+            when unknown); and in any case until it caught up with a leader.
+        reason: why the member is rejoining (for operators and logs).
+    """
+
+    catch_up_index: int
+    reason: str
+
+
+def load_identity(node_dir: str | os.PathLike[str]) -> NodeIdentity | None:
+    """The identity in `node_dir`, or None when there is none (a new or a pre-identity
+    store). A file without a member id counts as none."""
+    values = kvfile.read(Path(node_dir) / IDENTITY_FILE)
+    member = kvfile.read_str(values, "memberId")
+    if values is None or not member:
+        return None
+    return NodeIdentity(kvfile.read_str(values, "groupId"), member, kvfile.read_str(values, "incarnation"))
+
+
+def write_identity(node_dir: str | os.PathLike[str], identity: NodeIdentity) -> None:
+    """Write `identity` durably and atomically."""
+    Path(node_dir).mkdir(parents=True, exist_ok=True)
+    values = {"groupId": identity.group_id, "memberId": identity.member_id, "incarnation": identity.incarnation}
+    kvfile.write_atomic(Path(node_dir) / IDENTITY_FILE, values)
+
+
+def load_rejoin(node_dir: str | os.PathLike[str]) -> RejoinMarker | None:
+    """The rejoin marker in `node_dir`, or None when the member holds all it had."""
+    values = kvfile.read(Path(node_dir) / REJOIN_FILE)
+    if values is None:
+        return None
+    return RejoinMarker(kvfile.read_int(values, "catchUpIndex", -1), kvfile.read_str(values, "reason"))
+
+
+def write_rejoin(node_dir: str | os.PathLike[str], marker: RejoinMarker) -> None:
+    """Write the marker durably (before the member runs): it then holds its vote."""
+    Path(node_dir).mkdir(parents=True, exist_ok=True)
+    values = {"catchUpIndex": str(marker.catch_up_index), "reason": marker.reason}
+    kvfile.write_atomic(Path(node_dir) / REJOIN_FILE, values)
+
+
+def clear_rejoin(node_dir: str | os.PathLike[str]) -> None:
+    """Remove the marker (and its backup) once the member caught up."""
+    path = Path(node_dir) / REJOIN_FILE
+    kvfile.remove_durably(path.with_name(path.name + ".bak"))
+    kvfile.remove_durably(path)

@@ -1,0 +1,182 @@
+"""A member's place in its group on disk (dledger.store.membership) with real threaded
+nodes on real stores: the identity a founding member writes, a member that lost its disk
+rejoining a running group (`initial_cluster_state="existing"`), and a damaged committed
+tail cut by `repair=True` (issue 17, finding 3)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from dledger.codes import CorruptStoreError, DLedgerError
+from dledger.node import DLedgerNode
+from dledger.store import load_checkpoint
+from dledger.store.membership import derive_group_id, load_identity, load_rejoin, write_identity
+from tests.e2e.harness import free_ports
+from tests.node.conftest import NodeCluster, Recorder, wait_until
+from tests.security.test_tls_cli import dledger as run_cli
+
+Factory = Callable[..., NodeCluster]
+
+
+def _fill(cluster: NodeCluster, count: int) -> int:
+    leader = cluster.leader()
+    last = -1
+    for k in range(count):
+        last = leader.append([f"entry-{k}".encode()]).result(timeout=15)
+    wait_until(lambda: all(n.status().committed_index >= last for n in cluster.nodes.values()), what="replication")
+    return last
+
+
+def _restart(cluster: NodeCluster, node_id: str, **changes: object) -> DLedgerNode:
+    """Start `node_id` again with its config changed by `changes` (a DLedgerNode
+    keyword `repair` goes to the node)."""
+    repair = bool(changes.pop("repair", False))
+    config = dataclasses.replace(cluster.config(node_id), **changes)  # type: ignore[arg-type]
+    cluster.machines[node_id] = Recorder()
+    node = DLedgerNode(config, cluster.net.transport(node_id), state_machine=cluster.machines[node_id], repair=repair)
+    cluster.nodes[node_id] = node
+    cluster.net.register(node_id, node.handle_peer_request)
+    node.start()
+    return node
+
+
+def _caught_up(cluster: NodeCluster, node: DLedgerNode, index: int) -> None:
+    wait_until(lambda: node.status().committed_index >= index, what="the member to catch up")
+    wait_until(lambda: not node.core.elector.vote_hold.pending, what="the hold to end")
+
+
+def test_founding_members_write_one_group_id(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    cluster.leader()
+    ids = {load_identity(cluster.base / f"dledger-{n}") for n in cluster.ids}
+    assert {i.group_id for i in ids if i} == {derive_group_id("g", cluster.ids)}
+    assert len({i.incarnation for i in ids if i}) == 3
+    assert all(load_rejoin(cluster.base / f"dledger-{n}") is None for n in cluster.ids)
+
+
+def test_a_member_that_lost_its_disk_rejoins_without_voting_until_caught_up(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    last = _fill(cluster, 20)
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    old = load_identity(cluster.base / f"dledger-{victim}")
+    cluster.stop(victim)
+    node_dir = cluster.base / f"dledger-{victim}"
+    for path in sorted(node_dir.rglob("*"), reverse=True):  # the disk is gone
+        path.unlink() if path.is_file() else path.rmdir()
+    node = _restart(cluster, victim, initial_cluster_state="existing")
+    assert node.core.elector.vote_hold.kind == "rejoin"
+    _caught_up(cluster, node, last)
+    assert node.status().vote_hold == ""
+    assert load_rejoin(node_dir) is None
+    new = load_identity(node_dir)
+    assert old is not None and new is not None
+    assert new.group_id == old.group_id and new.incarnation != old.incarnation  # adopted from the leader
+    assert [e.body for e in node.get(0, last + 1)] == [e.body for e in cluster.leader().get(0, last + 1)]
+
+
+def test_a_rejoining_member_still_holds_after_a_restart(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(1)  # alone: nobody can bring it up to date
+    cluster.stop("n0")
+    node_dir = cluster.base / "dledger-n0"
+    for path in sorted(node_dir.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    node = _restart(cluster, "n0", initial_cluster_state="existing")
+    cluster.stop("n0")  # a single member never holds: the marker is what matters here
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.catch_up_index == -1
+    assert node.membership.identity.group_id == ""
+
+
+def test_a_store_of_another_member_is_refused(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    cluster.leader()
+    cluster.stop("n2")
+    node_dir = cluster.base / "dledger-n2"
+    ident = load_identity(node_dir)
+    assert ident is not None
+    write_identity(node_dir, dataclasses.replace(ident, member_id="n1"))
+    with pytest.raises(DLedgerError, match="store of member 'n1', not 'n2'"):
+        _restart(cluster, "n2")
+
+
+def _damage_last_entry(node_dir: Path) -> None:
+    """Flip a byte in the header of the last entry of the last data segment."""
+    segment = sorted((node_dir / "data").iterdir())[-1]
+    data = bytearray(segment.read_bytes())
+    end = len(data.rstrip(b"\0"))
+    pos = 0
+    while pos < end:  # walk the entries: 4-byte magic, 4-byte size
+        size = int.from_bytes(data[pos + 4 : pos + 8], "big")
+        if pos + size >= end:
+            break
+        pos += size
+    data[pos + 9] ^= 0xFF  # inside the index field: the header no longer matches
+    segment.write_bytes(bytes(data))
+
+
+def test_a_damaged_committed_tail_is_cut_by_repair_and_caught_up(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    last = _fill(cluster, 30)
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    node_dir = cluster.base / f"dledger-{victim}"
+    committed = load_checkpoint(node_dir).committed
+    assert committed == last
+    _damage_last_entry(node_dir)
+    with pytest.raises(CorruptStoreError, match="below the committed index"):
+        _restart(cluster, victim)
+    assert victim not in cluster.nodes  # nothing started
+    node = _restart(cluster, victim, repair=True)
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.catch_up_index == committed
+    assert node.store.end_index < last  # cut back
+    assert node.core.elector.vote_hold.active and node.status().vote_hold == "rejoin"
+    _caught_up(cluster, node, last)
+    assert load_rejoin(node_dir) is None
+    assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
+
+
+def test_the_server_names_repair_and_check_repair_marks_the_member(cluster_factory: Factory) -> None:
+    """The CLI side of finding 3: `dledger server` refuses the damaged store with a message
+    naming `--repair`; `dledger check --repair` cuts it and marks the member as rejoining."""
+    cluster = cluster_factory()
+    _fill(cluster, 10)
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    node_dir = cluster.base / f"dledger-{victim}"
+    _damage_last_entry(node_dir)
+    recorded = load_checkpoint(node_dir).committed
+    port = free_ports(1)[0]
+    refused = run_cli("server", "-i", victim, "-p", f"{victim}-127.0.0.1:{port}", "-s", str(cluster.base))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "below the committed index" in refused.stderr and "dledger server --repair" in refused.stderr
+    repaired = run_cli("check", "--repair", "--yes", str(node_dir))
+    assert repaired.returncode == 0, repaired.stderr
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.catch_up_index == recorded
+    assert load_checkpoint(node_dir).committed == recorded - 1  # the damaged last entry was cut
+
+
+def test_a_damaged_checkpoint_takes_the_same_repair_path(cluster_factory: Factory) -> None:
+    """Neither checkpoint file valid and a damaged entry: nothing says what is committed,
+    so the member does not start; `repair=True` cuts and rejoins without a recorded index."""
+    cluster = cluster_factory()
+    last = _fill(cluster, 20)
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    node_dir = cluster.base / f"dledger-{victim}"
+    for name in ("checkpoint", "checkpoint.bak"):
+        (node_dir / name).write_bytes(b"\x00garbage")
+    _damage_last_entry(node_dir)
+    with pytest.raises(CorruptStoreError, match="no valid checkpoint"):
+        _restart(cluster, victim)
+    node = _restart(cluster, victim, repair=True)
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.catch_up_index == -1
+    assert node.core.elector.vote_hold.active
+    _caught_up(cluster, node, last)
+    assert load_rejoin(node_dir) is None
