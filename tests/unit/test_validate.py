@@ -62,6 +62,27 @@ def test_a_leaders_real_messages_pass(v: RequestValidator) -> None:
 
 
 @pytest.mark.parametrize(
+    ("group_id", "incarnation", "expected"),
+    [
+        ("0123456789abcdef", "fedcba9876543210", None),
+        ("", "", None),  # unknown: a member still joining, or an older member
+        ("x" * 65, "", R.UNEXPECTED_ARGUMENT),
+        ("", "a b", R.UNEXPECTED_ARGUMENT),
+        ("é", "", R.UNEXPECTED_ARGUMENT),
+        ("", "\x00", R.UNEXPECTED_ARGUMENT),
+    ],
+)
+def test_group_id_and_incarnation_are_short_words(
+    v: RequestValidator, group_id: str, incarnation: str, expected: int | None
+) -> None:
+    ids = {"group_id": group_id, "incarnation": incarnation}
+    assert code(v.peer_request(HeartBeatRequest(**FROM_N1, term=3, **ids), 3)) == expected
+    assert code(v.peer_request(VoteRequest(**FROM_N1, term=4, ledger_end_term=3, **ids), 3)) == expected
+    push = PushEntryRequest(**FROM_N1, term=3, type=PushType.COMMIT, prev_index=4, prev_term=2, **ids)
+    assert code(v.peer_request(push, 3)) == expected
+
+
+@pytest.mark.parametrize(
     ("term", "current", "expected"),
     [
         (MAX_TERM, MAX_TERM, None),
