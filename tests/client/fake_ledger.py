@@ -73,6 +73,7 @@ class FakeMember(pb_grpc.LedgerServicer):
     """
 
     def __init__(self, log: FakeLog, node_id: str, page: int = 1000) -> None:
+        self.vote_hold = ""  # what Metadata says this member holds its vote for
         self.log = log
         self.node_id = node_id
         self.page = page
@@ -235,6 +236,7 @@ class FakeMember(pb_grpc.LedgerServicer):
         with self.log.cond:
             out.end_index = out.committed_index = len(self.log.bodies) - 1
             out.begin_index = 0 if self.log.bodies else -1
+        out.vote_hold = self.vote_hold
         return self._header(out, ResponseCode.SUCCESS)
 
     def LeadershipTransfer(self, request: Any, context: Any) -> Any:

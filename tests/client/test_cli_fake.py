@@ -91,6 +91,15 @@ def test_status_table_and_json_show_unreachable_members(fake: FakeCluster) -> No
     assert code == 1 and "NETWORK_ERROR (302)" in err
 
 
+def test_status_shows_a_member_that_holds_its_vote(fake: FakeCluster) -> None:
+    fake["n2"].vote_hold = "rejoin"
+    code, out, _ = run(fake, "status")
+    assert code == 0 and "holds vote: rejoin" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert (rows["n2"]["vote_hold"], rows["n0"]["vote_hold"]) == ("rejoin", "")
+
+
 def test_leadership_transfer(fake: FakeCluster) -> None:
     assert run(fake, "leadership-transfer", "--to", "n2") == (0, "n2 leads now (term 2)\n", "")
     code, _, err = run(fake, "leadership-transfer", "-t", "n7")
