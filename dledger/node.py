@@ -29,8 +29,7 @@ from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_status import NodeStatus
-from dledger.node_store import open_node_store, prepare_membership
-from dledger.raft.core import RaftCore
+from dledger.node_store import member_core, open_node_store
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
 from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore, TermStore
@@ -94,24 +93,18 @@ class DLedgerNode:
         self.transport = transport
         self.clock: Clock = clock or MonotonicClock()
         self.store: LogStore = store if store is not None else open_node_store(config, repair=repair)
-        self.term_store: TermStore = term_store or FileTermStore(config.default_path)
-        # a store on disk remembers whether its last run ended cleanly, and its place in the group
-        node_dir = self.store.node_dir
-        self.membership = prepare_membership(config, self.store)
-        self._abort_marker = AbortMarker(node_dir) if node_dir is not None else None
-        unclean = self._abort_marker.arm() if self._abort_marker is not None else False
-        rejoin = self.membership.rejoin
-        self.core = RaftCore(
-            config,
-            self.store,
-            self.term_store,
-            rng or random.Random(),
-            unclean_restart=unclean,
-            rejoin_index=rejoin.catch_up_index if rejoin is not None else None,
-            group_id=self.membership.identity.group_id,
-            incarnation=self.membership.identity.incarnation,
-        )
-        self.membership.bind(self.core.elector, node_dir)
+        try:
+            self.term_store: TermStore = term_store or FileTermStore(config.default_path)
+            # a store on disk remembers whether its last run ended cleanly, and its place in the group
+            node_dir = self.store.node_dir
+            marker = self._abort_marker = AbortMarker(node_dir) if node_dir is not None else None
+            self.core, self.membership = member_core(
+                config, self.store, self.term_store, rng or random.Random(), lambda: bool(marker and marker.arm())
+            )
+        except BaseException:
+            if store is None:
+                self.store.close()  # nothing else would release the store's lock
+            raise
         self._outbox: list[Outbound] = []  # what the driver sent under the lock: it goes out after it
         self.driver = RaftDriver(self.core, self._outbox.append, self._wake, eager=True)
         self.sync_mode = config.store.flush_mode == "sync"

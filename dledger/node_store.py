@@ -4,13 +4,16 @@ configuration names, its identity and whether it must rejoin (dledger.store.memb
 from __future__ import annotations
 
 import logging
+import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
-from dledger.raft.log import LogStore
+from dledger.raft.log import LogStore, TermStore
 from dledger.store.membership import (
     NodeIdentity,
     RejoinMarker,
@@ -96,12 +99,13 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
       id and holds its vote until it caught up (the `rejoin` marker, written first).
 
     Raises:
-        DLedgerError: ILLEGAL_MEMBER_STATE for a store of another member or group.
+        DLedgerError: ILLEGAL_MEMBER_STATE for a store of another member or group (its
+            log is another group's: no leader of this one could bring it up to date).
     """
     node_dir = store.node_dir
     derived = derive_group_id(config.group, config.peer_map)
     if node_dir is None:  # a memory store: nothing survives a restart
-        return Membership(NodeIdentity(derived, config.self_id, new_incarnation()), None)
+        return Membership(NodeIdentity(derived, config.self_id, new_incarnation(), config.group), None)
     identity = load_identity(node_dir)
     rejoin = load_rejoin(node_dir)
     if identity is not None:
@@ -111,7 +115,7 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
     if empty and config.initial_cluster_state == "existing":
         rejoin = RejoinMarker(-1, "started with an empty store in an existing group")
         write_rejoin(node_dir, rejoin)
-        identity = NodeIdentity("", config.self_id, new_incarnation())
+        identity = NodeIdentity("", config.self_id, new_incarnation(), config.group)
         log.warning(
             "%s: no store, and group %s exists: joins as a new incarnation, without a vote until a leader "
             "brought it up to date (if the whole group is new, start it with --initial-cluster-state new)",
@@ -119,9 +123,41 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
             config.group,
         )
     else:
-        identity = NodeIdentity(derived, config.self_id, new_incarnation())
+        identity = NodeIdentity(derived, config.self_id, new_incarnation(), config.group)
     write_identity(node_dir, identity)
     return Membership(identity, rejoin)
+
+
+def member_core(
+    config: DLedgerConfig,
+    store: LogStore,
+    term_store: TermStore,
+    rng: random.Random,
+    unclean_restart: Callable[[], bool],
+) -> tuple[RaftCore, Membership]:
+    """A member's Raft core on its store: its membership read first (a store of another
+    member or group is refused before anything is written), then `unclean_restart()`
+    asked (a shell arms its abort marker there: an unclean last run makes an async member
+    hold its vote), and what the elector learns persisted (`Membership.bind`).
+
+    Raises:
+        DLedgerError: see `prepare_membership`; or the term store cannot be read.
+    """
+    membership = prepare_membership(config, store)
+    unclean = unclean_restart()
+    rejoin = membership.rejoin
+    core = RaftCore(
+        config,
+        store,
+        term_store,
+        rng,
+        unclean_restart=unclean,
+        rejoin_index=rejoin.catch_up_index if rejoin is not None else None,
+        group_id=membership.identity.group_id,
+        incarnation=membership.identity.incarnation,
+    )
+    membership.bind(core.elector, store.node_dir)
+    return core, membership
 
 
 def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) -> None:
@@ -129,4 +165,10 @@ def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) 
         raise DLedgerError(
             ResponseCode.ILLEGAL_MEMBER_STATE,
             f"{node_dir} is the store of member {identity.member_id!r}, not {config.self_id!r}",
+        )
+    if identity.group and identity.group != config.group:
+        raise DLedgerError(
+            ResponseCode.ILLEGAL_MEMBER_STATE,
+            f"{node_dir} is a store of group {identity.group!r}, not {config.group!r}: move it away and start "
+            "the member with an empty directory and --initial-cluster-state existing",
         )

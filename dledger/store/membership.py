@@ -61,11 +61,13 @@ class NodeIdentity:
         group_id: the group's id ("" while a joining member has not yet heard a leader).
         member_id: the member this store belongs to.
         incarnation: this store's incarnation of that member.
+        group: the group's name ("" in a file that does not say).
     """
 
     group_id: str
     member_id: str
     incarnation: str
+    group: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +92,23 @@ def load_identity(node_dir: str | os.PathLike[str]) -> NodeIdentity | None:
     member = kvfile.read_str(values, "memberId")
     if values is None or not member:
         return None
-    return NodeIdentity(kvfile.read_str(values, "groupId"), member, kvfile.read_str(values, "incarnation"))
+    return NodeIdentity(
+        kvfile.read_str(values, "groupId"),
+        member,
+        kvfile.read_str(values, "incarnation"),
+        kvfile.read_str(values, "group"),
+    )
 
 
 def write_identity(node_dir: str | os.PathLike[str], identity: NodeIdentity) -> None:
     """Write `identity` durably and atomically."""
     Path(node_dir).mkdir(parents=True, exist_ok=True)
-    values = {"groupId": identity.group_id, "memberId": identity.member_id, "incarnation": identity.incarnation}
+    values = {
+        "group": identity.group,
+        "groupId": identity.group_id,
+        "memberId": identity.member_id,
+        "incarnation": identity.incarnation,
+    }
     kvfile.write_atomic(Path(node_dir) / IDENTITY_FILE, values)
 
 

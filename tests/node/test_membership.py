@@ -103,6 +103,19 @@ def test_a_store_of_another_member_is_refused(cluster_factory: Factory) -> None:
         _restart(cluster, "n2")
 
 
+def test_a_store_of_another_group_is_refused(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    cluster.leader()
+    cluster.stop("n2")
+    node_dir = cluster.base / "dledger-n2"
+    ident = load_identity(node_dir)
+    assert ident is not None and ident.group == "g"
+    write_identity(node_dir, dataclasses.replace(ident, group="other"))
+    for state in ("new", "existing"):
+        with pytest.raises(DLedgerError, match=r"store of group 'other', not 'g'.*--initial-cluster-state existing"):
+            _restart(cluster, "n2", initial_cluster_state=state)
+
+
 def _damage_last_entry(node_dir: Path) -> None:
     """Flip a byte in the header of the last entry of the last data segment."""
     segment = sorted((node_dir / "data").iterdir())[-1]

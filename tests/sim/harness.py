@@ -21,7 +21,7 @@ from pathlib import Path
 from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, member_store_config
-from dledger.node_store import prepare_membership
+from dledger.node_store import member_core
 from dledger.raft.core import RaftCore
 from dledger.raft.driver import HANDLER, MAX_HANDLER_STEPS_PER_PASS, RaftDriver
 from dledger.raft.elector import Outbound
@@ -162,20 +162,8 @@ class SimNode:
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
         # every restart follows a crash or a power loss: never a clean shutdown
-        membership = prepare_membership(self.config, store)
-        rejoin = membership.rejoin.catch_up_index if membership.rejoin is not None else None
-        identity = membership.identity
-        core = RaftCore(
-            self.config,
-            store,
-            FileTermStore(self.dir),
-            rng,
-            unclean_restart=self.incarnation > 1 and not self.new_disk,  # a new disk has no abort marker
-            rejoin_index=rejoin,
-            group_id=identity.group_id,
-            incarnation=identity.incarnation,
-        )
-        membership.bind(core.elector, self.dir)
+        unclean = self.incarnation > 1 and not self.new_disk  # a new disk has no abort marker
+        core, _ = member_core(self.config, store, FileTermStore(self.dir), rng, lambda: unclean)
         self.new_disk = False
         driver = RaftDriver(core, lambda outbound: sim._send(self, driver, outbound))
         self.driver = driver
