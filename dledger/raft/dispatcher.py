@@ -400,6 +400,12 @@ class EntryDispatcher:
         if inflight is None or inflight.request is not req:
             if resp is not None and resp.code == ResponseCode.SUCCESS and req.prev_index <= self.match_index:
                 self._matched(req.last_index)  # a late ack of a resent push still proves the match
+            elif inflight is not None and resp is not None and resp.code == ResponseCode.INCONSISTENT_STATE:
+                # an earlier copy of a push still in flight did not fit the follower's log (it
+                # lost entries it had acknowledged): compare again, whatever the newer copy's
+                # fate (its answer may come in the same phase every time: simulation R6)
+                self._change_state(DispatchState.COMPARE)
+                self.write_index = self.match_index + 1
             return
         if resp is None:
             return  # resent after max_push_timeout_ms
