@@ -26,7 +26,14 @@ class TermWatch:
                 self.term_when_cut.pop(node_id, None)
                 continue
             term = core.member_state.current_term
-            first = self.term_when_cut.setdefault(node_id, term)
+            if node_id not in self.term_when_cut:
+                # a pre-vote round under way when the cut came may have had its quorum of
+                # grants on the wire already: its one real round (term + 1) is allowed
+                elector = core.elector
+                rnd = elector._vote_round
+                pre = (rnd is not None and rnd.pre_vote) or elector._pre_vote_passed_term > term
+                self.term_when_cut[node_id] = term + 1 if pre else term
+            first = self.term_when_cut[node_id]
             if term > first:
                 raise Violation(
                     f"term inflation: {node_id}, cut off from every member, went from term {first} to {term}"
