@@ -27,12 +27,15 @@ class TermWatch:
                 continue
             term = core.member_state.current_term
             if node_id not in self.term_when_cut:
-                # a pre-vote round under way when the cut came may have had its quorum of
-                # grants on the wire already: its one real round (term + 1) is allowed
+                # Messages on the wire when the cut came are still delivered: a pre-vote
+                # round under way may have its quorum of grants there (its one real round,
+                # term + 1, is allowed), and a request or answer from another member may
+                # carry that member's term (any term another member had then is allowed).
                 elector = core.elector
                 rnd = elector._vote_round
                 pre = (rnd is not None and rnd.pre_vote) or elector._pre_vote_passed_term > term
-                self.term_when_cut[node_id] = term + 1 if pre else term
+                seen = max((c.member_state.current_term for o, c in cores.items() if c is not None), default=0)
+                self.term_when_cut[node_id] = max(term + 1 if pre else term, seen)
             first = self.term_when_cut[node_id]
             if term > first:
                 raise Violation(
