@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BUILD_INPUTS := pyproject.toml setup.py dledger/_store.pyx $(wildcard dledger/*.pxd dledger/*.pxi native/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: install sysdeps run test bench lint format typecheck check clean genproto
+.PHONY: install sysdeps run test bench lint format typecheck check clean genproto mutants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,13 @@ test: install
 bench: install
 	$(BIN)/python -m pytest bench/ -p no:randomly --benchmark-only --benchmark-columns=min,median,mean,ops,rounds \
 	  --benchmark-sort=name --benchmark-group-by=group $(PYTEST_ARGS)
+
+# Mutation check of the simulation (tests/mutants.py, docs/SIMULATION.md): each Raft safety
+# rule is removed in turn from a temporary copy of the tree, and the random simulation
+# (CI seed budget) must catch every one. MUTANTS_ARGS="--only figure8-commit", "--all", "--list".
+MUTANTS_ARGS ?=
+mutants: install
+	$(BIN)/python -m tests.mutants $(MUTANTS_ARGS)
 
 lint: install
 	$(BIN)/ruff check dledger tests bench

@@ -47,7 +47,9 @@ KNOWN_ISSUES = {
     # entries that match the leader's: the dispatcher now searches the match point), B2
     # (the write position after a segment-end blank: truncate and recovery now end the
     # log where its last entry ends), R1 (a member that lost acknowledged entries to a
-    # power loss in async mode voted at once: it now holds its vote until caught up).
+    # power loss in async mode voted at once: it now holds its vote until caught up), R6
+    # (an INCONSISTENT_STATE answer to an earlier copy of a resent push was ignored), H2
+    # (every member held its vote after a majority restarted uncleanly: the log-end floor).
 }
 
 
@@ -207,7 +209,8 @@ class Checker:
                 held = held and uid_of(node.store.get(last).body) == key[1]
                 held = held or (node.core is not None and _hold_covers(node.core.elector.vote_hold, key[0], last))
             else:
-                held = last <= node.down_verified or node.down_log.get(last) == key
+                # a member that went down holding its vote holds it again after the restart
+                held = last <= node.down_verified or node.down_log.get(last) == key or node.down_holding
                 held = held or _will_rejoin(node)
             if held:
                 holders.append(node.node_id)
@@ -218,11 +221,14 @@ class Checker:
                     f"committed entry {last} (term {key[0]}, uid {key[1]}) is held by {holders} only, not by a "
                     f"majority of {self.majority}, after a member deleted it",
                 )
-            self._fail(
+            what = (
                 f"committed entry {last} (term {key[0]}, uid {key[1]}) is held by {holders} only, "
-                f"not by a majority of {self.majority}",
-                last,
+                f"not by a majority of {self.majority}"
             )
+            timed_out = [n.node_id for n in nodes if n.core is not None and n.core.elector.vote_hold.expired]
+            if timed_out and any(w.covers(last) for w in self.windows):
+                raise broken("H2", f"{what}, after the vote hold of {timed_out} timed out")
+            self._fail(what, last)
 
     def _scan_log(self, node: SimNode) -> None:
         """Log matching over whole logs: one (index, term) is one entry, with one
@@ -270,6 +276,34 @@ class Checker:
                     )
                 self.entry_ids[(i, entry.term)] = (entry.body, prev)
         node.seen_end = end
+
+    def check_reopen(self, node: SimNode, power_loss: bool) -> None:
+        """Across a restart a member keeps every committed entry it held when it went
+        down (`down_agree`): the same entry at each index, never another one; after a
+        process crash all of them (the page cache survives), after a power loss all but
+        an unflushed tail (then its log is shorter, never different). With log matching
+        (checked over the whole log after every restart) the entry at the last such index
+        stands for the prefix."""
+        store = node.store
+        assert store is not None
+        kept = min(node.down_agree, len(self.ref_term) - 1)
+        if kept < 0:
+            return
+        if store.end_index < kept and not power_loss and not self._excused(kept):
+            self._fail(
+                f"{node.node_id}: lost committed entries {store.end_index + 1}..{kept} it held across a process crash",
+                kept,
+            )
+        last = min(kept, store.end_index)
+        if last < max(store.begin_index, 0):
+            return
+        entry = store.get(last)
+        if (entry.term != self.ref_term[last] or entry.body != self.ref_body[last]) and not self._excused(last):
+            self._fail(
+                f"{node.node_id}: committed entry {last} (term {self.ref_term[last]}) it held is another entry "
+                f"(term {entry.term}, uid {uid_of(entry.body)}) after its restart",
+                last,
+            )
 
     def _scan_committed(self, node: SimNode, now_ms: int) -> None:
         core, store = node.core, node.store
@@ -356,6 +390,7 @@ class Checker:
         for other in self.nodes:
             other.verified = min(other.verified, index - 1)
             other.agree = min(other.agree, index - 1)
+            other.down_agree = min(other.down_agree, index - 1)
             if other.divergent_at >= 0:
                 other.divergent_at = -1  # compared again with the new history
 

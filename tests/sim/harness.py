@@ -32,6 +32,7 @@ from dledger.transport.inmem import InMemoryNetwork
 from tests.raft.cluster import FAST
 from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
+from tests.sim.episodes import EPISODES_PER_SECOND, Episode, start_episode
 from tests.sim.term_watch import TermWatch
 
 TIMING = FAST  # the deterministic clusters' short timings
@@ -62,6 +63,13 @@ class Scenario:
             node lost; everything else still fails the run.
         flush_stalls: members' flushes sometimes stall for 20-300 ms (a slow disk),
             widening what a power loss can take in async mode.
+        biased: steer the run toward the states where the safety rules matter: start
+            the fault episodes of `tests.sim.episodes` now and then, and let half of the
+            seeds run without the new leader's NOOP (`enable_fast_advance_commit_index`
+            off, as in java-compatible stores), so older-term entries wait for a
+            client entry of the new term to commit.
+        disk_loss: the episodes may also wipe a member's disk (`LostDisk`); only where
+            that loss cannot add to another one (sync, or async without power loss).
     """
 
     nodes: int
@@ -70,6 +78,8 @@ class Scenario:
     crash_in_msync: bool = True
     allow_loss: bool = False
     flush_stalls: bool = True
+    biased: bool = False
+    disk_loss: bool = False
 
     @property
     def majority(self) -> int:
@@ -93,6 +103,7 @@ class Stats:
     power_losses: int = 0
     group_power_losses: int = 0
     partitions: int = 0
+    episodes: int = 0
     torn_modes: dict[str, int] = field(default_factory=dict)
     unsynced_bytes_lost: int = 0
     entries_unflushed_lost: int = 0
@@ -119,6 +130,7 @@ class SimNode:
             peers=peers,
             store=member_store_config(flush_mode=sim.scenario.flush_mode),
             max_vote_hold_ms=VOTE_HOLD_MS,
+            enable_fast_advance_commit_index=sim.leader_noop,
             **TIMING,
         )
         self.store: MmapLogStore | None = None
@@ -140,6 +152,8 @@ class SimNode:
         self.divergent_at = -1  # across lifetimes, until its committed prefix agrees again
         self.down_verified = -1  # while down: the log it went down with (see Checker.check_replication)
         self.down_log: dict[int, tuple[int, int]] = {}
+        self.down_holding = False  # it went down holding its vote (it holds again on restart)
+        self.down_agree = -1  # across lifetimes: its log equalled the committed prefix up to here
 
     @property
     def core(self) -> RaftCore | None:
@@ -172,6 +186,7 @@ class SimNode:
         self.next_checkpoint_ms = now + sim.store_config.checkpoint_interval_ms
         self.last_commit = core.member_state.committed_index
         self.verified = self.seen_end = self.led_term = self.agree = -1
+        sim.checker.check_reopen(self, power_loss=self.loss_window is not None)
         if self.divergent_at >= 0:
             self.divergent_at = -1  # look again: it may have truncated the old history
         if self.loss_window is not None:
@@ -216,6 +231,9 @@ class SimNode:
         # the log it goes down with: verified committed prefix + the (term, uid) tail (as
         # far as it reads back: a crash inside a truncate leaves the tail unreadable)
         self.down_verified = self.verified
+        self.down_agree = self.agree
+        assert self.driver is not None
+        self.down_holding = self.driver.core.elector.vote_hold.active
         self.down_log = {}
         for i in range(max(self.verified + 1, store.begin_index, 0), store.end_index + 1):
             try:
@@ -247,6 +265,7 @@ class SimNode:
         register_disk(self.disk)
         self.config.initial_cluster_state = "existing"
         self.down_verified, self.down_log, self.loss_window = -1, {}, None
+        self.down_agree, self.down_holding = -1, False  # it keeps nothing across this restart
         self.max_term = 0  # its term and vote went with the disk
         self.new_disk = True
         self.sim.log(f"{self.node_id} lost its disk")
@@ -296,6 +315,8 @@ class Simulation:
         self.term_watch = TermWatch()
         self.trace_on = trace
         self.trace: list[str] = []
+        self.leader_noop = not scenario.biased or self.rng.random() < 0.5
+        self.episode: Episode | None = None
         ids = [f"n{k}" for k in range(scenario.nodes)]
         peers = ";".join(f"{i}-127.0.0.1:{30000 + k}" for k, i in enumerate(ids))
         self.nodes = {i: SimNode(self, i, k, peers) for k, i in enumerate(ids)}
@@ -370,7 +391,7 @@ class Simulation:
         self._passes(driver, now)
         if core.member_state.is_leader and not was_leader:
             self.stats.elections += 1
-            if self.faults_on and self.rng.random() < 0.2:
+            if self.faults_on and self.episode is None and self.rng.random() < 0.2:
                 # a voter dies right after its vote: its persisted vote must hold
                 voter = self.rng.choice([n for n in self.nodes.values() if n is not node])
                 if voter.up:
@@ -454,6 +475,8 @@ class Simulation:
         if not up:
             return
         node = self.rng.choice(leaders) if leaders and self.rng.random() < 0.9 else self.rng.choice(up)
+        if self.episode is not None and node.node_id in self.episode.quiet:
+            return
         count = 1 if self.rng.random() < 0.6 else self.rng.randint(2, 24)
         self.append(node, [self._body() for _ in range(count)])
 
@@ -498,9 +521,28 @@ class Simulation:
     def _chance(self, per_second: float) -> bool:
         return self.rng.random() < per_second * self.STEP_MS / 1000
 
+    def _episodes(self) -> bool:
+        """Advance the running biased episode (`tests.sim.episodes`) or maybe start one;
+        True while one runs (it owns partitions, crashes and power losses then)."""
+        if self.episode is None:
+            if self.scenario.biased and self._chance(EPISODES_PER_SECOND):
+                self.episode = start_episode(self)
+                if self.episode is not None:
+                    self.stats.episodes += 1
+                    self.partition_until = -1
+        elif not self.episode.step():
+            self.episode = None
+            self.net.heal()
+            self.log("episode over: network healed")
+        return self.episode is not None
+
     def _faults(self) -> None:
         rng = self.rng
         ids = list(self.nodes)
+        if self._episodes():
+            if self._chance(0.5):
+                self._weather()
+            return
         if self.partition_until >= 0 and self.now >= self.partition_until:
             self.net.heal()
             self.partition_until = -1
@@ -589,11 +631,15 @@ class Simulation:
                 return
             if size > 1:
                 self.stats.group_power_losses += 1
+        self.lose_power(victims)
+
+    def lose_power(self, victims: list[SimNode], restart_in: int | None = None) -> None:
+        """One power-loss event: every member of `victims` (up) loses power at once."""
         self.stats.power_losses += 1
         self.stats.power_loss_sizes[self.stats.power_losses] = len(victims)
         self.log(f"power loss #{self.stats.power_losses}: {[v.node_id for v in victims]}")
         for victim in victims:
-            self._take_down(victim, power_loss=True)
+            self._take_down(victim, power_loss=True, restart_in=restart_in)
 
     # -- the end of a run
 
@@ -601,6 +647,7 @@ class Simulation:
         """Heal everything, restart every member, and wait until one leader is followed
         by all and new appends commit on every member."""
         self.faults_on = False
+        self.episode = None
         self.net.heal()
         self.net.drop_rate = self.net.duplicate_rate = 0.0
         self.net.reorder = False
@@ -657,7 +704,8 @@ class Simulation:
             nxt = store.end_index + 1
             matches_at_end = store.end_index < 0 or leader.store.term_at(store.end_index) == store.end_term
             if match > store.end_index:
-                tags.append("R4")
+                # R6 when the leader keeps resending a push the follower cannot take
+                tags.append("R6" if getattr(dispatcher, "pending", None) else "R4")
                 reasons.append(
                     f"{node.node_id} lost entries it had acknowledged (end {store.end_index}, the leader's match "
                     f"{match}) and the leader never compares again"

@@ -28,10 +28,19 @@ class TermWatch:
                 self.term_when_cut.pop(node_id, None)
                 continue
             term = core.member_state.current_term
-            granted = _pre_vote_granted(core)
-            # a term it learned others reached before the cut is no inflation either
-            known = core.member_state.known_max_term_in_group
-            first = self.term_when_cut.setdefault(node_id, max(term, granted, known))
+            if node_id not in self.term_when_cut:
+                # Messages on the wire when the cut came are still delivered: a pre-vote
+                # round under way may have its quorum of grants there (its one real round,
+                # term + 1, is allowed), and a request or answer from another member may
+                # carry that member's term (any term another member had then is allowed).
+                # A term it had already learned others reached is no inflation either.
+                elector = core.elector
+                rnd = elector._vote_round
+                pre = (rnd is not None and rnd.pre_vote) or elector._pre_vote_passed_term > term
+                seen = max((c.member_state.current_term for o, c in cores.items() if c is not None), default=0)
+                known = core.member_state.known_max_term_in_group
+                self.term_when_cut[node_id] = max(term + 1 if pre else term, seen, known, _pre_vote_granted(core))
+            first = self.term_when_cut[node_id]
             if term > first:
                 raise Violation(
                     f"term inflation: {node_id}, cut off from every member, went from term {first} to {term}"

@@ -6,6 +6,7 @@ as regression tests (see docs/SIMULATION.md, "Findings")."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -234,3 +235,62 @@ def test_truncate_never_deletes_committed_entries(tmp_path: Path) -> None:
         sim.run_until(lambda: new.core is not None and new.core.member_state.is_leader)
         old.restart_at = sim.now  # the old leader comes back: COMPARE overshoots, TRUNCATE deletes
         sim.run_for(1000)
+
+
+def test_a_follower_that_lost_entries_is_compared_again_despite_resends() -> None:
+    """R6 (found by the biased `test_async_power_loss[async-group-5]` seed 18): a follower
+    lost, to a power loss, entries it had acknowledged (the leader's match index 9, its log
+    ends at 4). The leader's push of 10.. waits on the follower for its missing
+    predecessors and is resent every `max_push_timeout_ms`; each copy replaces the waiting
+    one (REPEATED_PUSH to the old copy). The follower's abnormal-push check (every ~1 s)
+    answers the waiting copy INCONSISTENT_STATE so that the leader compares again; but
+    when that check runs just before the newest copy arrives, the answer is for a copy the
+    leader has already replaced, `EntryDispatcher._on_append` ignores it (only a SUCCESS of
+    an older copy counts), and with the same phase every second the follower is never
+    repaired (the healed cluster never converged: R4's signature)."""
+    from dledger.raft.dispatcher import DispatchState
+    from dledger.raft.messages import PushType
+    from tests.raft.test_replication import follower_handler, leader_with_log
+
+    _ms, dispatcher = leader_with_log(20, body=1, max_push_timeout_ms=100)
+    dispatcher.match_index, dispatcher.write_index = 9, 10  # acknowledged up to 9 before the loss
+    _fms, handler, store = follower_handler(5)
+    assert store.end_index == 4
+    waiting: list[tuple[PushEntryRequest, Future[PushEntryResponse]]] = []
+    for now in range(0, 5000, 5):
+        sent = dispatcher.tick(now)
+        while handler.run_once(now):  # the follower's pass runs before this step's deliveries
+            pass
+        waiting += [(req, handler.handle_push(req, now)) for req in sent if req.type is PushType.APPEND]
+        for req, fut in [w for w in waiting if w[1].done()]:
+            waiting.remove((req, fut))
+            dispatcher.on_response(req, fut.result(), now)
+        if dispatcher.state is DispatchState.COMPARE:
+            break
+    assert dispatcher.state is DispatchState.COMPARE, "the leader never compares the follower again"
+
+
+def test_a_majority_restarting_uncleanly_elects_the_longest_log_soon(tmp_path: Path) -> None:
+    """H2 (issue 17 #2, seen by the biased `test_sim[async-single-3]`): S lags behind (cut
+    off); the leader L and F commit entries F has not flushed; F loses power and L crashes
+    at once, S rejoins. F (lost its tail) and L (kept everything) both hold their votes
+    after their unclean restarts, S cannot win alone: nobody is elected until a hold times
+    out (`max_vote_hold_ms`, 10 s here), and then F's timed-out hold may elect S without
+    the entries only L holds. Safe and soon: L, whose log is the longest of a quorum, is
+    elected within 2 s (a few election timeouts)."""
+    with settled_sim(tmp_path, "async") as sim:
+        leader = sim.leader()
+        assert leader is not None
+        lagging, follower = (n for n in sim.nodes.values() if n is not leader)
+        sim.net.isolate(lagging.node_id)
+        follower.next_flush_ms = 1 << 60  # its flush stalls
+        acked = sim.append(leader, [sim._body() for _ in range(5)])
+        sim.run_until(lambda: acked.status == "ok")
+        sim.lose_power([follower], restart_in=0)  # loses what it acknowledged
+        sim._take_down(leader, power_loss=False, restart_in=0)
+        sim.net.heal()
+        start = sim.now
+        sim.run_until(lambda: sim.leader() is not None, max_ms=10_000)
+        elected = sim.leader()
+        assert elected is leader, f"{elected.node_id if elected else None} elected, not the longest log"
+        assert sim.now - start <= 2000, f"no leader for {sim.now - start} ms after the restarts"
