@@ -8,8 +8,9 @@ Checks (each violation counted, the first few described):
   (acknowledged or indeterminate: an indeterminate append may be there at most once);
 - **unknown**: a body in a log that no client attempted, or whose append failed
   definitely;
-- **diverged**: a member whose committed log is not a prefix of the longest one (or the
-  longest is not a prefix of it);
+- **diverged**: a member whose committed log (read through the client, or offline from
+  its store after a clean stop) is not a prefix of the longest one read through the
+  client;
 - **commit regressions**: a member's sampled commit index went down within one process
   life;
 - **down**: a member that could not be read at the end (never came back);
@@ -107,17 +108,19 @@ def check(history: History, schedule: str, flush: str, max_unavailable_s: float 
 
 
 def _check_divergence(history: History, verdict: Verdict) -> list[str | None]:
-    """Count members whose log disagrees with the longest one; return the longest."""
+    """Count logs that disagree with the longest client-read one; return the longest."""
     if not history.finals:
         return []
     longest_node = max(sorted(history.finals), key=lambda node: len(history.finals[node]))
     reference = history.finals[longest_node]
-    for node, log in sorted(history.finals.items()):
-        mismatch = next((k for k in range(len(log)) if log[k] != reference[k]), None)
+    logs = [(node, log) for node, log in sorted(history.finals.items())]
+    logs += [(f"{node}'s store", log) for node, log in sorted(history.stores.items())]
+    for name, log in logs:
+        mismatch = next((k for k in range(min(len(log), len(reference))) if log[k] != reference[k]), None)
         if mismatch is not None:
             verdict.diverged += 1
             verdict.problem(
-                f"{node} diverges from {longest_node} at index {mismatch}: {log[mismatch]!r} != {reference[mismatch]!r}"
+                f"{name} diverges from {longest_node} at index {mismatch}: {log[mismatch]!r} != {reference[mismatch]!r}"
             )
     return reference
 

@@ -1,7 +1,9 @@
 """The history of one chaos run: every append attempt (invoke, complete, outcome), the
 members' status samples, the fault events and the members' final committed logs, kept in
 memory while the run goes and written as JSON lines afterwards (one object per line,
-`"type"` first: `op`, `status`, `event`, `final`).
+`"type"` first: `op`, `status`, `event`, `final` (a member's committed log read through
+the client), `down`, `store` (a member's committed log read offline from its store after
+a clean stop), `unreadable`).
 
 Bodies are unique ASCII strings (`<client>-<seq>`), so the history stays readable JSON.
 """
@@ -77,6 +79,10 @@ class History:
     """Each readable member's committed log at the end (body per index, None: a NOOP)."""
     down: list[str] = field(default_factory=list)
     """Members that could not be read at the end (not running or not answering)."""
+    stores: dict[str, list[str | None]] = field(default_factory=dict)
+    """Each member's committed log read offline from its store after a clean stop."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Stores that could not be read offline, and why."""
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add_op(self, op: Op) -> None:
@@ -109,6 +115,8 @@ class History:
             rows += [{"type": "event", **asdict(e)} for e in self.events]
             rows += [{"type": "final", "node": node, "log": log} for node, log in self.finals.items()]
             rows += [{"type": "down", "node": node} for node in self.down]
+            rows += [{"type": "store", "node": node, "log": log} for node, log in self.stores.items()]
+            rows += [{"type": "unreadable", "node": node, "why": why} for node, why in self.unreadable.items()]
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as out:
             for row in rows:
@@ -132,6 +140,10 @@ class History:
                     history.finals[row["node"]] = row["log"]
                 elif kind == "down":
                     history.down.append(row["node"])
+                elif kind == "store":
+                    history.stores[row["node"]] = row["log"]
+                elif kind == "unreadable":
+                    history.unreadable[row["node"]] = row["why"]
                 else:
                     raise ValueError(f"{path}: unknown record type {kind!r}")
         return history

@@ -214,11 +214,15 @@ def _segments(directory: Path) -> list[Path]:
 
 def torn_range(node_dir: Path) -> tuple[int, int, Path]:
     """(start, end, file) of the bytes a torn tail damages: the written part of the last
-    data segment from `TORN_BELOW_COMMITTED` below the checkpoint's committed entry (at
+    data segment that holds any from `TORN_BELOW_COMMITTED` below the checkpoint's committed entry (at
     least the last `TORN_MIN` bytes), never before the segment's start."""
-    last = _segments(node_dir / DATA_DIR)[-1]
-    raw = last.read_bytes()
-    end = len(raw.rstrip(b"\0"))
+    last, end = None, 0
+    for segment in reversed(_segments(node_dir / DATA_DIR)):  # skip spare, still empty segments
+        last, end = segment, len(segment.read_bytes().rstrip(b"\0"))
+        if end:
+            break
+    if last is None:
+        raise RuntimeError(f"{node_dir} has no data segment")
     base = int(last.name)
     start = max(0, end - TORN_MIN)
     committed = load_checkpoint(node_dir).committed
@@ -240,3 +244,20 @@ def _entry_pos(node_dir: Path, index: int) -> int | None:
                 source.seek(offset - base)
                 return decode_index_unit(source.read(32)).pos
     return None
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of live processes whose command line contains `text` (leak checks: a run's
+    directory appears in every member's command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue  # gone meanwhile
+        if text in command and state != "Z":
+            found.append(int(entry.name))
+    return found

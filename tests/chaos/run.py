@@ -33,6 +33,7 @@ from tests.chaos.history import History
 from tests.chaos.netns import SANDBOX_ENV, Network, sandbox_command, sandbox_env, sandbox_unavailable
 from tests.chaos.procs import ChaosCluster
 from tests.chaos.schedules import NEEDS_NETWORK, SCHEDULES, Context, ScheduleError, Settings
+from tests.chaos.stores import read_store
 from tests.chaos.workload import Workload, read_finals
 
 SANDBOX_TIMEOUT_S = 900
@@ -84,6 +85,12 @@ def run_one(schedule: str, flush: str, workdir: Path, settings: Settings | None 
             network.heal()
         if not read_finals(cluster, history):
             note = note or "members did not converge"
+        cluster.shutdown()  # clean stops: every store's checkpoint covers what it committed
+        for member_id in cluster.members:
+            try:
+                history.stores[member_id] = read_store(cluster.node_dir(member_id))
+            except Exception as exc:  # a store that never came back (torn tail) may be unreadable
+                history.unreadable[member_id] = f"{type(exc).__name__}: {exc}"
     finally:
         if workload is not None:
             workload.stop()
@@ -128,7 +135,7 @@ def table(verdicts: list[Verdict]) -> str:
     for (schedule, flush), group in groups.items():
         merged = Verdict(schedule, flush, unavailability=[u for v in group for u in v.unavailability])
         p50, worst = merged.unavailability_p50_max()
-        skipped = all(v.note.startswith("SKIPPED") for v in group)
+        skipped = all(_skipped(v) for v in group)
         rows.append(
             f"{schedule:18} {flush:5} {len(group):>4} {sum(v.ok and not skipped for v in group):>4} "
             f"{sum(v.acked for v in group):>7} {sum(v.indeterminate for v in group):>5} "
@@ -137,13 +144,18 @@ def table(verdicts: list[Verdict]) -> str:
             f"{_seconds(p50):>6} {_seconds(worst):>6}  {'; '.join(sorted({v.note for v in group if v.note}))}"
         )
     rows.append("-" * len(head))
+    passed = sum(v.ok and not _skipped(v) for v in verdicts)
     rows.append(
-        f"{'total':18} {'':5} {len(verdicts):>4} {sum(v.ok for v in verdicts):>4} {sum(v.acked for v in verdicts):>7} "
+        f"{'total':18} {'':5} {len(verdicts):>4} {passed:>4} {sum(v.acked for v in verdicts):>7} "
         f"{sum(v.indeterminate for v in verdicts):>5} {sum(v.lost for v in verdicts):>5} "
         f"{sum(v.duplicated for v in verdicts):>4} {sum(v.diverged for v in verdicts):>4} "
         f"{sum(len(v.down) for v in verdicts):>4}"
     )
     return "\n".join(rows)
+
+
+def _skipped(verdict: Verdict) -> bool:
+    return verdict.note.startswith("SKIPPED")
 
 
 def _seconds(value: float | None) -> str:
@@ -174,9 +186,9 @@ def main(argv: list[str] | None = None) -> int:
             for k in range(args.repeat):
                 verdict = run_one(schedule, flush, out / f"{schedule}-{flush}-{k}")
                 verdicts.append(verdict)
-                print(verdict.note if verdict.note.startswith("SKIPPED") else verdict.line(), flush=True)
+                print(verdict.note if _skipped(verdict) else verdict.line(), flush=True)
     print(f"\nchaos runs in {out}\n{table(verdicts)}", flush=True)
-    return 0 if all(v.ok or v.note.startswith("SKIPPED") for v in verdicts) else 1
+    return 0 if all(v.ok or _skipped(v) for v in verdicts) else 1
 
 
 if __name__ == "__main__":

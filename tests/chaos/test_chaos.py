@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.netns import sandbox_unavailable
-from tests.chaos.procs import server_flags
+from tests.chaos.procs import processes_mentioning, server_flags
 from tests.chaos.run import run_one
 from tests.chaos.schedules import NEEDS_FLAG, NEEDS_NETWORK, SCHEDULES
 
@@ -58,4 +58,5 @@ def test_schedule(schedule: str, flush: str, tmp_path: Path, request: pytest.Fix
         request.applymarker(pytest.mark.xfail(reason=reason, strict=False))
     verdict = run_one(schedule, flush, tmp_path)
     print(f"{verdict.line()}\nhistory and logs in {tmp_path}")
+    assert processes_mentioning(str(tmp_path)) == [], "a member outlived its run"
     assert verdict.ok, "\n".join([verdict.line(), verdict.note, *verdict.problems])

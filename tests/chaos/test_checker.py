@@ -74,6 +74,14 @@ def test_a_divergence_is_reported() -> None:
     assert not verdict.ok
 
 
+def test_a_store_that_diverges_is_reported() -> None:
+    history = clean_history()
+    history.stores = {"n0": ["a", "b"], "n1": ["a", "y", "c", None, "d", "later"]}
+    verdict = check(history, "s", "async")
+    assert verdict.diverged == 1 and not verdict.ok
+    assert any("n1's store diverges from n0 at index 1" in p for p in verdict.problems)
+
+
 def test_unknown_and_failed_bodies_are_reported() -> None:
     history = clean_history()
     history.finals = {node: [*log, "zz", "f"] for node, log in history.finals.items()}
@@ -101,10 +109,13 @@ def test_a_member_left_down_and_a_fault_without_recovery_fail() -> None:
 def test_the_history_file_round_trips(tmp_path: Path) -> None:
     history = clean_history()
     history.down = ["n2"]
+    history.stores = {"n0": ["a", None]}
+    history.unreadable = {"n2": "DISK_ERROR"}
     history.dump(tmp_path / "h.jsonl")
     again = History.load(tmp_path / "h.jsonl")
     assert again.ops == history.ops and again.statuses == history.statuses
     assert again.events == history.events and again.finals == history.finals and again.down == ["n2"]
+    assert again.stores == history.stores and again.unreadable == history.unreadable
 
 
 def test_a_stall_longer_than_the_bound_fails() -> None:
