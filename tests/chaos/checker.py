@@ -54,6 +54,8 @@ class Verdict:
     unavailability: list[float | None] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     note: str = ""
+    error: str = ""
+    """Set when the run itself broke (the harness, not the cluster): never a pass."""
     max_unavailable_s: float = MAX_UNAVAILABLE_S
 
     @property
@@ -61,7 +63,7 @@ class Verdict:
         """True when the run found no violation."""
         bad = self.lost + self.duplicated + self.unknown + self.diverged + self.commit_regressions
         slow = any(v is None or v > self.max_unavailable_s for v in self.unavailability)
-        return bad == 0 and not self.down and not slow
+        return bad == 0 and not self.down and not slow and not self.error
 
     def problem(self, text: str) -> None:
         """Describe a violation (only the first few are kept)."""
@@ -84,7 +86,9 @@ class Verdict:
             f"duplicated={self.duplicated} unknown={self.unknown} diverged={self.diverged} "
             f"commit_regressions={self.commit_regressions} down={','.join(self.down) or '-'} unavail_s={unavail}"
         )
-        if self.problems:
+        if self.error:
+            text += f" error={self.error!r}"
+        elif self.problems:
             text += f" first_problem={self.problems[0]!r}"
         return text
 

@@ -65,7 +65,7 @@ def run_one(schedule: str, flush: str, workdir: Path, settings: Settings | None 
         network.setup()
     cluster = ChaosCluster(workdir, history, flush=flush, network=network)
     workload: Workload | None = None
-    note = ""
+    note = broken = ""
     try:
         cluster.launch()
         history.event(f"launched, peers {cluster.peers}")
@@ -74,8 +74,8 @@ def run_one(schedule: str, flush: str, workdir: Path, settings: Settings | None 
         workload = Workload(cluster, history).start()
         try:
             SCHEDULES[schedule](Context(cluster, workload, history, settings, network))
-        except ScheduleError as exc:
-            note = str(exc)
+        except ScheduleError as exc:  # the schedule could not do what it is for: a failure
+            broken = str(exc)
             history.event(f"schedule stopped: {exc}")
         if not workload.wait_recovered(RECOVER_S):
             note = note or f"no append acknowledged within {RECOVER_S:.0f} s of the last fault"
@@ -99,7 +99,7 @@ def run_one(schedule: str, flush: str, workdir: Path, settings: Settings | None 
     verdict = check(
         history, schedule, flush, float(os.environ.get("DLEDGER_CHAOS_MAX_UNAVAILABLE_S", MAX_UNAVAILABLE_S))
     )
-    verdict.note = note
+    verdict.note, verdict.error = note, broken
     (workdir / "verdict.json").write_text(json.dumps(dataclasses.asdict(verdict)))
     (workdir / "verdict.txt").write_text(verdict.line() + "\n")
     return verdict
@@ -141,7 +141,7 @@ def table(verdicts: list[Verdict]) -> str:
             f"{sum(v.acked for v in group):>7} {sum(v.indeterminate for v in group):>5} "
             f"{sum(v.lost for v in group):>5} {sum(v.duplicated for v in group):>4} "
             f"{sum(v.diverged for v in group):>4} {sum(len(v.down) for v in group):>4} "
-            f"{_seconds(p50):>6} {_seconds(worst):>6}  {'; '.join(sorted({v.note for v in group if v.note}))}"
+            f"{_seconds(p50):>6} {_seconds(worst):>6}  {_notes(group)}"
         )
     rows.append("-" * len(head))
     passed = sum(v.ok and not _skipped(v) for v in verdicts)
@@ -152,6 +152,10 @@ def table(verdicts: list[Verdict]) -> str:
         f"{sum(len(v.down) for v in verdicts):>4}"
     )
     return "\n".join(rows)
+
+
+def _notes(group: list[Verdict]) -> str:
+    return "; ".join(sorted({text for v in group for text in (v.error, v.note) if text}))
 
 
 def _skipped(verdict: Verdict) -> bool:
@@ -184,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     for schedule in schedules:
         for flush in [f for f in args.flush.split(",") if f]:
             for k in range(args.repeat):
-                verdict = run_one(schedule, flush, out / f"{schedule}-{flush}-{k}")
+                try:
+                    verdict = run_one(schedule, flush, out / f"{schedule}-{flush}-{k}")
+                except Exception as exc:  # a broken run fails its verdict; the campaign goes on
+                    verdict = Verdict(schedule, flush, error=f"{type(exc).__name__}: {exc}"[:500])
                 verdicts.append(verdict)
                 print(verdict.note if _skipped(verdict) else verdict.line(), flush=True)
     print(f"\nchaos runs in {out}\n{table(verdicts)}", flush=True)

@@ -75,7 +75,7 @@ class Context:
 
 
 class ScheduleError(RuntimeError):
-    """A schedule could not go on (recorded in the history; the verdict judges the rest)."""
+    """A schedule could not go on (recorded in the history; the run's verdict fails)."""
 
 
 def leader_kill(ctx: Context) -> None:

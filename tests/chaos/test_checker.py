@@ -123,3 +123,9 @@ def test_a_stall_longer_than_the_bound_fails() -> None:
     verdict = check(history, "double-kill", "async", max_unavailable_s=1.0)
     assert verdict.unavailability == [1.5] and not verdict.ok
     assert "no append was acknowledged for 1.5 s after 'kill -9 n0'" in verdict.problems[0]
+
+
+def test_a_broken_run_never_passes() -> None:
+    verdict = check(clean_history(), "s", "async")
+    verdict.error = "RuntimeError: the cluster did not start"
+    assert not verdict.ok and verdict.line().endswith("error='RuntimeError: the cluster did not start'")
