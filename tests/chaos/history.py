@@ -35,6 +35,7 @@ class Op:
             `info` (indeterminate: may or may not be in the log), `pending`.
         index: the acknowledged index (-1 unless ok).
         error: the client's error text for fail / info.
+        leader, term: who acknowledged it, in which term (ok only).
     """
 
     body: str
@@ -43,6 +44,8 @@ class Op:
     outcome: str = "pending"
     index: int = -1
     error: str = ""
+    leader: str = ""
+    term: int = -1
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ class Workload:
                 k += 1
                 self.history.add_op(op)
                 try:
-                    op.index = client.append(op.body.encode())
+                    result = client.append_batch([op.body.encode()])
+                    op.index, op.leader, op.term = result.first_index, result.leader_id, result.term
                 except Exception as exc:
                     classify(op, exc)
                     self._stop.wait(0.05)  # no busy loop while the group has no leader
