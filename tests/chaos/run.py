@@ -141,7 +141,7 @@ def table(verdicts: list[Verdict]) -> str:
             f"{sum(v.acked for v in group):>7} {sum(v.indeterminate for v in group):>5} "
             f"{sum(v.lost for v in group):>5} {sum(v.duplicated for v in group):>4} "
             f"{sum(v.diverged for v in group):>4} {sum(len(v.down) for v in group):>4} "
-            f"{_seconds(p50):>6} {_seconds(worst):>6}  {_notes(group)}"
+            f"{_seconds(p50):>6} {_seconds(worst):>6}  {_notes(group)}".rstrip()
         )
     rows.append("-" * len(head))
     passed = sum(v.ok and not _skipped(v) for v in verdicts)
