@@ -99,7 +99,7 @@ class ChaosCluster(LocalCluster):
     def server_args(self, member_id: str) -> list[str]:
         """The member's options, plus `--initial-cluster-state new` on its first start,
         `existing` on later ones, and `--repair` after its store was damaged."""
-        args = super().server_args(member_id)
+        args = _without_option(super().server_args(member_id), "--initial-cluster-state")  # the harness decides
         flags = server_flags()
         if "--initial-cluster-state" in flags:
             args += ["--initial-cluster-state", "existing" if self.lives[member_id] else "new"]
@@ -206,6 +206,20 @@ class ChaosCluster(LocalCluster):
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()
+
+
+def _without_option(args: list[str], option: str) -> list[str]:
+    """`args` without `option` and its value (a LocalCluster that passes one itself)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == option:
+            skip = True
+        elif not arg.startswith(option + "="):
+            kept.append(arg)
+    return kept
 
 
 def _segments(directory: Path) -> list[Path]:

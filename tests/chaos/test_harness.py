@@ -36,6 +36,12 @@ def test_first_start_is_new_later_ones_existing_and_repair_after_damage(tmp_path
     cluster.repair_next.add("n1")
     args = cluster.server_args("n1")
     assert args[args.index("--initial-cluster-state") + 1] == "existing" and "--repair" in args
+    assert args.count("--initial-cluster-state") == 1  # whatever LocalCluster itself passes
+
+
+def test_an_option_and_its_value_are_dropped() -> None:
+    args = ["-i", "n0", "--initial-cluster-state", "new", "--x", "--initial-cluster-state=existing", "-s", "d"]
+    assert procs._without_option(args, "--initial-cluster-state") == ["-i", "n0", "--x", "-s", "d"]
 
 
 def test_without_the_options_members_start_as_before(tmp_path: Path, flags: set[str]) -> None:
