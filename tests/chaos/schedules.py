@@ -4,8 +4,9 @@ counts from) and leaves every member it could bring back running.
 
 - `leader-kill`: SIGKILL the leader, restart it `down_s` later (each round).
 - `majority-kill`: SIGKILL the leader and a follower, restart both `down_s` later.
-- `double-kill` (issue 17, finding 2): SIGKILL leader A, restart it 2 s later; once B
-  leads, SIGKILL B and restart it 2 s later.
+- `double-kill` (issue 17, finding 2): SIGKILL leader A, restart it 2 s later; once a
+  new leader B leads (a term above A's; A again if it won after its restart), SIGKILL B
+  and restart it 2 s later.
 - `sigstop`: SIGSTOP the leader for `stop_s`, then SIGCONT.
 - `wipe-rejoin` (issue 17, finding 1): 100 acks; SIGSTOP follower S; 300 more acks;
   SIGKILL leader L and follower W; delete W's node directory; SIGCONT S; start W with an
@@ -65,6 +66,23 @@ class Context:
             raise ScheduleError(f"no leader (other than {exclude}) within {ELECTION_WAIT_S:.0f} s")
         return found[0]
 
+    def leader_and_term(self) -> tuple[str, int]:
+        """The current leader and its term (waiting for one)."""
+        found = self.cluster.wait_leader(ELECTION_WAIT_S)
+        if found is None:
+            raise ScheduleError(f"no leader within {ELECTION_WAIT_S:.0f} s")
+        return found
+
+    def leader_after(self, term: int) -> str:
+        """The first leader of a term above `term` (any member, the old leader too)."""
+        deadline = time.monotonic() + ELECTION_WAIT_S
+        while time.monotonic() < deadline:
+            found = self.cluster.find_leader()
+            if found is not None and found[1] > term:
+                return found[0]
+            time.sleep(0.05)
+        raise ScheduleError(f"no leader of a term above {term} within {ELECTION_WAIT_S:.0f} s")
+
     def followers(self, leader: str) -> list[str]:
         """The other members, in id order."""
         return [m for m in self.cluster.members if m != leader]
@@ -102,11 +120,11 @@ def majority_kill(ctx: Context) -> None:
 def double_kill(ctx: Context) -> None:
     for _ in range(ctx.settings.rounds):
         ctx.load(ctx.settings.run_s)
-        first = ctx.leader()
+        first, term = ctx.leader_and_term()
         ctx.cluster.sigkill(first, measure=True)
         ctx.load(2.0)
         ctx.cluster.restart(first)
-        second = ctx.leader(exclude=(first,))
+        second = ctx.leader_after(term)  # A itself when it won again after its restart
         ctx.cluster.sigkill(second, measure=True)
         ctx.load(2.0)
         ctx.cluster.restart(second, measure=True)
