@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 BUILD_INPUTS := pyproject.toml setup.py dledger/_store.pyx $(wildcard dledger/*.pxd dledger/*.pxi native/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: install sysdeps run test bench lint format typecheck check clean genproto mutants
+.PHONY: install sysdeps chaos-sysdeps run test chaos bench lint format typecheck check clean genproto mutants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,21 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The chaos campaign: every schedule in async and sync flush mode, a verdict per run and
+# a table (docs/SIMULATION.md, "Chaos suite"). Partitions need root; nftables is
+# installed when possible, else they drop packets with blackhole routes.
+CHAOS_ROUNDS ?= 2
+CHAOS_ARGS ?=
+chaos-sysdeps:
+	@if ! command -v nft >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get install -y -qq nftables >/dev/null 2>&1 || \
+	  (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nftables >/dev/null 2>&1) || \
+	  echo "note: nftables could not be installed; partitions drop packets with blackhole routes"; \
+	fi
+
+chaos: install chaos-sysdeps
+	DLEDGER_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
 bench: install
 	$(BIN)/python -m pytest bench/ -p no:randomly --benchmark-only --benchmark-columns=min,median,mean,ops,rounds \
