@@ -195,6 +195,10 @@ class DLedgerClient:
             try:
                 answer = getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
             except grpc.RpcError as exc:
+                if status_name(exc) == "DEADLINE_EXCEEDED":
+                    # a member that does not answer in time may be paused or cut off while
+                    # the others elect a new leader: the next request asks them first
+                    members.forget(target)
                 # it never left the client (else it raised): the member is down; rediscover
                 last = _transport_failure(method, target, exc, appends)
                 members.forget(target)

@@ -114,6 +114,22 @@ def test_deadline_is_reported_as_timeout(fake: FakeCluster) -> None:
     assert info.value.code is ResponseCode.TIMEOUT
 
 
+def test_a_leader_that_did_not_answer_in_time_is_not_asked_first_again(fake: FakeCluster) -> None:
+    """A paused leader (SIGSTOP) while the others elect another: the timed-out request is
+    indeterminate, and the next one goes to the new leader instead of waiting for the old
+    one again."""
+    fake["n0"].script(Action("hang"))
+    with DLedgerClient(fake.peers, timeout_s=0.5) as client:
+        client.discover(client.clock.now_ms() + 10_000)
+        with pytest.raises(IndeterminateError):
+            client.append(b"x")
+        fake.log.leader = "n1"  # the others elected n1 meanwhile
+        fake["n0"].script(Action("hang"))  # n0 is still paused
+        assert client.append(b"y") >= 0
+    assert len(fake["n0"].append_requests) == 1
+    assert len(fake["n1"].append_requests) == 1
+
+
 def test_definite_refusals_raise_dledger_error(client: DLedgerClient, fake: FakeCluster) -> None:
     fake["n0"].script(Action("code", code=ResponseCode.UNEXPECTED_ARGUMENT))
     with pytest.raises(DLedgerError) as info:
