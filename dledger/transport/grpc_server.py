@@ -22,6 +22,7 @@ burst of clients can never starve heartbeats and votes.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -50,6 +51,9 @@ from dledger.transport.service_core import (
 from dledger.transport.validate import Refusal
 
 log = logging.getLogger(__name__)
+
+HEALTH_SHUTDOWN_S = 1.0
+"""How long a shutdown waits for the health servicer to tell its watchers NOT_SERVING."""
 
 __all__ = ["SERVER_OPTIONS", "BindError", "GrpcServer", "NodeLike", "PeerService", "ServiceLimits"]
 
@@ -234,6 +238,7 @@ class GrpcServer:
         if not self.port:
             raise BindError(f"cannot listen on {address} (in use?)")
         self._stopped = False
+        self._health_down = False
 
     def start(self) -> None:
         """Start serving; health turns SERVING."""
@@ -243,8 +248,21 @@ class GrpcServer:
 
     def begin_shutdown(self) -> None:
         """Health NOT_SERVING; waiting client calls end with UNAVAILABLE and new ones are
-        refused. Peer calls are still answered until `stop`."""
-        self.health.enter_graceful_shutdown()
+        refused. Peer calls are still answered until `stop`.
+
+        The health servicer tells every Watch stream (peers hold one open) under its lock,
+        and a stream whose write does not complete can hold that lock for good (seen once
+        in a full test run: shutdown hung there for 10 minutes). So it runs in a thread
+        that gets `HEALTH_SHUTDOWN_S`; `stop` then cancels every stream anyway."""
+        if not self._health_down:
+            self._health_down = True
+            notifier = threading.Thread(
+                target=self.health.enter_graceful_shutdown, name="dledger-health-shutdown", daemon=True
+            )
+            notifier.start()
+            notifier.join(HEALTH_SHUTDOWN_S)
+            if notifier.is_alive():
+                log.warning("health NOT_SERVING not delivered within %.1f s; stopping anyway", HEALTH_SHUTDOWN_S)
         self.core.close()
 
     def stop(self, grace_s: float = 1.0) -> None:

@@ -36,7 +36,7 @@ from dledger.raft.messages import (
     VoteResult,
 )
 from dledger.store.memory import MemoryLogStore
-from dledger.transport import service_core
+from dledger.transport import grpc_server, service_core
 from dledger.transport.convert import columns_from_pb, pb, pb_grpc, to_pb
 from dledger.transport.grpc_client import GrpcTransport, open_channel, peer_deadline_ms
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
@@ -603,3 +603,21 @@ def test_install_snapshot_is_unsupported(channel: Any) -> None:
         pb.InstallSnapshotRequest(group="g", remote_id="n0", local_id="n1", term=2), timeout=WAIT_S
     )
     assert (answer.code, answer.local_id, answer.remote_id) == (ResponseCode.UNSUPPORTED, "n0", "n1")
+
+
+def test_a_health_notice_that_never_completes_does_not_hang_the_shutdown(
+    node: FakeNode, limits: ServiceLimits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The health servicer tells its Watch streams NOT_SERVING under its lock; a stream
+    whose write never completes must not keep the server from stopping."""
+    srv = GrpcServer(node, "127.0.0.1:0", limits)
+    srv.start()
+    released = threading.Event()
+    monkeypatch.setattr(srv.health, "enter_graceful_shutdown", lambda: released.wait(60))
+    monkeypatch.setattr(grpc_server, "HEALTH_SHUTDOWN_S", 0.05)
+    stopper = threading.Thread(target=srv.stop, args=(0.1,))
+    stopper.start()
+    stopper.join(WAIT_S)
+    released.set()
+    assert not stopper.is_alive(), "stop() waited for the health notice"
+    assert srv.wait_for_termination(WAIT_S)
