@@ -183,6 +183,49 @@ class BindError(OSError):
     """The listen address cannot be bound (in use: SO_REUSEPORT is off; or not local)."""
 
 
+class HealthServicer(health.HealthServicer):  # type: ignore[misc]
+    """grpc's health servicer, except that a status change reaches the Watch streams
+    after its lock is released.
+
+    The stock `set` sends to every Watch stream while it holds the servicer's lock, and a
+    send waits until the server's polling thread has processed it. If that thread is at
+    the same moment in another Watch stream's close callback, which takes the same lock,
+    neither moves: a shutdown (`enter_graceful_shutdown`) then hung for good in a full
+    test run (peers hold Watch streams open: dledger.transport.grpc_client).
+    """
+
+    def Watch(self, request: Any, context: Any, send_response_callback: Any = None) -> Any:
+        """Stream `request.service`'s status: the current one first (sent outside the lock)."""
+        if send_response_callback is None:  # a blocking server: the stock generator
+            return super().Watch(request, context)
+        service = request.service
+        with self._lock:
+            status = self._server_status.get(service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN)
+            self._send_response_callbacks.setdefault(service, set()).add(send_response_callback)
+            context.add_callback(self._on_close_callback(send_response_callback, service))
+        send_response_callback(health_pb2.HealthCheckResponse(status=status))
+        return None
+
+    def set(self, service: str, status: int) -> None:
+        """Record `status` for `service`, then tell its watchers (outside the lock)."""
+        with self._lock:
+            if self._gracefully_shutting_down:
+                return
+            self._server_status[service] = status
+            watchers = list(self._send_response_callbacks.get(service, ()))
+        for send in watchers:
+            send(health_pb2.HealthCheckResponse(status=status))
+
+    def enter_graceful_shutdown(self) -> None:
+        """Every service NOT_SERVING for good (watchers told outside the lock)."""
+        with self._lock:
+            services = list(self._server_status)
+        for service in services:
+            self.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        with self._lock:
+            self._gracefully_shutting_down = True
+
+
 class GrpcServer:
     """A member's gRPC server: Ledger + Peer + health (+ reflection) on one port.
 
@@ -211,7 +254,7 @@ class GrpcServer:
         self.limits = limits or ServiceLimits()
         self.core = ServiceCore(node, self.limits)
         self.address = address
-        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self.health = HealthServicer(experimental_non_blocking=True)
         self._server = grpc.server(
             ThreadPoolExecutor(self.limits.max_workers, thread_name_prefix=f"grpc-{node.config.self_id}"),
             options=list(SERVER_OPTIONS),  # the same for TLS (docs/BENCHMARKS.md, "Mutual TLS")
@@ -250,10 +293,9 @@ class GrpcServer:
         """Health NOT_SERVING; waiting client calls end with UNAVAILABLE and new ones are
         refused. Peer calls are still answered until `stop`.
 
-        The health servicer tells every Watch stream (peers hold one open) under its lock,
-        and a stream whose write does not complete can hold that lock for good (seen once
-        in a full test run: shutdown hung there for 10 minutes). So it runs in a thread
-        that gets `HEALTH_SHUTDOWN_S`; `stop` then cancels every stream anyway."""
+        The health servicer tells every Watch stream (peers hold one open); a stream whose
+        write does not complete must not hold the shutdown, so that runs in a thread that
+        gets `HEALTH_SHUTDOWN_S` (`stop` then cancels every stream anyway)."""
         if not self._health_down:
             self._health_down = True
             notifier = threading.Thread(

@@ -621,3 +621,39 @@ def test_a_health_notice_that_never_completes_does_not_hang_the_shutdown(
     released.set()
     assert not stopper.is_alive(), "stop() waited for the health notice"
     assert srv.wait_for_termination(WAIT_S)
+
+
+class _Context:
+    def __init__(self) -> None:
+        self.callbacks: list[Any] = []
+
+    def add_callback(self, callback: Any) -> bool:
+        self.callbacks.append(callback)
+        return True
+
+
+def test_health_watchers_are_told_outside_the_servicer_s_lock() -> None:
+    """A watcher's send may wait for a thread that needs the servicer's lock (another
+    stream's close callback): the servicer must not hold its lock while it sends."""
+    servicer = grpc_server.HealthServicer(experimental_non_blocking=True)
+    seen: list[int] = []
+    lock_free: list[bool] = []
+
+    def send(response: Any) -> None:
+        if response is None:
+            return
+        seen.append(response.status)
+        other = threading.Thread(target=servicer.Check, args=(health_pb2.HealthCheckRequest(service=""), _Context()))
+        other.start()
+        other.join(WAIT_S)
+        lock_free.append(not other.is_alive())
+
+    context = _Context()
+    servicer.Watch(health_pb2.HealthCheckRequest(service=""), context, send_response_callback=send)
+    servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    servicer.enter_graceful_shutdown()
+    servicer.set("", health_pb2.HealthCheckResponse.SERVING)  # ignored after the shutdown
+    assert seen == [health_pb2.HealthCheckResponse.SERVING] + [health_pb2.HealthCheckResponse.NOT_SERVING] * 2
+    assert lock_free == [True, True, True]
+    for callback in context.callbacks:  # the stream closes: the watcher is forgotten
+        callback()
