@@ -21,6 +21,7 @@ from dledger.store.membership import (
     derive_group_id,
     load_identity,
     load_rejoin,
+    mark_repaired,
     new_incarnation,
     write_identity,
     write_rejoin,
@@ -44,15 +45,14 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     if config.store_type == "MEMORY":
         return MemoryLogStore()
     store = MmapLogStore(config.default_path, replace(config.store, flush_mode="async"), repair=repair)
-    if repair and store.recovery.stop_file:
-        recorded = store.checkpoint_info.committed if store.checkpoint_info.known else -1
-        write_rejoin(store.node_dir, RejoinMarker(recorded, "repaired: a damaged tail was cut"))
+    marker = mark_repaired(store, "repaired: a damaged tail was cut") if repair else None
+    if marker is not None:
         log.warning(
             "%s: cut the damaged log after entry %d (committed before: %d); the member holds its vote "
             "until a leader brought it back",
             config.self_id,
             store.end_index,
-            recorded,
+            marker.catch_up_index,
         )
     return store
 

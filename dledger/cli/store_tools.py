@@ -19,18 +19,16 @@ from dledger.cli.errors import fail
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
-    LOCAL_LOG_FILE,
     MmapLogStore,
-    RejoinMarker,
     decode_entry_header,
     decode_index_unit,
     holds_store,
     is_segment_name,
     load_checkpoint,
     lock_holder,
+    mark_repaired,
     resolve_node_dir,
     sized_config,
-    write_rejoin,
 )
 
 
@@ -264,11 +262,7 @@ def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_js
     writable = sized_config(node, config.data_file_size, config.index_file_size)
     try:
         with MmapLogStore.open(node, writable, repair=True) as repaired:
-            if repaired.recovery.stop_file and not (node / LOCAL_LOG_FILE).exists():
-                # a member that lost entries it may have acknowledged must catch up before it votes
-                known = repaired.checkpoint_info.known
-                recorded = repaired.checkpoint_info.committed if known else -1
-                write_rejoin(node, RejoinMarker(recorded, "repaired by `dledger check --repair`"))
+            mark_repaired(repaired, "repaired by `dledger check --repair`")
     except (DLedgerError, OSError) as exc:
         _fail(f"repair failed: {getattr(exc, 'message', exc)}", as_json, plan=plan)
     if as_json:

@@ -21,7 +21,6 @@ from dledger.store.layout import (
     DATA_DIR,
     IDENTITY_FILE,
     INDEX_DIR,
-    LOCAL_LOG_FILE,
     RESET_FILE,
     holds_store,
     infer_segment_sizes,
@@ -29,7 +28,7 @@ from dledger.store.layout import (
     resolve_node_dir,
 )
 from dledger.store.lock import lock_holder
-from dledger.store.membership import RejoinMarker, load_rejoin, write_rejoin
+from dledger.store.membership import mark_repaired
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, SyncMmapLogStore, sized_config
 from dledger.store.view import (
@@ -46,7 +45,6 @@ __all__ = [
     "DATA_DIR",
     "IDENTITY_FILE",
     "INDEX_DIR",
-    "LOCAL_LOG_FILE",
     "RESET_FILE",
     "CheckpointInfo",
     "ColumnBatch",
@@ -54,7 +52,6 @@ __all__ = [
     "IndexUnit",
     "MemoryLogStore",
     "MmapLogStore",
-    "RejoinMarker",
     "StoreConfig",
     "StoreView",
     "SyncMmapLogStore",
@@ -65,9 +62,8 @@ __all__ = [
     "infer_segment_sizes",
     "is_segment_name",
     "load_checkpoint",
-    "load_rejoin",
     "lock_holder",
+    "mark_repaired",
     "resolve_node_dir",
     "sized_config",
-    "write_rejoin",
 ]

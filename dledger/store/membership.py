@@ -23,9 +23,13 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dledger.store import kvfile
-from dledger.store.layout import IDENTITY_FILE, REJOIN_FILE
+from dledger.store.layout import IDENTITY_FILE, LOCAL_LOG_FILE, REJOIN_FILE
+
+if TYPE_CHECKING:
+    from dledger.store.mmap_store import MmapLogStore
 
 __all__ = [
     "IDENTITY_FILE",
@@ -36,6 +40,7 @@ __all__ = [
     "derive_group_id",
     "load_identity",
     "load_rejoin",
+    "mark_repaired",
     "new_incarnation",
     "write_identity",
     "write_rejoin",
@@ -125,6 +130,19 @@ def write_rejoin(node_dir: str | os.PathLike[str], marker: RejoinMarker) -> None
     Path(node_dir).mkdir(parents=True, exist_ok=True)
     values = {"catchUpIndex": str(marker.catch_up_index), "reason": marker.reason}
     kvfile.write_atomic(Path(node_dir) / REJOIN_FILE, values)
+
+
+def mark_repaired(store: MmapLogStore, reason: str) -> RejoinMarker | None:
+    """After an open with `repair=True`: when recovery cut the log, the member may have
+    lost entries it acknowledged, so it must rejoin. Writes (and returns) the marker with
+    the committed index its checkpoint had recorded (-1 when none was valid); None when
+    nothing was cut, or for a local log (`open_log`: no group to rejoin)."""
+    if not store.recovery.stop_file or (store.node_dir / LOCAL_LOG_FILE).exists():
+        return None
+    info = store.checkpoint_info
+    marker = RejoinMarker(info.committed if info.known else -1, reason)
+    write_rejoin(store.node_dir, marker)
+    return marker
 
 
 def clear_rejoin(node_dir: str | os.PathLike[str]) -> None:
