@@ -69,9 +69,11 @@ class NodeCluster:
             group="g", self_id=node_id, peers=self.peers, store_base_dir=str(self.base), store=store, **options
         )
 
-    def start(self, node_id: str) -> DLedgerNode:
+    def start(self, node_id: str, *, repair: bool = False, **changes: Any) -> DLedgerNode:
+        """Start `node_id` (its config changed by `changes`; `repair`: see DLedgerNode)."""
         self.machines[node_id] = Recorder()
-        node = DLedgerNode(self.config(node_id), self.net.transport(node_id), state_machine=self.machines[node_id])
+        config = dataclasses.replace(self.config(node_id), **changes)
+        node = DLedgerNode(config, self.net.transport(node_id), state_machine=self.machines[node_id], repair=repair)
         self.nodes[node_id] = node
         self.net.register(node_id, node.handle_peer_request)
         node.start()

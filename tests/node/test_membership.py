@@ -17,7 +17,7 @@ from dledger.node import DLedgerNode
 from dledger.store import load_checkpoint
 from dledger.store.membership import derive_group_id, load_identity, load_rejoin, write_identity
 from tests.e2e.harness import free_ports
-from tests.node.conftest import NodeCluster, Recorder, wait_until
+from tests.node.conftest import NodeCluster, wait_until
 from tests.security.test_tls_cli import dledger as run_cli
 
 Factory = Callable[..., NodeCluster]
@@ -30,19 +30,6 @@ def _fill(cluster: NodeCluster, count: int) -> int:
         last = leader.append([f"entry-{k}".encode()]).result(timeout=15)
     wait_until(lambda: all(n.status().committed_index >= last for n in cluster.nodes.values()), what="replication")
     return last
-
-
-def _restart(cluster: NodeCluster, node_id: str, **changes: object) -> DLedgerNode:
-    """Start `node_id` again with its config changed by `changes` (a DLedgerNode
-    keyword `repair` goes to the node)."""
-    repair = bool(changes.pop("repair", False))
-    config = dataclasses.replace(cluster.config(node_id), **changes)  # type: ignore[arg-type]
-    cluster.machines[node_id] = Recorder()
-    node = DLedgerNode(config, cluster.net.transport(node_id), state_machine=cluster.machines[node_id], repair=repair)
-    cluster.nodes[node_id] = node
-    cluster.net.register(node_id, node.handle_peer_request)
-    node.start()
-    return node
 
 
 def _caught_up(cluster: NodeCluster, node: DLedgerNode, index: int) -> None:
@@ -67,7 +54,7 @@ def test_a_member_that_lost_its_disk_rejoins_without_voting_until_caught_up(clus
     cluster.stop(victim)
     node_dir = cluster.base / f"dledger-{victim}"
     shutil.rmtree(node_dir)  # the disk is gone
-    node = _restart(cluster, victim, initial_cluster_state="existing")
+    node = cluster.start(victim, initial_cluster_state="existing")
     assert node.core.elector.vote_hold.kind == "rejoin"
     _caught_up(cluster, node, last)
     assert node.status().vote_hold == ""
@@ -83,7 +70,7 @@ def test_a_rejoining_member_still_holds_after_a_restart(cluster_factory: Factory
     cluster.stop("n0")
     node_dir = cluster.base / "dledger-n0"
     shutil.rmtree(node_dir)
-    node = _restart(cluster, "n0", initial_cluster_state="existing")
+    node = cluster.start("n0", initial_cluster_state="existing")
     cluster.stop("n0")  # a single member never holds: the marker is what matters here
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == -1
@@ -109,7 +96,7 @@ def test_a_store_of_another_member_or_group_is_refused(
     write_identity(node_dir, dataclasses.replace(ident, **{field: value}))
     for state in states:  # refused, and the store's lock released each time
         with pytest.raises(DLedgerError, match=message):
-            _restart(cluster, "n2", initial_cluster_state=state)
+            cluster.start("n2", initial_cluster_state=state)
 
 
 def _damage_last_entry(node_dir: Path) -> None:
@@ -137,9 +124,9 @@ def test_a_damaged_committed_tail_is_cut_by_repair_and_caught_up(cluster_factory
     assert committed == last
     _damage_last_entry(node_dir)
     with pytest.raises(CorruptStoreError, match="below the committed index"):
-        _restart(cluster, victim)
+        cluster.start(victim)
     assert victim not in cluster.nodes  # nothing started
-    node = _restart(cluster, victim, repair=True)
+    node = cluster.start(victim, repair=True)
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == committed
     assert node.store.end_index < last  # cut back
@@ -182,8 +169,8 @@ def test_a_damaged_checkpoint_takes_the_same_repair_path(cluster_factory: Factor
         (node_dir / name).write_bytes(b"\x00garbage")
     _damage_last_entry(node_dir)
     with pytest.raises(CorruptStoreError, match="no valid checkpoint"):
-        _restart(cluster, victim)
-    node = _restart(cluster, victim, repair=True)
+        cluster.start(victim)
+    node = cluster.start(victim, repair=True)
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == -1
     assert node.core.elector.vote_hold.active

@@ -39,19 +39,9 @@ class TermWatch:
                 pre = (rnd is not None and rnd.pre_vote) or elector._pre_vote_passed_term > term
                 seen = max((c.member_state.current_term for o, c in cores.items() if c is not None), default=0)
                 known = core.member_state.known_max_term_in_group
-                self.term_when_cut[node_id] = max(term + 1 if pre else term, seen, known, _pre_vote_granted(core))
+                self.term_when_cut[node_id] = max(term + 1 if pre else term, seen, known)
             first = self.term_when_cut[node_id]
             if term > first:
                 raise Violation(
                     f"term inflation: {node_id}, cut off from every member, went from term {first} to {term}"
                 )
-
-
-def _pre_vote_granted(core: RaftCore) -> int:
-    """The term a quorum granted this member a pre-vote for (-1: none): passed, or a
-    pre-vote round whose granting answers all came in."""
-    elector = core.elector
-    rnd = elector._vote_round
-    if rnd is not None and rnd.pre_vote and not rnd.probe and core.member_state.is_quorum(rnd.accepted_num):
-        return max(elector._pre_vote_passed_term, rnd.term)
-    return elector._pre_vote_passed_term

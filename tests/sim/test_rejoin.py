@@ -19,12 +19,6 @@ pytestmark = pytest.mark.sim
 ELECTION_TIMEOUT_MS = FAST["heart_beat_time_interval_ms"] * FAST["max_heart_beat_leak"]
 
 
-def _isolate(sim: Simulation, node: SimNode) -> None:
-    for other in sim.nodes:
-        if other != node.node_id:
-            sim.net.block(node.node_id, other)
-
-
 def _acked(sim: Simulation, leader: SimNode, count: int) -> None:
     ops = [sim.append(leader, [sim._body()]) for _ in range(count)]
     sim.run_until(lambda: all(op.status == "ok" for op in ops))
@@ -41,7 +35,7 @@ def test_a_wiped_member_does_not_elect_a_stale_one(tmp_path: Path, flush: str) -
         leader = stale_leader
         stale, wiped = (n for n in sim.nodes.values() if n is not leader)
         _acked(sim, leader, 10)
-        _isolate(sim, stale)  # SIGSTOP S: it hears nothing and says nothing
+        sim.net.isolate(stale.node_id)  # SIGSTOP S: it hears nothing and says nothing
         _acked(sim, leader, 30)  # acknowledged by L and W only
         leader.down(power_loss=False)
         leader.restart_at = 1 << 60  # L stays down for now
@@ -67,7 +61,7 @@ def test_a_rejoin_hold_survives_a_restart_before_catching_up(tmp_path: Path) -> 
         member = next(n for n in sim.nodes.values() if n is not leader)
         member.down(power_loss=False)
         member.wipe()
-        _isolate(sim, member)
+        sim.net.isolate(member.node_id)
         member.restart_at = sim.now
         sim.run_for(ELECTION_TIMEOUT_MS)
         assert member.core is not None and member.core.elector.vote_hold.kind == "rejoin"
