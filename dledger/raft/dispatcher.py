@@ -146,15 +146,10 @@ class EntryDispatcher:
 
     def _base(self, push_type: PushType) -> PushEntryRequest:
         return PushEntryRequest(
-            group=self.member_state.group,
-            local_id=self.member_state.self_id,
-            remote_id=self.peer_id,
-            leader_id=self.member_state.self_id,
+            **self.member_state.request_header(self.peer_id),
             term=self.term,
             type=push_type,
             commit_index=self.member_state.committed_index,
-            group_id=self.member_state.group_id,
-            incarnation=self.member_state.incarnation,
         )
 
     def _term_at(self, index: int) -> int:

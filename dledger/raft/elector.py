@@ -373,17 +373,12 @@ class LeaderElector(LeaderHeartbeats):
         )
         requests = {
             peer: VoteRequest(
-                group=member.group,
-                local_id=member.self_id,
-                remote_id=peer,
-                leader_id=member.self_id,
+                **member.request_header(peer),
                 term=term,
                 ledger_end_index=member.ledger_end_index,
                 ledger_end_term=member.ledger_end_term,
                 pre_vote=pre_vote,
                 leadership_transfer=transfer,
-                group_id=member.group_id,
-                incarnation=member.incarnation,
             )
             for peer in member.peer_ids
         }

@@ -44,14 +44,9 @@ class LeaderHeartbeats:
         term = self.member_state.current_term
         requests = {
             peer: HeartBeatRequest(
-                group=self.member_state.group,
-                local_id=self.member_state.self_id,
-                remote_id=peer,
-                leader_id=self.member_state.self_id,
+                **self.member_state.request_header(peer),
                 term=term,
                 ledger_end_index=self.member_state.ledger_end_index,
-                group_id=self.member_state.group_id,
-                incarnation=self.member_state.incarnation,
             )
             for peer in self.member_state.other_peer_ids
         }

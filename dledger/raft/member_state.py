@@ -9,7 +9,7 @@ from enum import Enum
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.log import LogStore, TermStore
-from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestOrResponse
+from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestHeader, RequestOrResponse
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +189,17 @@ class MemberState:
             remote_id=req.local_id,
             leader_id=self.leader_id,
             term=self.current_term,
+        )
+
+    def request_header(self, remote_id: str) -> RequestHeader:
+        """The base fields of a Vote, HeartBeat or Push this member sends to `remote_id`."""
+        return RequestHeader(
+            group=self.group,
+            local_id=self.self_id,
+            remote_id=remote_id,
+            leader_id=self.self_id,
+            group_id=self.group_id,
+            incarnation=self.incarnation,
         )
 
     def accepts_group_id(self, group_id: str) -> bool:

@@ -90,6 +90,18 @@ class AnswerHeader(TypedDict):
     term: int
 
 
+class RequestHeader(TypedDict):
+    """The fields every request this member sends as a candidate or leader carries (see
+    `MemberState.request_header`): it speaks for itself, with its group id and incarnation."""
+
+    group: str
+    local_id: str
+    remote_id: str
+    leader_id: str
+    group_id: str
+    incarnation: str
+
+
 @dataclass(slots=True, kw_only=True)
 class VoteRequest(RequestOrResponse):
     """A candidate (`leader_id`) asks for a vote in `term`.
