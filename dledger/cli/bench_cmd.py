@@ -34,6 +34,12 @@ from dledger.client import DLedgerClient
 @click.option(
     "--max-in-flight", type=click.IntRange(1, 65536), default=16, show_default=True, help="Producer batches in flight."
 )
+@click.option(
+    "--multiplex/--no-multiplex",
+    default=True,
+    show_default=True,
+    help="Let concurrent single/batch appends of the threads share requests (--no-multiplex: one RPC per call).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object (no progress bar).")
 @client_options
 def bench(
@@ -45,6 +51,7 @@ def bench(
     rate: float,
     linger_ms: int,
     max_in_flight: int,
+    multiplex: bool,
     as_json: bool,
     peers: str,
     group: str,
@@ -66,7 +73,7 @@ def bench(
         linger_ms=linger_ms,
         max_in_flight=max_in_flight,
     )
-    with open_client(peers, group, timeout_s) as client:
+    with open_client(peers, group, timeout_s, multiplex) as client:
         result = run_bench(client, config) if as_json else _bench_with_progress(client, config)
     if as_json:
         click.echo(json.dumps(result.as_dict()))

@@ -75,10 +75,10 @@ def client_options(fn: F) -> F:
     return fn
 
 
-def open_client(peers: str, group: str, timeout_s: float) -> DLedgerClient:
+def open_client(peers: str, group: str, timeout_s: float, multiplex: bool = True) -> DLedgerClient:
     """A client, or a usage error (exit 2) for a bad --peers."""
     try:
-        return DLedgerClient(peers, group, timeout_s, tls=client_tls())
+        return DLedgerClient(peers, group, timeout_s, tls=client_tls(), multiplex=multiplex)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
 

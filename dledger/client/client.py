@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from dledger.client.combiner import Combiner
 from dledger.client.members import Members
 from dledger.client.policy import (
     Backoff,
@@ -26,7 +27,14 @@ from dledger.client.policy import (
     status_name,
 )
 from dledger.client.producer import Producer
-from dledger.client.reads import get_entries, iterate_entries, member_metadata, member_status, read_committed
+from dledger.client.reads import (
+    get_entries,
+    get_nearby,
+    iterate_entries,
+    member_metadata,
+    member_status,
+    read_committed,
+)
 from dledger.client.types import AppendResult, NodeMetadata, Target
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
@@ -42,6 +50,22 @@ MIN_ATTEMPT_MS = 10
 """A write is not started with less time than this left (it would time out, unknown)."""
 TRANSFER_TIMEOUT_S = 10.0
 """DLedger's client waits 10 s for a leadership transfer."""
+APPENDS_IN_FLIGHT = 4
+"""Shared Append requests in flight at once before concurrent appends queue."""
+MAX_SHARED_BODIES = 8192
+MAX_SHARED_BYTES = 4 << 20
+"""What concurrent appends put into one shared request at most (a bigger `append_many`
+goes alone; a member takes up to 65,536 bodies and 16 MiB per request)."""
+GETS_IN_FLIGHT = 2
+"""Shared Get requests in flight per index window before concurrent gets queue."""
+GET_WINDOW = 1024
+"""Concurrent gets whose first indexes fall in the same window of this many entries
+share one Get (a `get` of more entries goes alone)."""
+
+
+def _same_error(exc: DLedgerError) -> DLedgerError:
+    """A copy of a DLedgerError or IndeterminateError for another caller's thread."""
+    return type(exc)(exc.code, exc.message) if type(exc) in (DLedgerError, IndeterminateError) else exc
 
 
 def _unknown_type(appends: bool) -> type[DLedgerError]:
@@ -90,6 +114,12 @@ class DLedgerClient:
         tls: mutual TLS with this client certificate, key and CA
             (`dledger.security.TlsConfig`; None: plaintext). The certificate's role
             decides what the client may call (read, write, admin).
+        multiplex: let concurrent `append`/`append_many`/`append_batch` calls (and
+            concurrent `get`s of nearby indexes) from this process's threads share
+            requests (see `dledger.client.combiner`): a call that finds the client idle
+            is sent at once, calls that arrive while requests are in flight go
+            together in the next one. Every caller still gets its own index or error,
+            with the same retry rules. False: one RPC per call.
 
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
@@ -104,8 +134,19 @@ class DLedgerClient:
         *,
         clock: Clock | None = None,
         tls: TlsConfig | None = None,
+        multiplex: bool = True,
     ) -> None:
         self.members = Members(peers, group, timeout_s, clock, tls)
+        self._appends: Combiner[tuple[Sequence[bytes], int], AppendResult] | None = None
+        self._gets: Combiner[tuple[int, int, str | None], list[Entry]] | None = None
+        if multiplex:
+            self._appends = Combiner(
+                self._send_shared_appends,
+                max_in_flight=APPENDS_IN_FLIGHT,
+                max_items=MAX_SHARED_BODIES,
+                max_size=MAX_SHARED_BYTES,
+            )
+            self._gets = Combiner(self._send_shared_gets, max_in_flight=GETS_IN_FLIGHT)
 
     # -- plumbing
 
@@ -162,14 +203,14 @@ class DLedgerClient:
 
     # -- writes
 
-    def _write(self, method: str, request: Any, timeout_s: float | None = None, appends: bool = True) -> Any:
+    def _write(self, method: str, request: Any, deadline: int, appends: bool = True) -> Any:
         """Send a write to the leader: follow redirects, retry only when nothing was
         appended, and return the SUCCESS answer.
 
         Args:
             method: the Ledger method.
             request: its request message.
-            timeout_s: the time budget (default: the client's).
+            deadline: when to give up (`members.clock` milliseconds).
             appends: False for requests that append nothing (leadership transfer):
                 unknown outcomes then raise a plain DLedgerError.
 
@@ -178,7 +219,6 @@ class DLedgerClient:
             IndeterminateError: the outcome is unknown.
         """
         members = self.members
-        deadline = members.deadline_ms(timeout_s)
         backoff: Backoff | None = None  # made on the first retry (it seeds a Random)
         last: DLedgerError | None = None
         target = members.leader
@@ -233,14 +273,48 @@ class DLedgerClient:
         """
         if not bodies:
             raise ValueError("nothing to append: bodies is empty")
+        deadline = self.members.deadline_ms()
+        if self._appends is None:
+            return self._append_request(bodies, deadline)
+        size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
+        return self._appends.call((bodies, deadline), size=size, wait_s=self.timeout_s)
+
+    def _append_request(self, bodies: Sequence[bytes], deadline: int) -> AppendResult:
+        """One Append request of `bodies` (errors: `append_batch`)."""
         request = pb.AppendRequest(group=self.group, bodies=bodies)
-        answer = self._write("Append", request)
+        answer = self._write("Append", request, deadline)
         count = answer.count or len(bodies)
         if count != len(bodies):
             raise IndeterminateError(
                 ResponseCode.INCONSISTENT_STATE, f"asked to append {len(bodies)} bodies, the leader reports {count}"
             )
         return AppendResult(answer.first_index, count, answer.term, answer.leader_id or "")
+
+    def _append_alone(self, bodies: Sequence[bytes], deadline: int) -> AppendResult | BaseException:
+        """`_append_request`, its error returned rather than raised."""
+        try:
+            return self._append_request(bodies, deadline)
+        except DLedgerError as exc:
+            return exc
+
+    def _send_shared_appends(self, calls: list[tuple[Sequence[bytes], int]]) -> list[AppendResult | BaseException]:
+        """The appends of concurrent calls as one request (all or nothing, like any
+        request): each call gets its own slice of the indexes, or its copy of the error,
+        within the earliest caller's deadline."""
+        bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _ in calls for body in call_bodies]
+        try:
+            shared = self._append_request(bodies, min(deadline for _, deadline in calls))
+        except DLedgerError as exc:
+            if len(calls) > 1 and type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT:
+                # refused as such (nothing appended), perhaps for one caller's bodies: each on its own
+                return [self._append_alone(call_bodies, deadline) for call_bodies, deadline in calls]
+            return [exc, *(_same_error(exc) for _ in calls[1:])]
+        results: list[AppendResult | BaseException] = []
+        first = shared.first_index
+        for call_bodies, _ in calls:
+            results.append(AppendResult(first, len(call_bodies), shared.term, shared.leader_id))
+            first += len(call_bodies)
+        return results
 
     def append(self, body: bytes) -> int:
         """Append one body; returns its index once committed (errors: `append_batch`)."""
@@ -282,7 +356,7 @@ class DLedgerClient:
             request.transfer_id = leader.node_id
         if term is not None:
             request.term = term
-        answer = self._write("LeadershipTransfer", request, timeout_s, appends=False)
+        answer = self._write("LeadershipTransfer", request, self.members.deadline_ms(timeout_s), appends=False)
         self.leader = self.target(transferee_id)
         return int(answer.term)
 
@@ -300,7 +374,16 @@ class DLedgerClient:
             DLedgerError: INDEX_OUT_OF_RANGE when `index` is not committed,
                 INDEX_LESS_THAN_LOCAL_BEGIN when it was deleted, NETWORK_ERROR/TIMEOUT.
         """
-        return get_entries(self.members, index, count, node_id)
+        if count < 1:
+            raise ValueError("count must be >= 1")
+        if self._gets is None or count > GET_WINDOW:
+            return get_entries(self.members, index, count, node_id)
+        return self._gets.call((index, count, node_id), key=(node_id, index // GET_WINDOW), wait_s=self.timeout_s)
+
+    def _send_shared_gets(self, calls: list[tuple[int, int, str | None]]) -> list[list[Entry] | BaseException]:
+        """Concurrent gets of one window (asking the same member) as one Get over their
+        union."""
+        return list(get_nearby(self.members, [(index, count) for index, count, _ in calls], calls[0][2]))
 
     def metadata(self, node_id: str | None = None) -> NodeMetadata:
         """What `node_id` (default: the leader, else the first member that answers)

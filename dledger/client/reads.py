@@ -74,6 +74,61 @@ def get_entries(members: Members, index: int, count: int, node_id: str | None) -
     return out
 
 
+def get_nearby(
+    members: Members, ranges: list[tuple[int, int]], node_id: str | None
+) -> list[list[Entry] | DLedgerError]:
+    """The `get`s of several (index, count) ranges near each other with one Get over
+    their union; one result (entries or error) per range, as `get_entries` would give.
+
+    A range the union's answer does not settle (the member stopped at its byte or count
+    limit before the range's end, or refused for a reason that concerns only the first
+    index) is read on its own.
+    """
+    if len(ranges) == 1:
+        return [_get_alone(members, *ranges[0], node_id)]
+    lo = min(index for index, _ in ranges)
+    hi = max(index + count for index, count in ranges)
+    try:
+        answer = read_unary(members, "Get", pb.GetRequest(group=members.group, index=lo, count=hi - lo), node_id)
+    except DLedgerError as exc:
+        return [DLedgerError(exc.code, exc.message) for _ in ranges]
+    if answer.code != ResponseCode.SUCCESS:
+        beyond = answer.code == ResponseCode.INDEX_OUT_OF_RANGE  # lo is not committed: nor is any later index
+        text = answer.message or f"get {lo}"
+        return [
+            DLedgerError(answer.code, text) if beyond or index == lo else _get_alone(members, index, count, node_id)
+            for index, count in ranges
+        ]
+    entries = [entry_from_pb(e) for e in answer.entries]
+    if not entries or entries[0].index != lo or entries[-1].index != lo + len(entries) - 1:
+        return [_get_alone(members, index, count, node_id) for index, count in ranges]
+    committed = answer.committed_index
+    at_commit = entries[-1].index >= committed
+    out: list[list[Entry] | DLedgerError] = []
+    for index, count in ranges:
+        part = entries[index - lo : index - lo + count]
+        if len(part) == count or (at_commit and part):
+            out.append(part)
+        elif at_commit:
+            text = f"index {index} is not committed (commit {committed})"
+            out.append(DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, text))
+        else:
+            rest = _get_alone(members, index + len(part), count - len(part), node_id)
+            if isinstance(rest, list):
+                out.append(part + rest)
+            else:  # as get_entries: a later page beyond the commit ends the read
+                out.append(part if part and rest.code == ResponseCode.INDEX_OUT_OF_RANGE else rest)
+    return out
+
+
+def _get_alone(members: Members, index: int, count: int, node_id: str | None) -> list[Entry] | DLedgerError:
+    """`get_entries`, its error returned rather than raised."""
+    try:
+        return get_entries(members, index, count, node_id)
+    except DLedgerError as exc:
+        return exc
+
+
 def member_metadata(members: Members, node_id: str | None) -> NodeMetadata:
     """See `DLedgerClient.metadata`."""
     answer = read_unary(members, "Metadata", pb.MetadataRequest(group=members.group), node_id)

@@ -84,6 +84,11 @@ class FakeMember(pb_grpc.LedgerServicer):
         self.stream_received = 0
         self.gate = threading.Event()
         self.gate.set()
+        self.unary_gate = threading.Event()
+        """Append and Get calls wait here (clear it to hold them; `held` counts them)."""
+        self.unary_gate.set()
+        self.held = 0
+        self.get_requests: list[tuple[int, int]] = []
         self.break_read_after: int | None = None
         self.lock = threading.Lock()
         self.server: Any = None
@@ -153,7 +158,16 @@ class FakeMember(pb_grpc.LedgerServicer):
 
     # -- the service
 
+    def _hold(self) -> None:
+        """Wait at `unary_gate`, counted in `held` meanwhile."""
+        with self.lock:
+            self.held += 1
+        self.unary_gate.wait()
+        with self.lock:
+            self.held -= 1
+
     def Append(self, request: Any, context: Any) -> Any:
+        self._hold()
         return self._answer_append(request, context)
 
     def AppendStream(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:
@@ -180,6 +194,9 @@ class FakeMember(pb_grpc.LedgerServicer):
             yield self._answer_append(request, context)
 
     def Get(self, request: Any, context: Any) -> Any:
+        with self.lock:
+            self.get_requests.append((request.index, request.count))
+        self._hold()
         out = pb.GetResponse()
         with self.log.cond:
             committed = len(self.log.bodies) - 1
@@ -280,4 +297,5 @@ class FakeCluster:
     def close(self) -> None:
         for member in self.members.values():
             member.gate.set()
+            member.unary_gate.set()
             member.stop()

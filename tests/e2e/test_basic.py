@@ -187,3 +187,34 @@ def test_metadata_during_load_from_many_channels(shared_cluster: E2ECluster) -> 
     assert len(results) == 64
     assert all(r in (200, ResponseCode.LEADER_PENDING_FULL, grpc.StatusCode.RESOURCE_EXHAUSTED) for r in results)
     eventually(lambda: shared_cluster.metadata(leader, RPC_S), 10, "the leader to keep answering")
+
+
+def test_a_shared_client_multiplexes_appends_and_gets_of_many_threads(shared_cluster: E2ECluster) -> None:
+    """48 threads of one client append and read back through real members: every
+    body lands exactly once at the index its caller was given, in fewer requests."""
+    from dledger.client import DLedgerClient
+
+    errors: list[BaseException] = []
+    given: dict[bytes, int] = {}
+    with DLedgerClient(shared_cluster.peers, "e2e", timeout_s=60.0) as client:
+
+        def worker(k: int) -> None:
+            try:
+                for j in range(20):
+                    body = b"mux-%d-%d" % (k, j)
+                    index = client.append(body)
+                    given[body] = index
+                    assert [e.body for e in client.get(index)] == [body]
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(48)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors[:3]
+        assert len(set(given.values())) == len(given) == 48 * 20
+        first, last = min(given.values()), max(given.values())
+        stored = {e.index: e.body for e in client.iterate(first, last + 1)}
+    assert all(stored[index] == body for body, index in given.items())
