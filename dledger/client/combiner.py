@@ -6,12 +6,11 @@ share requests without adding a thread or a wait:
 
 - A call that finds fewer than `max_in_flight` requests in flight (on its lane) sends at
   once, in its own thread: an idle client adds no latency and no thread hand-off.
-- A call that finds `max_in_flight` requests in flight queues. When one of them is
-  answered, the thread that sent it takes everything queued that fits into one request
-  (oldest first, up to `max_items` items and `max_size` bytes, and only items `fits`
-  accepts) and hands that batch to its oldest caller, which sends it. The slot passes
-  from one sender to the next, so queued calls never wait for a slot someone released
-  without noticing them.
+- A call that finds `max_in_flight` requests in flight (on its lane) queues. When one of
+  them is answered, the thread that sent it takes everything queued that fits into one
+  request (oldest first, up to `max_items` items and `max_size` bytes) and hands that
+  batch to its oldest caller, which sends it. The slot passes from one sender to the
+  next, so queued calls never wait for a slot someone released without noticing them.
 - The sender gets one result per item from `send` and delivers each caller its own:
   a value, or an exception raised in the caller's thread.
 
@@ -20,7 +19,9 @@ other, only calls that can share a request do.
 
 A queued call that was not taken into a request before `wait_s` passes leaves the queue
 and raises `DLedgerError(TIMEOUT)`: it was never sent, so nothing happened. Once taken,
-a call waits for its request's outcome (the request has its own deadline).
+a call waits for its request's outcome (the request has its own deadline). When the
+sending thread is interrupted (Ctrl-C), the other callers of its request get an
+`IndeterminateError`: the request may have been sent.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from dledger.client.policy import IndeterminateError
 from dledger.codes import DLedgerError, ResponseCode
 
 T = TypeVar("T")
@@ -73,7 +75,6 @@ class Combiner(Generic[T, R]):
         max_in_flight: requests in flight per lane before calls queue (>= 1).
         max_items: items per request (a single bigger item is sent alone).
         max_size: summed sizes per request (likewise).
-        fits: whether an item may join a batch (default: any may).
     """
 
     def __init__(
@@ -83,7 +84,6 @@ class Combiner(Generic[T, R]):
         max_in_flight: int = 4,
         max_items: int = 4096,
         max_size: int = 4 << 20,
-        fits: Callable[[list[T], T], bool] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
@@ -91,7 +91,6 @@ class Combiner(Generic[T, R]):
         self._max_in_flight = max_in_flight
         self._max_items = max_items
         self._max_size = max_size
-        self._fits = fits
         self._lock = threading.Lock()
         self._lanes: dict[Hashable, _Lane[T, R]] = {}
         self.requests = 0
@@ -150,20 +149,15 @@ class Combiner(Generic[T, R]):
         other queued call that fits (lock held, queue not empty)."""
         first = lane.queue.popleft()
         first.taken = True
-        batch, items, size = [first], [first.item], first.size
+        batch, size = [first], first.size
         if not lane.queue:
             return batch
         kept: deque[_Call[T, R]] = deque()
         while lane.queue:
             call = lane.queue.popleft()
-            if (
-                len(batch) < self._max_items
-                and size + call.size <= self._max_size
-                and (self._fits is None or self._fits(items, call.item))
-            ):
+            if len(batch) < self._max_items and size + call.size <= self._max_size:
                 call.taken = True
                 batch.append(call)
-                items.append(call.item)
                 size += call.size
             else:
                 kept.append(call)
@@ -176,8 +170,18 @@ class Combiner(Generic[T, R]):
             results = self._send([call.item for call in batch])
             if len(results) != len(batch):
                 raise RuntimeError(f"send returned {len(results)} results for {len(batch)} items")
-        except BaseException as exc:  # every caller must hear of it
+        except Exception as exc:  # every caller must hear of it
             results = [exc] * len(batch)
+        except BaseException:  # Ctrl-C in the sending thread: the others cannot know the outcome
+            self._deliver(batch, [_interrupted() for _ in batch], lane, key)
+            raise
+        self._deliver(batch, results, lane, key)
+
+    def _deliver(
+        self, batch: list[_Call[T, R]], results: list[R | BaseException], lane: _Lane[T, R], key: Hashable
+    ) -> None:
+        """Pass the slot on (to the oldest queued call, with its batch) and wake every
+        caller of `batch` but the sender with its result."""
         with self._lock:
             self.requests += 1
             if lane.queue:
@@ -196,3 +200,8 @@ class Combiner(Generic[T, R]):
                 call.done = True
         for call in batch[1:]:
             call.wake.set()
+
+
+def _interrupted() -> IndeterminateError:
+    """What the other callers of a request get when its sender was interrupted."""
+    return IndeterminateError(ResponseCode.UNKNOWN, "the thread sending this shared request was interrupted")

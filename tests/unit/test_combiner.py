@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dledger.client import IndeterminateError
 from dledger.client.combiner import Combiner
 from dledger.codes import DLedgerError, ResponseCode
 from tests.e2e.harness import eventually
@@ -145,21 +146,46 @@ def test_limits_split_requests_and_a_big_item_goes_alone() -> None:
     assert all(out[f"c{k}"] == k * 10 for k in sizes)
 
 
-def test_lanes_do_not_wait_for_each_other_and_fits_keeps_unfit_items_for_later() -> None:
+def test_lanes_do_not_wait_for_each_other() -> None:
     send = Recorder(hold=1)
-    combiner: Combiner[int, int] = Combiner(send, max_in_flight=1, fits=lambda batch, item: item % 2 == batch[0] % 2)
+    combiner: Combiner[int, int] = Combiner(send, max_in_flight=1)
     out: dict[str, Any] = {}
     threads = [start(lambda: combiner.call(0, key="a"), "first", out)]
     eventually(lambda: send.batches or None, 10, "lane a busy")
     assert combiner.call(7, key="b") == 70  # lane b is idle: sent at once
-    for n, k in enumerate((1, 2, 3, 4), 1):
-        threads.append(start(lambda k=k: combiner.call(k, key="a"), f"c{k}", out))
-        eventually(lambda n=n: combiner.queued("a") == n or None, 10, f"call {k} queued")
+    threads.append(start(lambda: combiner.call(1, key="a"), "queued", out))
+    eventually(lambda: combiner.queued("a") == 1 or None, 10, "queued on lane a")
+    assert combiner.queued("b") == 0
     send.gate.set()
     for thread in threads:
         thread.join(10)
-    assert send.batches == [[0], [7], [1, 3], [2, 4]]
-    assert [out[f"c{k}"] for k in (1, 2, 3, 4)] == [10, 20, 30, 40]
+    assert send.batches == [[0], [7], [1]] and out == {"first": 0, "queued": 10}
+
+
+def test_an_interrupted_sender_leaves_the_others_an_unknown_outcome() -> None:
+    release = threading.Event()
+    arrived = threading.Event()
+
+    def send(items: list[int]) -> list[int]:
+        if items == [0]:
+            arrived.set()
+            release.wait()
+            return [0]
+        raise KeyboardInterrupt
+
+    combiner: Combiner[int, int] = Combiner(send, max_in_flight=1)
+    out: dict[str, Any] = {}
+    threads = [start(lambda: combiner.call(0), "first", out)]
+    arrived.wait(10)
+    for n, k in enumerate((1, 2, 3), 1):
+        threads.append(start(lambda k=k: combiner.call(k), f"c{k}", out))
+        eventually(lambda n=n: combiner.queued() == n or None, 10, f"call {k} queued")
+    release.set()
+    for thread in threads:
+        thread.join(10)
+    assert isinstance(out["c1"], KeyboardInterrupt)  # the sender itself
+    assert all(isinstance(out[k], IndeterminateError) for k in ("c2", "c3"))
+    assert combiner.call(0) == 0  # the slot was passed on: the combiner still works
 
 
 def test_many_threads_each_item_sent_exactly_once_with_its_own_result() -> None:
