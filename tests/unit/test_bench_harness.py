@@ -1,0 +1,147 @@
+"""The service benchmark's harness without etcd: etcd's messages (field numbers on the
+wire), the etcd cluster's command lines and its start failure, the multi-process load
+driver against a real echo server on loopback."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from bench._etcd import EtcdCluster, EtcdMember, command_lines, etcd_api, etcd_binary
+from bench._load import MAX_ERRORS_PER_THREAD, LoadError, LoadPool, OpSpec, serve_worker
+from bench.test_grpc_ceiling import ECHO_UNARY
+from tests.e2e.harness import free_ports
+
+pytestmark = pytest.mark.unit
+
+
+# ----------------------------------------------------------------------------- etcd
+
+
+def test_etcd_messages_carry_etcd_field_numbers() -> None:
+    messages, _ = etcd_api()
+    put = messages.PutRequest(key=b"k", value=b"v", lease=5)
+    assert put.SerializeToString() == b"\x0a\x01k\x12\x01v\x18\x05"  # key 1, value 2, lease 3
+    txn = messages.TxnRequest(success=[messages.RequestOp(request_put=messages.PutRequest(key=b"k"))])
+    assert txn.SerializeToString() == b"\x12\x05\x12\x03\x0a\x01k"  # success 2, request_put 2
+    # header 1 {member_id 2}, version 2, dbSize 3 (not declared: skipped), leader 4
+    status = messages.StatusResponse.FromString(b"\x0a\x02\x10\x07\x12\x063.4.23\x18\x80\x08\x20\x07")
+    assert (status.header.member_id, status.version, status.leader) == (7, "3.4.23", 7)
+    answer = messages.TxnResponse.FromString(b"\x10\x01\x1a\x02\x12\x00\x1a\x02\x12\x00")
+    assert answer.succeeded and len(answer.responses) == 2 and answer.responses[0].HasField("response_put")
+
+
+def test_etcd_stubs_call_etcd_method_paths() -> None:
+    _, services = etcd_api()
+    paths: list[str] = []
+
+    class Channel:
+        def unary_unary(self, path: str, *args: Any, **kwargs: Any) -> None:
+            paths.append(path)
+
+    services.KVStub(Channel())
+    services.MaintenanceStub(Channel())
+    assert paths == ["/etcdserverpb.KV/Put", "/etcdserverpb.KV/Txn", "/etcdserverpb.Maintenance/Status"]
+
+
+def test_command_lines_form_one_loopback_cluster(tmp_path: Path) -> None:
+    members = [EtcdMember(f"e{k}", 2000 + k, 3000 + k) for k in range(3)]
+    argvs = command_lines("/usr/bin/etcd", members, tmp_path, "tok")
+    options = [dict(zip(argv[1::2], argv[2::2], strict=True)) for argv in argvs]
+    assert {o["--initial-cluster"] for o in options} == {
+        "e0=http://127.0.0.1:3000,e1=http://127.0.0.1:3001,e2=http://127.0.0.1:3002"
+    }
+    assert [o["--listen-client-urls"] for o in options] == [f"http://127.0.0.1:{2000 + k}" for k in range(3)]
+    assert [o["--listen-peer-urls"] for o in options] == [f"http://127.0.0.1:{3000 + k}" for k in range(3)]
+    assert [o["--data-dir"] for o in options] == [str(tmp_path / f"e{k}") for k in range(3)]
+    assert all(o["--initial-cluster-state"] == "new" and o["--initial-cluster-token"] == "tok" for o in options)
+
+
+def test_etcd_binary_absent_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert etcd_binary() is None
+
+
+def test_a_member_that_exits_fails_the_start_clearly_and_leaves_nothing(tmp_path: Path) -> None:
+    fake = tmp_path / "etcd"
+    fake.write_text("#!/bin/sh\necho 'bad flag' >&2\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    cluster = EtcdCluster(str(fake))
+    with pytest.raises(RuntimeError, match=r"etcd member e\d exited with 3: .*bad flag"):
+        cluster.start(timeout_s=30)
+    assert cluster.processes == [] and not cluster.workdir.exists()
+
+
+# ------------------------------------------------------------------- the load driver
+
+
+@pytest.fixture(scope="module")
+def echo_address() -> Iterator[str]:
+    """An echo server (bench/test_grpc_ceiling.py's unary method) in this process."""
+    server = grpc.server(futures.ThreadPoolExecutor(8))
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, _context: request)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {"Unary": handler}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    assert ECHO_UNARY == "/bench.Echo/Unary"
+    yield f"127.0.0.1:{port}"
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[LoadPool]:
+    with LoadPool(2) as load_pool:
+        yield load_pool
+
+
+def test_every_process_and_thread_runs_and_every_call_is_timed(pool: LoadPool, echo_address: str) -> None:
+    result = pool.run(OpSpec("echo", echo_address), threads=2, duration_s=0.3)
+    assert (result.processes, result.threads, result.errors, result.first_error) == (2, 2, 0, None)
+    assert result.calls >= 4 and result.entries == result.calls
+    assert result.latency_ms["samples"] == result.calls and 0 < result.latency_ms["p50"] <= result.latency_ms["max"]
+    assert result.entries_per_s > 0 and result.calls_per_s == result.entries_per_s
+
+
+def test_a_txn_counts_its_puts_as_entries() -> None:
+    assert OpSpec("etcd-txn", "x", txn_puts=128).entries_per_call == 128
+    assert OpSpec("etcd-put", "x", txn_puts=128).entries_per_call == 1
+
+
+def test_an_unknown_operation_fails_clearly_and_the_pool_still_works(pool: LoadPool, echo_address: str) -> None:
+    with pytest.raises(LoadError, match=r"cannot open bogus: ValueError\(\"unknown operation kind 'bogus'"):
+        pool.run(OpSpec("bogus", echo_address), threads=2, duration_s=0.2)
+    assert pool.run(OpSpec("echo", echo_address), threads=1, duration_s=0.2, processes=1).calls > 0
+
+
+def test_a_dead_target_counts_errors_and_every_thread_gives_up(pool: LoadPool) -> None:
+    (port,) = free_ports(1)
+    result = pool.run(OpSpec("echo", f"127.0.0.1:{port}"), threads=2, duration_s=60)
+    assert result.calls == 0 and result.errors == 2 * 2 * MAX_ERRORS_PER_THREAD
+    assert result.first_error is not None and "UNAVAILABLE" in result.first_error
+
+
+def test_a_worker_that_dies_fails_the_run(echo_address: str) -> None:
+    with LoadPool(1) as doomed:
+        doomed.workers[0].kill()
+        doomed.workers[0].wait()
+        with pytest.raises(LoadError, match="exited"):
+            doomed.run(OpSpec("echo", echo_address), threads=1, duration_s=0.1)
+
+
+def test_a_worker_told_to_stop_makes_one_call_per_thread(echo_address: str) -> None:
+    command = {"spec": {"kind": "echo", "target": echo_address}, "threads": 3, "duration_s": 60, "tag": "t"}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        serve_worker([json.dumps(command), "stop"])
+    ready, tally = out.getvalue().splitlines()
+    assert ready == "ready"
+    assert json.loads(tally)["calls"] == 3 and json.loads(tally)["errors"] == 0
