@@ -1,6 +1,6 @@
 """The service benchmark's harness without etcd: etcd's messages (field numbers on the
 wire), the etcd cluster's command lines and its start failure, the multi-process load
-driver against a real echo server on loopback."""
+driver against a real echo server on loopback, and the summary's etcd lines."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 from bench._etcd import EtcdCluster, EtcdMember, command_lines, etcd_api, etcd_binary
-from bench._load import MAX_ERRORS_PER_THREAD, LoadError, LoadPool, OpSpec, serve_worker
+from bench._load import MAX_ERRORS_PER_THREAD, LoadError, LoadPool, LoadResult, OpSpec, serve_worker
+from bench._service_summary import etcd_lines
 from bench.test_grpc_ceiling import ECHO_UNARY
 from tests.e2e.harness import free_ports
 
@@ -66,9 +67,12 @@ def test_command_lines_form_one_loopback_cluster(tmp_path: Path) -> None:
     assert all(o["--initial-cluster-state"] == "new" and o["--initial-cluster-token"] == "tok" for o in options)
 
 
-def test_etcd_binary_absent_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_etcd_binary_absent_is_none_and_the_summary_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert etcd_binary() is None
+    assert etcd_lines({}) == [
+        "etcd comparison (issue 19): skipped, etcd is not installed (apt-get install etcd-server)"
+    ]
 
 
 def test_a_member_that_exits_fails_the_start_clearly_and_leaves_nothing(tmp_path: Path) -> None:
@@ -145,3 +149,29 @@ def test_a_worker_told_to_stop_makes_one_call_per_thread(echo_address: str) -> N
     ready, tally = out.getvalue().splitlines()
     assert ready == "ready"
     assert json.loads(tally)["calls"] == 3 and json.loads(tally)["errors"] == 0
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def load(kind: str, rate: float) -> LoadResult:
+    return LoadResult(OpSpec(kind, "x"), 1, 1, 1.0, int(rate), int(rate), 0, rate, None, {"p50": 1.0})
+
+
+def test_the_summary_puts_our_ratios_to_etcd_and_the_echo_beside_the_targets() -> None:
+    figures: dict[str, Any] = {
+        "etcd-version": "3.4.23",
+        "service-unary-16x4/dledger-async-single": load("dledger", 1500),
+        "service-unary-16x4/etcd-put": load("etcd-put", 3000),
+        "service-unary-16x4/grpc-echo": load("echo", 2000),
+        "idle-etcd-p50-ms": 1.0,
+        "idle-async-p50-ms": 2.5,
+        "service-1KiB/etcd-txn128": load("etcd-txn", 10_000),
+        "service-1KiB/dledger-async-batch": 150_000.0,
+    }
+    lines = etcd_lines(figures)
+    assert lines[0].startswith("etcd comparison (issue 19 targets in brackets; etcd 3.4.23")
+    assert "dledger = 0.75x echo [>= 0.6x], 0.50x etcd [>= 1.0x]" in lines[1]
+    assert lines[2] == "  idle p50, one writer: etcd put 1.00 ms; dledger async 2.50 ms = 2.50x etcd [<= 0.5x]"
+    assert lines[3].endswith("dledger-async-batch 150,000/s = 15.0x etcd [>= 20x]")
+    assert len(lines) == 4
