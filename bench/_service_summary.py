@@ -74,11 +74,18 @@ def _ratio(value: float | None, base: float | None, target: str) -> str:
     return f"{value / base:.2f}x {target}" if value and base else ""
 
 
+def _latency(result: object) -> str:
+    """` (p50 1.2 / p99 3.4 ms)` for a load result, else ''."""
+    if not isinstance(result, LoadResult) or "p50" not in result.latency_ms:
+        return ""
+    return f" (p50 {result.latency_ms['p50']:.1f} / p99 {result.latency_ms.get('p99', 0):.1f} ms)"
+
+
 def etcd_lines(figures: Mapping[str, Any]) -> list[str]:
-    """The issue-19 comparison with etcd (and the echo) of the same run; one line saying it
-    was skipped when etcd did not run."""
+    """The issue-19 comparison with etcd (and the echo) of the same run; one line saying why
+    it was skipped (`figures["etcd-skipped"]`) when etcd did not run."""
     if figures.get("etcd-version") is None:
-        return ["etcd comparison (issue 19): skipped, etcd is not installed (apt-get install etcd-server)"]
+        return [f"etcd comparison (issue 19): skipped: {figures.get('etcd-skipped', 'etcd did not run')}"]
     lines = [f"etcd comparison (issue 19 targets in brackets; etcd {figures['etcd-version']}, 3 members on loopback):"]
     for group, shape, echo_target, etcd_target in (
         (UNARY_64, "64 threads in 1 process", ">= 2x", "no target"),
@@ -88,7 +95,13 @@ def etcd_lines(figures: Mapping[str, Any]) -> list[str]:
         if ours is None and etcd is None:
             continue
         cells = [
-            f"{name} {value:,.0f}/s" for name, value in (("dledger", ours), ("etcd put", etcd), ("echo", echo)) if value
+            f"{name} {value:,.0f}/s{_latency(figures.get(f'{group}/{impl}'))}"
+            for name, impl, value in (
+                ("dledger", DLEDGER_SINGLE, ours),
+                ("etcd put", ETCD_PUT, etcd),
+                ("echo", ECHO, echo),
+            )
+            if value
         ]
         ratios = [
             r for r in (_ratio(ours, echo, f"echo [{echo_target}]"), _ratio(ours, etcd, f"etcd [{etcd_target}]")) if r

@@ -233,6 +233,7 @@ def etcd() -> Iterator[str]:
     comparisons when etcd is not installed)."""
     binary = etcd_binary()
     if binary is None:
+        FIGURES["etcd-skipped"] = f"etcd is not installed ({INSTALL_HINT})"
         pytest.skip(f"etcd is not installed: `{INSTALL_HINT}` to compare with etcd (make bench installs it as root)")
     cluster = EtcdCluster(binary)
     leader = cluster.start()

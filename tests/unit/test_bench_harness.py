@@ -67,11 +67,13 @@ def test_command_lines_form_one_loopback_cluster(tmp_path: Path) -> None:
     assert all(o["--initial-cluster-state"] == "new" and o["--initial-cluster-token"] == "tok" for o in options)
 
 
-def test_etcd_binary_absent_is_none_and_the_summary_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_etcd_binary_absent_is_none_and_the_summary_says_why_etcd_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert etcd_binary() is None
-    assert etcd_lines({}) == [
-        "etcd comparison (issue 19): skipped, etcd is not installed (apt-get install etcd-server)"
+    assert etcd_lines({}) == ["etcd comparison (issue 19): skipped: etcd did not run"]
+    reason = {"etcd-skipped": "etcd is not installed (apt-get install etcd-server)"}
+    assert etcd_lines(reason) == [
+        "etcd comparison (issue 19): skipped: etcd is not installed (apt-get install etcd-server)"
     ]
 
 
@@ -155,7 +157,7 @@ def test_a_worker_told_to_stop_makes_one_call_per_thread(echo_address: str) -> N
 
 
 def load(kind: str, rate: float) -> LoadResult:
-    return LoadResult(OpSpec(kind, "x"), 1, 1, 1.0, int(rate), int(rate), 0, rate, None, {"p50": 1.0})
+    return LoadResult(OpSpec(kind, "x"), 1, 1, 1.0, int(rate), int(rate), 0, rate, None, {"p50": 1.0, "p99": 2.5})
 
 
 def test_the_summary_puts_our_ratios_to_etcd_and_the_echo_beside_the_targets() -> None:
@@ -171,7 +173,11 @@ def test_the_summary_puts_our_ratios_to_etcd_and_the_echo_beside_the_targets() -
     }
     lines = etcd_lines(figures)
     assert lines[0].startswith("etcd comparison (issue 19 targets in brackets; etcd 3.4.23")
-    assert "dledger = 0.75x echo [>= 0.6x], 0.50x etcd [>= 1.0x]" in lines[1]
+    assert lines[1] == (
+        "  16 processes x 4 threads, single 128 B: dledger 1,500/s (p50 1.0 / p99 2.5 ms), "
+        "etcd put 3,000/s (p50 1.0 / p99 2.5 ms), echo 2,000/s (p50 1.0 / p99 2.5 ms); "
+        "dledger = 0.75x echo [>= 0.6x], 0.50x etcd [>= 1.0x]"
+    )
     assert lines[2] == "  idle p50, one writer: etcd put 1.00 ms; dledger async 2.50 ms = 2.50x etcd [<= 0.5x]"
     assert lines[3].endswith("dledger-async-batch 150,000/s = 15.0x etcd [>= 20x]")
     assert len(lines) == 4
