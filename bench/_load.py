@@ -106,7 +106,9 @@ def open_operation(spec: OpSpec, tag: str) -> Operation:
 
     def txn(thread: int, seq: int) -> object:
         puts = [
-            request_op(request_put=put_request(key=b"%s/%d/%d/%d" % (prefix, thread, seq, k), value=bodies[k]))
+            request_op(
+                request_put=put_request(key=b"%s/%d/%d/%d" % (prefix, thread, seq, k), value=bodies[k % BODY_COUNT])
+            )
             for k in range(spec.txn_puts)
         ]
         answer = kv.Txn(messages.TxnRequest(success=puts), timeout=CALL_TIMEOUT_S)

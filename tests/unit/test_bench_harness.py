@@ -1,6 +1,7 @@
 """The service benchmark's harness without etcd: etcd's messages (field numbers on the
 wire), the etcd cluster's command lines and its start failure, the multi-process load
-driver against a real echo server on loopback, and the summary's etcd lines."""
+driver against a real echo server on loopback, its etcd Put / Txn operations against a
+fake etcd KV service, and the summary's etcd lines."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import grpc
 import pytest
 
 from bench._etcd import EtcdCluster, EtcdMember, command_lines, etcd_api, etcd_binary
-from bench._load import MAX_ERRORS_PER_THREAD, LoadError, LoadPool, LoadResult, OpSpec, serve_worker
+from bench._load import MAX_ERRORS_PER_THREAD, LoadError, LoadPool, LoadResult, OpSpec, open_operation, serve_worker
 from bench._service_summary import etcd_lines
 from bench.test_grpc_ceiling import ECHO_UNARY
 from tests.e2e.harness import free_ports
@@ -151,6 +152,66 @@ def test_a_worker_told_to_stop_makes_one_call_per_thread(echo_address: str) -> N
     ready, tally = out.getvalue().splitlines()
     assert ready == "ready"
     assert json.loads(tally)["calls"] == 3 and json.loads(tally)["errors"] == 0
+
+
+class FakeKV:
+    """etcd's KV/Put and KV/Txn on a gRPC server in this process: records every put;
+    a Txn answers `short_by` fewer responses than it had puts."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[bytes, bytes]] = []
+        self.short_by = 0
+        messages, _ = etcd_api()
+        self.messages = messages
+        handlers = {
+            "Put": grpc.unary_unary_rpc_method_handler(
+                self.put, messages.PutRequest.FromString, messages.PutResponse.SerializeToString
+            ),
+            "Txn": grpc.unary_unary_rpc_method_handler(
+                self.txn, messages.TxnRequest.FromString, messages.TxnResponse.SerializeToString
+            ),
+        }
+        self.server = grpc.server(futures.ThreadPoolExecutor(4))
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("etcdserverpb.KV", handlers),))
+        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def put(self, request: Any, _context: Any) -> Any:
+        self.puts.append((request.key, request.value))
+        return self.messages.PutResponse()
+
+    def txn(self, request: Any, _context: Any) -> Any:
+        for op in request.success:
+            self.put(op.request_put, _context)
+        responses = [self.messages.ResponseOp(response_put=self.messages.PutResponse()) for _ in request.success]
+        return self.messages.TxnResponse(succeeded=True, responses=responses[self.short_by :])
+
+
+@pytest.fixture
+def fake_kv() -> Iterator[FakeKV]:
+    kv = FakeKV()
+    yield kv
+    kv.server.stop(0)
+
+
+def test_etcd_puts_write_the_body_under_a_new_key_each(fake_kv: FakeKV) -> None:
+    operation = open_operation(OpSpec("etcd-put", fake_kv.address, size=128), "r1p0")
+    for thread, seq in ((0, 0), (0, 1), (1, 0)):
+        operation.call(thread, seq)
+    operation.close()
+    assert [key for key, _ in fake_kv.puts] == [b"r1p0/0/0", b"r1p0/0/1", b"r1p0/1/0"]
+    assert all(len(value) == 128 for _, value in fake_kv.puts)
+
+
+def test_an_etcd_txn_puts_its_entries_under_distinct_keys_and_a_short_answer_fails(fake_kv: FakeKV) -> None:
+    operation = open_operation(OpSpec("etcd-txn", fake_kv.address, size=1024, txn_puts=128), "t")
+    operation.call(2, 7)
+    assert len({key for key, _ in fake_kv.puts}) == 128 and fake_kv.puts[5][0] == b"t/2/7/5"
+    assert all(len(value) == 1024 for _, value in fake_kv.puts)
+    fake_kv.short_by = 1
+    with pytest.raises(RuntimeError, match="etcd Txn answered 127 of 128 puts"):
+        operation.call(2, 8)
+    operation.close()
 
 
 # --------------------------------------------------------------------------- summary
