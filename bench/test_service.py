@@ -1,16 +1,22 @@
 """Service benchmarks: a 3-member dledger cluster of separate `dledger server` processes on
-loopback, driven through `DLedgerClient` from this process, next to PySyncObj (3 processes, a
-replicated list) and the raw unary gRPC echo, all measured in the same run.
+loopback, driven through `DLedgerClient`, next to PySyncObj (3 processes, a replicated
+list), a 3-member etcd (Debian's etcd-server 3.4, driven through its gRPC KV API) and the
+raw unary gRPC echo, all measured in the same run.
 
-Figures (issue 4 targets in brackets), printed with ratios by the last test:
+Figures (issue 4, 16 and 19 targets in brackets), printed with ratios by the last test:
 
 - committed entries/s, 128 B and 1 KiB bodies, async flush: batch appends (4 threads, 1000
   distinct bodies per Append) and streaming appends (one Producer over AppendStream)
-  [>= 300,000/s at 128 B, >= 80,000/s at 1 KiB; >= 15x and >= 5x PySyncObj];
+  [>= 300,000/s at 128 B, >= 80,000/s at 1 KiB; >= 15x and >= 5x PySyncObj], next to
+  etcd's Txn of 128 puts from 4 threads (entries/s = puts/s) [dledger >= 20x etcd];
 - p50 commit latency with 50,000 1 KiB entries/s offered (paced Producer) [<= 15 ms];
-- single-entry appends from 64 client threads, vs the raw unary echo from 64 threads on
-  the same machine (the echo server of bench/test_grpc_ceiling.py) [>= 80 %];
-- idle single-append latency p50 [<= 3 ms];
+- single 128 B writes, each caller waiting for its answer, through one load generator
+  (bench/_load.py: the same client processes and threads for every service): dledger
+  `client.append`, etcd Put (a new key each) and the echo of bench/test_grpc_ceiling.py,
+  from 64 threads of one process [dledger >= 80 %, and >= 2x after issue 19, of the echo]
+  and from 16 processes x 4 threads [dledger >= 0.6x the echo, >= 1.0x etcd];
+- idle single-append latency p50 [<= 3 ms], next to etcd's idle put p50 (one put at a
+  time; etcd fsyncs before it answers) [async <= 0.5x etcd's, sync <= etcd's];
 - the batch rates and the idle latency again with flush_mode=sync (ack after fsync);
 - the batch rates and the idle latency again with mutual TLS between every member and
   the client (issue 16) [>= 250,000/s at 128 B, >= 110,000/s at 1 KiB, each >= 0.8x
@@ -18,11 +24,15 @@ Figures (issue 4 targets in brackets), printed with ratios by the last test:
 
 Each cluster first writes WARM_UP_BYTES per member, more than a member's page-cache window
 (`--release-behind`, 256 MiB): the figures are the steady state, in which the pages faulted
-in ahead of the writers reuse released memory. Rounds take 2-3 s each.
+in ahead of the writers reuse released memory. Rounds take 2-3 s each; a load-generator run
+LOAD_SECONDS.
 
 PySyncObj has no client protocol: its driver runs inside the leader's process (one
 `@replicated` call per entry, or per 1000 entries, with callbacks), which spares it the
 client hop dledger pays. Its log is in memory (its default); dledger writes segments.
+etcd is started from the `etcd` binary on free loopback ports (bench/_etcd.py); without it
+the etcd figures are skipped (`apt-get install etcd-server`; `make bench` installs it when
+run as root).
 
 Run: `make bench PYTEST_ARGS="-k service"`, or
 `.venv/bin/python -m pytest bench/test_service.py --benchmark-only -p no:randomly`.
@@ -30,12 +40,10 @@ Run: `make bench PYTEST_ARGS="-k service"`, or
 
 from __future__ import annotations
 
-import os
+import itertools
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -44,13 +52,16 @@ from typing import Any
 import pytest
 
 from bench._common import RESULTS, Rate, make_bodies, record, run_in_threads
+from bench._etcd import INSTALL_HINT, EtcdCluster, etcd_binary, member_version
+from bench._load import LoadPool, LoadResult, OpSpec, open_operation
+from bench._pysyncobj import PySyncObjCluster
+from bench._service_summary import DLEDGER_SINGLE, ECHO, ETCD_PUT, ETCD_TXN, UNARY_16X4, UNARY_64, summary_lines
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.security.certs import CertPlan, write_dev_certs
 from dledger.security.tls import TlsConfig
-from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import free_ports
 
 ROUNDS = 3
@@ -66,12 +77,12 @@ PSO_COUNTS = {
     ("batch", "1KiB"): 80_000,
 }
 """PySyncObj entries per round (one command per entry is slow: fewer entries)."""
-PSO_BATCH_BYTES = 32 * 1024
-"""Body bytes per PySyncObj command in batch mode (256 x 128 B, 32 x 1 KiB): commands
-over its 64 KiB append-entries batch break PySyncObj 0.3.17's transport ("pickle data
-was truncated") and the cluster stops committing."""
 LATENCY_RATE = 50_000
 UNARY_THREADS = 64
+LOAD_PROCESSES = 16
+LOAD_SECONDS = 4.0
+TXN_PUTS = 128
+SERVICES = ["dledger", "etcd", "echo"]
 FIGURES: dict[str, Any] = {}
 """Figures for the summary printed by the last test."""
 
@@ -203,18 +214,6 @@ def test_async_latency_at_50k_1kib(benchmark: Any, async_client: DLedgerClient) 
     FIGURES["latency-50k"] = result
 
 
-def test_async_single_64_threads(benchmark: Any, async_client: DLedgerClient) -> None:
-    """Single-entry Appends from 64 threads sharing the client (one channel)."""
-    config = BenchConfig(mode="single", concurrency=UNARY_THREADS, body_size=128, batch_size=1, duration_s=4.0)
-    results: list[BenchResult] = []
-    benchmark.group = "service-unary-64threads"
-    benchmark.pedantic(lambda: results.append(run_bench(async_client, config)), rounds=1, iterations=1)
-    result = results[-1]
-    RESULTS.setdefault(benchmark.group, {})["dledger-async-single"] = Rate(result.entries_per_s, result.entries_per_s)
-    benchmark.extra_info.update(entries_per_s=round(result.entries_per_s), p50_ms=result.latency_ms["p50"])
-    FIGURES["single-64"] = result
-
-
 @pytest.fixture(scope="module")
 def echo_port() -> Iterator[int]:
     """The echo server of bench/test_grpc_ceiling.py (same server options as a member)."""
@@ -228,21 +227,74 @@ def echo_port() -> Iterator[int]:
     process.wait(10)
 
 
-def test_echo_unary_64_threads(benchmark: Any, echo_port: int) -> None:
-    """The raw unary gRPC ceiling: 64 threads on one channel, 100 B echo calls."""
-    from bench.test_grpc_ceiling import ECHO_UNARY
+@pytest.fixture(scope="module")
+def etcd() -> Iterator[str]:
+    """The client address of the leader of a 3-member etcd on loopback (skips the etcd
+    comparisons when etcd is not installed)."""
+    binary = etcd_binary()
+    if binary is None:
+        FIGURES["etcd-skipped"] = f"etcd is not installed ({INSTALL_HINT})"
+        pytest.skip(f"etcd is not installed: `{INSTALL_HINT}` to compare with etcd (make bench installs it as root)")
+    cluster = EtcdCluster(binary)
+    leader = cluster.start()
+    FIGURES["etcd-version"] = member_version(leader.address)
+    try:
+        yield leader.address
+    finally:
+        cluster.stop()
 
-    channel = open_channel(f"127.0.0.1:{echo_port}")
-    call = channel.unary_unary(ECHO_UNARY)
-    per_thread = 40
 
-    def worker(_: int) -> None:
-        for _ in range(per_thread):
-            call(b"x" * 100, timeout=30)
+@pytest.fixture(scope="module")
+def load_pool() -> Iterator[LoadPool]:
+    """LOAD_PROCESSES load-generator processes (bench/_load.py), shared by every service."""
+    with LoadPool(LOAD_PROCESSES) as pool:
+        yield pool
 
-    run = partial(run_in_threads, worker, UNARY_THREADS)
-    bench_entries(benchmark, "service-unary-64threads", "grpc-echo", run, UNARY_THREADS * per_thread)
-    channel.close()
+
+def single_spec(request: pytest.FixtureRequest, service: str) -> tuple[str, OpSpec]:
+    """(implementation name, operation) of one 128 B single write to `service`."""
+    if service == "dledger":
+        client: DLedgerClient = request.getfixturevalue("async_client")
+        peers = ";".join(f"{member}-{address}" for member, address in client.peers.items())
+        return DLEDGER_SINGLE, OpSpec("dledger", peers, group=client.group)
+    if service == "etcd":
+        return ETCD_PUT, OpSpec("etcd-put", request.getfixturevalue("etcd"))
+    return ECHO, OpSpec("echo", f"127.0.0.1:{request.getfixturevalue('echo_port')}")
+
+
+def bench_load(
+    benchmark: Any, group: str, impl: str, pool: LoadPool, spec: OpSpec, processes: int, threads: int
+) -> None:
+    """One LOAD_SECONDS run of `spec` on `processes` x `threads`; entries/s and latency in
+    the results table, `extra_info` and FIGURES. Fails on any failed call."""
+    results: list[LoadResult] = []
+    benchmark.group = group
+    run = partial(pool.run, spec, threads, LOAD_SECONDS, processes)
+    benchmark.pedantic(lambda: results.append(run()), rounds=1, iterations=1)
+    result = results[-1]
+    assert result.errors == 0, f"{result.errors} failed calls, e.g. {result.first_error}"
+    RESULTS.setdefault(group, {})[impl] = Rate(result.entries_per_s, result.entries_per_s)
+    benchmark.extra_info.update(
+        entries_per_s=round(result.entries_per_s), p50_ms=result.latency_ms["p50"], p99_ms=result.latency_ms["p99"],
+        processes=processes, threads=threads,
+    )  # fmt: skip
+    FIGURES[f"{group}/{impl}"] = result
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_single_64_threads(benchmark: Any, request: pytest.FixtureRequest, load_pool: LoadPool, service: str) -> None:
+    """One 128 B write per call from 64 threads of one client process: dledger appends
+    (one DLedgerClient), etcd puts, echo calls (one channel)."""
+    impl, spec = single_spec(request, service)
+    bench_load(benchmark, UNARY_64, impl, load_pool, spec, 1, UNARY_THREADS)
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_single_16_processes(benchmark: Any, request: pytest.FixtureRequest, load_pool: LoadPool, service: str) -> None:
+    """One 128 B write per call from LOAD_PROCESSES client processes x 4 threads (one
+    client per process, nothing shared between them)."""
+    impl, spec = single_spec(request, service)
+    bench_load(benchmark, UNARY_16X4, impl, load_pool, spec, LOAD_PROCESSES, 4)
 
 
 def test_async_idle_single_latency(benchmark: Any, async_client: DLedgerClient) -> None:
@@ -251,6 +303,25 @@ def test_async_idle_single_latency(benchmark: Any, async_client: DLedgerClient) 
     body = b"x" * 128
     benchmark.pedantic(async_client.append, args=(body,), rounds=300, iterations=1, warmup_rounds=10)
     FIGURES["idle-async-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
+
+
+def test_etcd_idle_put_latency(benchmark: Any, etcd: str) -> None:
+    """One etcd put (128 B, a new key each) at a time, from this process (the median round
+    is the p50; etcd fsyncs its WAL before answering)."""
+    benchmark.group = "service-idle-append"
+    operation = open_operation(OpSpec("etcd-put", etcd), "idle")
+    keys = itertools.count()
+    benchmark.pedantic(lambda: operation.call(0, next(keys)), rounds=300, iterations=1, warmup_rounds=10)
+    operation.close()
+    FIGURES["idle-etcd-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
+
+
+@pytest.mark.parametrize("label", list(SIZES))
+def test_etcd_txn(benchmark: Any, etcd: str, load_pool: LoadPool, label: str) -> None:
+    """etcd Txn of TXN_PUTS puts (entries/s = puts/s) from THREADS threads of one process,
+    the shape of the dledger batch rows (THREADS threads appending BATCH bodies a call)."""
+    spec = OpSpec("etcd-txn", etcd, SIZES[label][0], TXN_PUTS)
+    bench_load(benchmark, f"service-{label}", ETCD_TXN, load_pool, spec, 1, THREADS)
 
 
 # ------------------------------------------------------------------------ sync flush
@@ -294,49 +365,6 @@ def test_tls_idle_single_latency(benchmark: Any, tls_client: DLedgerClient) -> N
 # ------------------------------------------------------------------------- PySyncObj
 
 
-class PySyncObjCluster:
-    """Three PySyncObj processes (this file run as `pso`); `run` drives the leader."""
-
-    def __init__(self) -> None:
-        ports = free_ports(3)
-        addresses = [f"127.0.0.1:{p}" for p in ports]
-        root = Path(__file__).resolve().parents[1]
-        self.processes = [
-            subprocess.Popen(
-                [sys.executable, "-m", "bench.test_service", "pso", me, *(a for a in addresses if a != me)],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                cwd=root,
-            )
-            for me in addresses
-        ]
-        for p in self.processes:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-
-    def run(self, mode: str, count: int, size: int) -> float:
-        """Append `count` bodies through the leader; the seconds until all committed."""
-        for p in self.processes:
-            assert p.stdin is not None
-            p.stdin.write(f"{mode} {count} {size}\n")
-            p.stdin.flush()
-        answers = [p.stdout.readline().split() for p in self.processes if p.stdout is not None]
-        done = [a for a in answers if a and a[0] == "done"]
-        assert len(done) == 1 and done[0][2] == "0", answers
-        return float(done[0][1])
-
-    def close(self) -> None:
-        for p in self.processes:
-            if p.stdin is not None:
-                p.stdin.close()
-        for p in self.processes:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 @pytest.fixture(scope="module")
 def pysyncobj() -> Iterator[PySyncObjCluster]:
     cluster = PySyncObjCluster()
@@ -352,88 +380,13 @@ def test_pysyncobj(benchmark: Any, pysyncobj: PySyncObjCluster, label: str, mode
     bench_entries(benchmark, f"service-{label}", f"pysyncobj-{mode}", lambda: pysyncobj.run(mode, count, size), count)
 
 
-def serve_pysyncobj(me: str, partners: list[str]) -> None:
-    """Child: a PySyncObj member with a replicated list; on `MODE COUNT SIZE` the leader
-    appends COUNT distinct bodies (one command each, or PSO_BATCH_BYTES per command) with callbacks
-    and prints `done SECONDS ERRORS`; the others print `notleader`."""
-    from pysyncobj import SyncObj, SyncObjConf, replicated
-
-    class ReplicatedLog(SyncObj):  # type: ignore[misc]
-        def __init__(self) -> None:
-            conf = SyncObjConf(appendEntriesUseBatch=True, dynamicMembershipChange=False, commandsQueueSize=500_000,
-                               raftMinTimeout=1.0, raftMaxTimeout=2.0)  # fmt: skip
-            super().__init__(me, partners, conf)
-            # the state counts what was applied; keeping every body would make PySyncObj's
-            # log compaction pickle an ever-growing list (its rate then falls by 10x)
-            self.count = 0
-            self.size = 0
-
-        @replicated  # type: ignore[misc]
-        def append_one(self, body: bytes) -> int:
-            self.count += 1
-            self.size += len(body)
-            return self.count - 1
-
-        @replicated  # type: ignore[misc]
-        def append_many(self, bodies: list[bytes]) -> int:
-            first = self.count
-            self.count += len(bodies)
-            self.size += sum(map(len, bodies))
-            return first
-
-    log = ReplicatedLog()
-    while not (log._isReady() and log._getLeader() is not None):
-        time.sleep(0.05)
-    print("ready", flush=True)
-    for line in sys.stdin:
-        mode, count, size = line.split()[0], int(line.split()[1]), int(line.split()[2])
-        if not log._isLeader():
-            print("notleader", flush=True)
-            continue
-        seconds, errors = drive_pysyncobj(log, mode, count, size)
-        print("done", seconds, errors, flush=True)
-    log.destroy()
-
-
-def drive_pysyncobj(log: Any, mode: str, count: int, size: int) -> tuple[float, int]:
-    """Append `count` distinct bodies through `log` (at most 5000 commands waiting);
-    (seconds until every callback came, errors)."""
-    bodies = make_bodies(size, 20 * BATCH)  # distinct objects: pickle cannot share them
-    window = threading.Semaphore(5000)
-    per_command = max(1, PSO_BATCH_BYTES // max(1, size))
-    state = {"left": count if mode == "single" else count // per_command, "errors": 0}
-    finished = threading.Event()
-    lock = threading.Lock()
-
-    def done(_result: object, error: int) -> None:
-        window.release()
-        with lock:
-            state["errors"] += error != 0
-            state["left"] -= 1
-            if state["left"] == 0:
-                finished.set()
-
-    began = time.perf_counter()
-    if mode == "single":
-        for k in range(count):
-            window.acquire()
-            log.append_one(bodies[k % len(bodies)], callback=done)
-    else:
-        for k in range(count // per_command):
-            window.acquire()
-            start = (k * per_command) % len(bodies)
-            log.append_many(bodies[start : start + per_command], callback=done)
-    finished.wait(600)
-    return time.perf_counter() - began, state["errors"]
-
-
 # --------------------------------------------------------------------------- summary
 
 
 @pytest.fixture(scope="module", autouse=True)
 def summary(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After the module: print every figure next to its target (issue 4) with the
-    PySyncObj and echo ratios."""
+    """After the module: print every figure next to its target (issues 4, 16 and 19) with
+    the PySyncObj, echo and etcd ratios (bench/_service_summary.py)."""
     yield
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     capture = request.config.pluginmanager.get_plugin("capturemanager")
@@ -441,53 +394,5 @@ def summary(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     with capture.global_and_fixture_disabled():
         reporter.write_line("")
-        for line in summary_lines():
+        for line in summary_lines(FIGURES, LATENCY_RATE):
             reporter.write_line(line)
-
-
-def summary_lines() -> list[str]:
-    """The summary of FIGURES, one line per figure."""
-    lines = ["service figures (issue 4 targets in brackets):"]
-
-    def rate(key: str) -> float | None:
-        value = FIGURES.get(key)
-        return float(value) if value is not None else None
-
-    for label, target, pso_target in (("128B", 300_000, 15), ("1KiB", 80_000, 5)):
-        single, batch = rate(f"service-{label}/pysyncobj-single"), rate(f"service-{label}/pysyncobj-batch")
-        for impl in ("dledger-async-batch", "dledger-async-stream", "dledger-sync-batch"):
-            value = rate(f"service-{label}/{impl}")
-            if value is None:
-                continue
-            ratios = ", ".join(
-                f"{value / base:.1f}x pysyncobj-{name}" for name, base in (("single", single), ("batch", batch)) if base
-            )
-            lines.append(f"  {label} {impl}: {value:,.0f} entries/s [>= {target:,}; >= {pso_target}x]  ({ratios})")
-    for label, target in (("128B", 250_000), ("1KiB", 110_000)):
-        value, plain = rate(f"service-{label}/dledger-tls-batch"), rate(f"service-{label}/dledger-async-batch")
-        if value is not None:
-            ratio = f" = {value / plain:.2f}x plaintext" if plain else ""
-            lines.append(f"  {label} dledger-tls-batch: {value:,.0f} entries/s{ratio} [>= {target:,}; >= 0.8x]")
-    latency = FIGURES.get("latency-50k")
-    if isinstance(latency, BenchResult):
-        lines.append(
-            f"  p50 commit latency at {LATENCY_RATE:,} x 1 KiB/s offered: {latency.latency_ms.get('p50', 0):.1f} ms "
-            f"[<= 15 ms] (p99 {latency.latency_ms.get('p99', 0):.1f} ms, achieved {latency.entries_per_s:,.0f}/s)"
-        )
-    single64, echo = FIGURES.get("single-64"), rate("service-unary-64threads/grpc-echo")
-    if isinstance(single64, BenchResult) and echo:
-        lines.append(
-            f"  64-thread single appends: {single64.entries_per_s:,.0f}/s = {single64.entries_per_s / echo:.0%} of "
-            f"the raw unary echo ({echo:,.0f} calls/s) [>= 80%]; p50 {single64.latency_ms.get('p50', 0):.1f} ms"
-        )
-    for mode, name in (("async", "async flush"), ("sync", "sync flush"), ("tls", "mutual TLS, async flush")):
-        p50 = FIGURES.get(f"idle-{mode}-p50-ms")
-        if p50 is not None:
-            lines.append(f"  idle single append p50 ({name}): {p50:.2f} ms" + (" [<= 3 ms]" * (mode != "sync")))
-    return lines
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    if sys.argv[1] == "pso":
-        serve_pysyncobj(sys.argv[2], sys.argv[3:])
