@@ -49,6 +49,8 @@ class OpSpec:
         size: body / value bytes.
         txn_puts: puts per etcd Txn (`etcd-txn`).
         group: the dledger group.
+        multiplex: the DLedgerClient shares requests between its threads (False: one
+            RPC per call).
     """
 
     kind: str
@@ -56,6 +58,7 @@ class OpSpec:
     size: int = 128
     txn_puts: int = 1
     group: str = "bench"
+    multiplex: bool = True
 
     @property
     def entries_per_call(self) -> int:
@@ -78,7 +81,7 @@ def open_operation(spec: OpSpec, tag: str) -> Operation:
     if spec.kind == "dledger":
         from dledger.client import DLedgerClient
 
-        client = DLedgerClient(spec.target, spec.group, timeout_s=CALL_TIMEOUT_S)
+        client = DLedgerClient(spec.target, spec.group, timeout_s=CALL_TIMEOUT_S, multiplex=spec.multiplex)
         return Operation(lambda _t, seq: client.append(bodies[seq % BODY_COUNT]), client.close)
     if spec.kind not in KINDS:
         raise ValueError(f"unknown operation kind {spec.kind!r} (one of {', '.join(KINDS)})")

@@ -17,6 +17,8 @@ from dledger.cli.loadgen import BenchResult
 UNARY_64 = "service-unary-64threads"
 UNARY_16X4 = "service-unary-16x4"
 DLEDGER_SINGLE = "dledger-async-single"
+DLEDGER_SINGLE_RPC = "dledger-async-single-rpc"
+"""The same appends from a client with multiplex=False (one RPC per call)."""
 ETCD_PUT = "etcd-put"
 ETCD_TXN = "etcd-txn128"
 ECHO = "grpc-echo"
@@ -62,6 +64,12 @@ def summary_lines(figures: Mapping[str, Any], latency_rate: int) -> list[str]:
             f"the raw unary echo ({echo:,.0f} calls/s) [>= 80%; issue 19: >= 200%]; "
             f"p50 {single64.latency_ms.get('p50', 0):.1f} ms"
         )
+        unshared = rate(figures, f"{UNARY_64}/{DLEDGER_SINGLE_RPC}")
+        if unshared:
+            lines.append(
+                f"    the same with one RPC per call (multiplex=False): {unshared:,.0f}/s = {unshared / echo:.0%} "
+                f"of the echo; multiplexing gives {single64.entries_per_s / unshared:.1f}x"
+            )
     for mode, name in (("async", "async flush"), ("sync", "sync flush"), ("tls", "mutual TLS, async flush")):
         p50 = figures.get(f"idle-{mode}-p50-ms")
         if p50 is not None:

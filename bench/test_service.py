@@ -55,7 +55,16 @@ from bench._common import RESULTS, Rate, make_bodies, record, run_in_threads
 from bench._etcd import INSTALL_HINT, EtcdCluster, etcd_binary, member_version
 from bench._load import LoadPool, LoadResult, OpSpec, open_operation
 from bench._pysyncobj import PySyncObjCluster
-from bench._service_summary import DLEDGER_SINGLE, ECHO, ETCD_PUT, ETCD_TXN, UNARY_16X4, UNARY_64, summary_lines
+from bench._service_summary import (
+    DLEDGER_SINGLE,
+    DLEDGER_SINGLE_RPC,
+    ECHO,
+    ETCD_PUT,
+    ETCD_TXN,
+    UNARY_16X4,
+    UNARY_64,
+    summary_lines,
+)
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
 from dledger.cli.server_cmds import server_command_line
@@ -83,6 +92,8 @@ LOAD_PROCESSES = 16
 LOAD_SECONDS = 4.0
 TXN_PUTS = 128
 SERVICES = ["dledger", "etcd", "echo"]
+SERVICES_64 = ["dledger", "dledger-rpc", "etcd", "echo"]
+"""The 64-thread row also shows the client without multiplexing (one RPC per call)."""
 FIGURES: dict[str, Any] = {}
 """Figures for the summary printed by the last test."""
 
@@ -253,9 +264,11 @@ def load_pool() -> Iterator[LoadPool]:
 
 def single_spec(request: pytest.FixtureRequest, service: str) -> tuple[str, OpSpec]:
     """(implementation name, operation) of one 128 B single write to `service`."""
-    if service == "dledger":
+    if service in ("dledger", "dledger-rpc"):
         client: DLedgerClient = request.getfixturevalue("async_client")
         peers = ";".join(f"{member}-{address}" for member, address in client.peers.items())
+        if service == "dledger-rpc":
+            return DLEDGER_SINGLE_RPC, OpSpec("dledger", peers, group=client.group, multiplex=False)
         return DLEDGER_SINGLE, OpSpec("dledger", peers, group=client.group)
     if service == "etcd":
         return ETCD_PUT, OpSpec("etcd-put", request.getfixturevalue("etcd"))
@@ -281,7 +294,7 @@ def bench_load(
     FIGURES[f"{group}/{impl}"] = result
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", SERVICES_64)
 def test_single_64_threads(benchmark: Any, request: pytest.FixtureRequest, load_pool: LoadPool, service: str) -> None:
     """One 128 B write per call from 64 threads of one client process: dledger appends
     (one DLedgerClient), etcd puts, echo calls (one channel)."""
