@@ -10,7 +10,9 @@ shared), it starts a fresh cluster and prints:
 
 - idle: p50 / p90 of one 128 B `append()` at a time (`--idle` appends);
 - single-64: entries/s of single 128 B appends from `--threads` threads, and their p50;
-- batch-4x1000: entries/s of 4 threads appending 1000-body 128 B requests.
+- batch-4x1000: entries/s of 4 threads appending 1000-body 128 B requests;
+- CPU per append (user + system, from /proc, 10 ms ticks) of the leader process in the
+  idle and the single-append phases, and of the followers together in the latter.
 
 The client is the one of this checkout in every case; only the servers differ. With
 `--pause` it prints the leader's pid and waits for Enter before the loads (to attach
@@ -52,6 +54,18 @@ def start(workdir: Path, flush_mode: str) -> LocalCluster:
     if cluster.wait_leader(60) is None:
         raise RuntimeError("no leader elected")
     return cluster
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def member_cpu(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds of every member process so far."""
+    return {m.id: cpu_s(m.process.pid) for m in cluster.members.values() if m.process is not None}
 
 
 def idle(client: DLedgerClient, rounds: int) -> tuple[float, float]:
@@ -111,17 +125,28 @@ def run_once(tree: str, args: argparse.Namespace) -> str:
                     member = cluster.members[leader] if leader else None
                     pid = member.process.pid if member and member.process else None
                     input(f"leader {leader} pid {pid}; Enter to run the loads ")
+                found = cluster.wait_leader(10)
+                leader = found[0] if found else ""
+                cpu0 = member_cpu(cluster)
                 p50, p90 = idle(client, args.idle)
+                cpu1 = member_cpu(cluster)
                 config = BenchConfig(
                     mode="single", concurrency=args.threads, body_size=128, batch_size=1, duration_s=args.seconds
                 )
                 single = run_bench(client, config)
+                cpu2 = member_cpu(cluster)
                 rate = batch(client, args.seconds)
+                appends = single.entries_per_s * args.seconds
+                idle_cpu = (cpu1[leader] - cpu0[leader]) / args.idle * 1e6
+                single_cpu = (cpu2[leader] - cpu1[leader]) / max(appends, 1) * 1e6
+                others = [m for m in cpu2 if m != leader]
+                followers_cpu = sum(cpu2[m] - cpu1[m] for m in others) / max(appends, 1) * 1e6
         finally:
             cluster.shutdown(30)
     return (
         f"idle p50 {p50:.2f} ms p90 {p90:.2f} ms | single-{args.threads} {single.entries_per_s:,.0f}/s "
-        f"p50 {single.latency_ms['p50']:.1f} ms | batch-4x1000 {rate:,.0f}/s"
+        f"p50 {single.latency_ms['p50']:.1f} ms | batch-4x1000 {rate:,.0f}/s | leader CPU per append: idle "
+        f"{idle_cpu:.0f} us, single-{args.threads} {single_cpu:.0f} us (followers together {followers_cpu:.0f} us)"
     )
 
 
