@@ -4,6 +4,7 @@ leader's flush runs in parallel with replication."""
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.node import DLedgerNode
 from dledger.node_store import open_node_store
@@ -174,3 +176,23 @@ def test_a_sync_members_store_writes_through_and_leaves_data_flushes_to_the_acks
         assert store.durable_index == index
     finally:
         store.close()
+
+
+def test_a_failed_leader_flush_leaves_the_outcome_to_the_followers(sync_group: Any) -> None:
+    leader, followers, _ = sync_group
+
+    def broken(segments: Any, frm: int, to: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    leader.store._msync = broken  # type: ignore[method-assign]
+    index = leader.store.end_index + 1
+    # the pushes went out before the flush failed: no false "not appended", the two
+    # followers' copies commit it
+    assert leader.append([b"kept"]).result(15) == index
+    for follower in followers:
+        wait_until(lambda f=follower: f.committed_index >= index, what="the commit on the followers")
+        assert follower.get(index)[0].body == b"kept"
+    with pytest.raises(DLedgerError) as info:  # the failed store takes nothing more
+        leader.append([b"refused"])
+    assert info.value.code is ResponseCode.DISK_ERROR
+    assert leader.store.end_index == index
