@@ -61,6 +61,7 @@ class NodeMetrics:
         self._replicate_count = histogram(
             "dledger_replicate_entry_batch_count", "entries per push", BATCH_COUNT_BUCKETS, peer_names
         )
+        self._replicate_children: dict[str, tuple[Any, Any, Any]] = {}
         self.apply_latency = histogram(
             "dledger_apply_task_latency", "state machine apply batch, microseconds", LATENCY_BUCKETS_US
         ).labels(**self.labels)
@@ -72,11 +73,20 @@ class NodeMetrics:
         ).labels(**self.labels)
 
     def observe_replicate(self, remote_id: str, latency_us: float, nbytes: int, count: int) -> None:
-        """One acknowledged push to `remote_id`."""
-        labels = {**self.labels, "remote_id": remote_id}
-        self._replicate_latency.labels(**labels).observe(latency_us)
-        self._replicate_bytes.labels(**labels).observe(nbytes)
-        self._replicate_count.labels(**labels).observe(count)
+        """One acknowledged push to `remote_id` (on the path of every commit: the labelled
+        children are looked up once per peer, not per push)."""
+        children = self._replicate_children.get(remote_id)
+        if children is None:
+            labels = {**self.labels, "remote_id": remote_id}
+            children = self._replicate_children[remote_id] = (
+                self._replicate_latency.labels(**labels),
+                self._replicate_bytes.labels(**labels),
+                self._replicate_count.labels(**labels),
+            )
+        latency, size, entries = children
+        latency.observe(latency_us)
+        size.observe(nbytes)
+        entries.observe(count)
 
     def watch(self, status: Callable[[], NodeStatus]) -> None:
         """Export the gauges of `status()` (read at scrape time)."""

@@ -16,7 +16,7 @@ import random
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -28,6 +28,7 @@ from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
+from dledger.node_durable import SyncDurability
 from dledger.node_status import NodeStatus
 from dledger.node_store import member_core, open_node_store
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
@@ -111,7 +112,7 @@ class DLedgerNode:
         self._lock = threading.RLock()
         self._commit_cond = threading.Condition(self._lock)
         self._appends: deque[_ClientAppend] = deque()
-        self._ack_pool = ThreadPoolExecutor(1, thread_name_prefix="dledger-ack") if self.sync_mode else None
+        self._durable = SyncDurability(self.store, self._commit_pass, config.self_id) if self.sync_mode else None
         self.caller = (
             StateMachineCaller(self.store, lambda: self.core.member_state.committed_index, state_machine)
             if state_machine is not None
@@ -162,8 +163,8 @@ class DLedgerNode:
         with self._lock:
             self.core.quorum.on_role_change(-1, Role.CANDIDATE)  # pending requests end with TERM_CHANGED
             self._commit_cond.notify_all()
-        if self._ack_pool is not None:
-            self._ack_pool.shutdown(wait=True)
+        if self._durable is not None:
+            self._durable.shutdown()
         for thread in self._store_threads:
             thread.stop()
         self.store.close()
@@ -193,6 +194,8 @@ class DLedgerNode:
                 if member.is_leader:
                     for peer in member.other_peer_ids:
                         self._wake(dispatch_pass(peer))
+                    if self._durable is not None:  # sync: flush a new leader's NOOP
+                        self._durable.leader_copy_soon()
             if member.committed_index != committed_before:
                 self._commit_cond.notify_all()
                 self._wake(SM_CALLER)
@@ -262,29 +265,9 @@ class DLedgerNode:
         """Answer a Vote, HeartBeat, Push or LeadershipTransfer request from a peer."""
         with self._step() as now:
             answer = self.driver.deliver(request, now)
-        pool = self._ack_pool
-        if pool is None or not _is_append_push(request):
+        if self._durable is None or not _is_append_push(request):
             return answer
-        return self._after_durable(answer, pool)
-
-    def _after_durable(self, answer: Future[RequestOrResponse], pool: ThreadPoolExecutor) -> Future[RequestOrResponse]:
-        """sync mode: a follower acknowledges an APPEND only once it is on disk."""
-        store = self.store
-        if answer.done():
-            store.wait_durable()
-            return answer
-        durable: Future[RequestOrResponse] = Future()
-
-        def finish(done: Future[RequestOrResponse]) -> None:
-            try:
-                result = done.result()
-                store.wait_durable()
-                durable.set_result(result)
-            except BaseException as exc:
-                durable.set_exception(exc)
-
-        answer.add_done_callback(lambda f: pool.submit(finish, f))
-        return durable
+        return self._durable.after_durable(answer)
 
     def _observe_apply(self, latency_us: float, count: int) -> None:
         self.metrics.apply_latency.observe(latency_us)
@@ -299,7 +282,8 @@ class DLedgerNode:
         here when the followers' pipelines are idle (else with the next acknowledgement:
         see `dledger.raft.dispatcher`). Returns a future completing with the request's
         last index once committed (in `sync` mode the leader's copy is on disk before
-        this returns); first index = last - len(bodies) + 1.
+        this returns, and the pushes to the followers went out before that flush began);
+        first index = last - len(bodies) + 1.
 
         Raises:
             DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL,
@@ -314,20 +298,22 @@ class DLedgerNode:
         request = _ClientAppend(bodies if isinstance(bodies, list) else list(bodies))
         self._appends.append(request)
         with self._step() as now:
-            if self._drain_appends(now) and not self.sync_mode:
+            if self._drain_appends(now):
                 self.driver.dispatch_all(now)
         future = request.future
         if future is None:
             raise request.error or DLedgerError(ResponseCode.INTERNAL_ERROR, "append not processed")
-        if self.sync_mode:
-            self.store.wait_durable()
-            with self._step() as now:  # sync: the followers get it once the leader's copy is durable
-                self.driver.dispatch_all(now)
+        if self._durable is not None:
+            self._durable.leader_copy(future)  # while the pushes travel
         metrics = self.metrics
         metrics.append_batch_count.observe(len(request.bodies))
         metrics.append_batch_bytes.observe(sum(map(len, request.bodies)))
         future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
         return future
+
+    def _commit_pass(self) -> None:
+        with self._step() as now:
+            self.driver.quorum_pass(now)
 
     def _drain_appends(self, now: int) -> bool:
         """Under the lock: append every queued client request as one batch; True when

@@ -36,7 +36,11 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """Open (and recover) the store a node's configuration names: `MEMORY`, or the file
     store in `<store_base_dir>/dledger-<self_id>` with the options `config.store`. The
     node itself implements `flush_mode="sync"` (it syncs outside its lock), so the file
-    store is opened async.
+    store is opened async, but as sync mode would have it otherwise: its data written
+    through the file (`StoreConfig.write_through`: cheaper msyncs) and its flush pass
+    leaving the data to the node's `wait_durable` calls (`appends_wait`: every entry a
+    sync member acknowledges, or counts as the leader, is flushed on its way; the index
+    goes with the checkpoint).
 
     `repair=True` lets recovery cut a damaged log back to its last valid entry, also
     below the committed index; when it cut anything the member records that it lost
@@ -44,7 +48,10 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    store = MmapLogStore(config.default_path, replace(config.store, flush_mode="async"), repair=repair)
+    cfg = config.store
+    as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
+    store = MmapLogStore(config.default_path, as_sync, repair=repair)
+    store.appends_wait = cfg.flush_mode == "sync"
     marker = mark_repaired(store, "repaired: a damaged tail was cut") if repair else None
     if marker is not None:
         log.warning(

@@ -6,6 +6,13 @@ it, APPEND streams runs of already-encoded entries (several in flight, bounded),
 COMMIT carries the commit index when the peer is idle. Any inconsistency, a leader or
 term change sends the dispatcher back to COMPARE.
 
+Commit pushes: every APPEND carries the leader's commit index, so a COMMIT push is only
+for a follower that no APPEND has told of the latest commit: at least
+`COMMIT_PUSH_DELAY_MS` after the commit (by then the next APPEND has usually carried it),
+and every `commit_push_interval_ms` anyway. A COMMIT sent at once would go from the
+thread that has just completed the client's request, ahead of its answer, and a steady
+stream of single appends would cost a push per commit on top of their APPENDs.
+
 Coalescing: a small backlog (less than `COALESCE_BYTES` not yet pushed) is not pushed
 while an earlier APPEND is still in flight; it goes out, together with whatever arrived
 meanwhile, when that push is answered (or times out). Many concurrent single-entry
@@ -46,6 +53,9 @@ from dledger.raft.quorum_ack import QuorumAckChecker
 
 UNREACHABLE_RETRY_MS = 100
 """Pause before a COMPARE / TRUNCATE goes again after the peer could not be reached."""
+COMMIT_PUSH_DELAY_MS = 2
+"""A new commit index no APPEND has carried goes in a COMMIT push this long after the
+dispatcher saw it, at the earliest (see the module docstring)."""
 NOT_READY_RETRY_MS = 10
 """... after the peer answered that it does not follow this leader (yet)."""
 COALESCE_BYTES = 64 * 1024
@@ -105,6 +115,7 @@ class EntryDispatcher:
         self._control: _InFlight | None = None  # the COMPARE / TRUNCATE in flight (COMMITs are not awaited)
         self.last_push_commit_ms = -1
         self.last_pushed_commit_index = -1
+        self._commit_seen_ms = -1  # when a commit index not pushed yet was first seen
         self.throttled = False
         self._retry_at_ms = -1
         self._keeping_up_ahead = keeping_up_ahead
@@ -288,6 +299,7 @@ class EntryDispatcher:
             if hold_small and self.write_index + count > end and len(run) < small:
                 break  # sent with what arrives meanwhile once the push in flight is answered
             req = self._base(PushType.APPEND)
+            self.last_pushed_commit_index = max(self.last_pushed_commit_index, req.commit_index)
             req.first_index, req.count, req.entries = self.write_index, count, run
             req.prev_index, req.prev_term = self.write_index - 1, self._term_at(self.write_index - 1)
             req.last_term = self.store.term_at(req.last_index)
@@ -297,15 +309,24 @@ class EntryDispatcher:
             self._held_since_ms = self._gathering_since_ms = -1
             self.write_index += count
             out.append(req)
-        if not self.pending and self.write_index > end:
-            commit = self.member_state.committed_index
-            due = now_ms - self.last_push_commit_ms >= self.config.commit_push_interval_ms
-            if due or commit > self.last_pushed_commit_index:
-                req = self._base(PushType.COMMIT)
-                req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
-                self.last_push_commit_ms, self.last_pushed_commit_index = now_ms, commit
-                out.append(req)  # not awaited: new appends need not wait for its answer
+        if not self.pending and self.write_index > end and self._commit_push_due(now_ms):
+            req = self._base(PushType.COMMIT)
+            req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
+            self.last_push_commit_ms, self.last_pushed_commit_index = now_ms, req.commit_index
+            self._commit_seen_ms = -1
+            out.append(req)  # not awaited: new appends need not wait for its answer
         return out
+
+    def _commit_push_due(self, now_ms: int) -> bool:
+        """Whether an idle follower gets a COMMIT push now (see the module docstring)."""
+        if now_ms - self.last_push_commit_ms >= self.config.commit_push_interval_ms:
+            return True
+        if self.member_state.committed_index <= self.last_pushed_commit_index:
+            self._commit_seen_ms = -1
+            return False
+        if self._commit_seen_ms < 0:
+            self._commit_seen_ms = now_ms
+        return now_ms - self._commit_seen_ms >= COMMIT_PUSH_DELAY_MS
 
     # -- answers
 

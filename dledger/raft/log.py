@@ -120,6 +120,12 @@ class LogStore(Protocol):
         """Make everything appended so far durable."""
         ...
 
+    @property
+    def durable_index(self) -> int:
+        """The last index known durable (at most `end_index`): what flushes have covered;
+        `end_index` where nothing needs syncing. Never blocks."""
+        ...
+
     def wait_durable(self) -> None:
         """Block until everything appended so far is durable, sharing one flush with
         concurrent callers (group commit); at once where nothing needs syncing."""

@@ -22,7 +22,10 @@ class QuorumAckChecker:
     """Leader-side commit bookkeeping (DLedger's QuorumAckChecker + pending append futures).
 
     Water marks are kept per leader term: the match index each member reached in that
-    term (the leader's own is its ledger end). The commit index only moves by counting
+    term (the leader's own is its ledger end, or in `sync` flush mode the last entry its
+    store has made durable: the leader writes its copy in parallel with replication and
+    counts itself toward a quorum only once that copy is on disk, as the Raft thesis
+    §10.2.1 allows and etcd does). The commit index only moves by counting
     replicas when the quorum index holds an entry of the *current* term (Raft §5.4.2,
     the Figure 8 rule); older entries then commit with it. A client request (one or many
     entries) is one pending future, completed with its last index once committed.
@@ -32,6 +35,8 @@ class QuorumAckChecker:
         self.config = config
         self.member_state = member_state
         self.water_marks: dict[int, dict[str, int]] = {}
+        self.count_durable_only = config.store.flush_mode == "sync"
+        """The leader counts only its durable entries (`LogStore.durable_index`)."""
         self._pending: dict[int, dict[int, _Pending]] = {}  # term -> last index -> pending (index order)
         self._pending_bytes: dict[int, int] = {}
 
@@ -107,7 +112,10 @@ class QuorumAckChecker:
         term = member.current_term
         for old in [t for t in self._pending if t != term]:
             self._fail_term(old, ResponseCode.TERM_CHANGED)
-        self.update_peer_water_mark(term, member.self_id, member.ledger_end_index)
+        own = member.ledger_end_index
+        if self.count_durable_only:
+            own = min(own, member.store.durable_index)
+        self.update_peer_water_mark(term, member.self_id, own)
         moved = False
         quorum_index = self.quorum_index(term)
         # only an entry of the current term commits by counting (Figure 8)

@@ -124,6 +124,11 @@ class Durability:
 
     # -- data
 
+    @property
+    def durable_index(self) -> int:
+        """The last entry the msyncs have covered (at most `end_index`); never blocks."""
+        return min(self._durable_end_index, int(self.end_index))
+
     def wait_durable(self) -> None:
         """Return once every entry appended so far is on disk (group commit)."""
         self._make_durable(int(self.end_index), whole=False)

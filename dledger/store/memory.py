@@ -229,6 +229,11 @@ class MemoryLogStore:
         """None: a store in memory has no background work."""
         return []
 
+    @property
+    def durable_index(self) -> int:
+        """The end index: nothing here waits for a disk."""
+        return self.end_index
+
     def wait_durable(self) -> None:
         """Returns at once: nothing to sync."""
 

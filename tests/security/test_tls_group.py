@@ -55,7 +55,9 @@ def test_member_certificate_cannot_speak_as_another_member(group: TlsGroup) -> N
     victim = next(i for i in group.ids if i != leader)
     liar = next(i for i in group.ids if i not in (leader, victim))
     with group.client("writer") as client:
-        client.append(b"before")
+        index = client.append(b"before")
+    # the victim learns the commit with the leader's next push (an idle one: ms later)
+    wait_for(lambda: group.metadata(victim).committed_index >= index, "the commit on the victim")
     committed = group.metadata(victim).committed_index
     before = _status(group)
     stub = group.peer_stub(victim, liar)
