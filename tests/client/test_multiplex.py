@@ -182,3 +182,19 @@ def test_get_nearby_reads_alone_what_the_shared_answer_does_not_settle() -> None
         fake.close()
     assert [[e.index for e in r] for r in results if isinstance(r, list)] == [[0, 1], [2, 3, 4, 5, 6, 7], [10]]
     assert fake["n0"].get_requests[0] == (0, 11)  # the union first, then the rest alone
+
+
+def test_a_big_append_goes_at_once_on_its_own(mux: DLedgerClient, fake: FakeCluster) -> None:
+    """A request that amortises a call by itself is not queued behind a shared one."""
+    big = [b"b" * 1024] * (client_module.ALONE_BYTES // 1024)
+    hold = held_first(fake)
+    small = threading.Thread(target=mux.append, args=(b"small",))
+    small.start()
+    eventually(lambda: fake["n0"].held == 1 or None, 10, "the small append in flight")
+    alone = threading.Thread(target=mux.append_many, args=(big,))
+    alone.start()
+    eventually(lambda: fake["n0"].held == 2 or None, 10, "the big append in flight beside it")
+    hold.set()
+    small.join(30)
+    alone.join(30)
+    assert sorted(len(r) for r in fake["n0"].append_requests) == [1, 1, len(big)]
