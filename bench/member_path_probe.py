@@ -29,31 +29,10 @@ import threading
 import time
 from pathlib import Path
 
+from bench._cluster import start_cluster
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, run_bench
-from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
-from tests.e2e.harness import free_ports
-
-
-def start(workdir: Path, flush_mode: str) -> LocalCluster:
-    """Three members (64 MiB segments, 1 s heartbeats) with a leader."""
-    cluster = LocalCluster(
-        nodes=3,
-        group="probe",
-        host="127.0.0.1",
-        base_port=0,
-        ports=free_ports(3),
-        store_base_dir=workdir / "data",
-        extra_args=["--flush-mode", flush_mode, "--segment-size", "64MiB", "--heartbeat-ms", "1000",
-                    "--log-level", "WARNING"],
-        command_line=server_command_line,
-        log_dir=workdir / "logs",
-    )  # fmt: skip
-    cluster.start_all()
-    if cluster.wait_leader(60) is None:
-        raise RuntimeError("no leader elected")
-    return cluster
 
 
 def cpu_s(pid: int) -> float:
@@ -113,7 +92,7 @@ def run_once(tree: str, args: argparse.Namespace) -> str:
     os.environ["PYTHONPATH"] = tree
     os.chdir(tree)  # `python -m` puts the working directory first on the servers' path
     with tempfile.TemporaryDirectory(prefix="dledger-probe-") as workdir:
-        cluster = start(Path(workdir), args.flush_mode)
+        cluster = start_cluster(Path(workdir), args.flush_mode, group="probe", segment_size="64MiB")
         try:
             with DLedgerClient(cluster.peers, "probe", timeout_s=30.0) as client:
                 client.append_many([b"w" * 128] * 1000)

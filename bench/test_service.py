@@ -51,6 +51,7 @@ from typing import Any
 
 import pytest
 
+from bench._cluster import start_cluster
 from bench._common import RESULTS, Rate, make_bodies, record, run_in_threads
 from bench._etcd import INSTALL_HINT, EtcdCluster, etcd_binary, member_version
 from bench._load import LoadPool, LoadResult, OpSpec, open_operation
@@ -65,13 +66,10 @@ from bench._service_summary import (
     UNARY_64,
     summary_lines,
 )
-from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult, run_bench
-from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.security.certs import CertPlan, write_dev_certs
 from dledger.security.tls import TlsConfig
-from tests.e2e.harness import free_ports
 
 ROUNDS = 3
 THREADS = 4
@@ -101,33 +99,12 @@ FIGURES: dict[str, Any] = {}
 # ----------------------------------------------------------------------- clusters
 
 
-def start_cluster(workdir: Path, flush_mode: str, tls_dir: Path | None = None) -> LocalCluster:
-    """Three `dledger server` processes (256 MiB segments, 1 s heartbeats; mutual TLS with
-    the certificates in `tls_dir`) with a leader."""
-    cluster = LocalCluster(
-        nodes=3,
-        group="bench",
-        host="127.0.0.1",
-        base_port=0,
-        ports=free_ports(3),
-        store_base_dir=workdir / "data",
-        extra_args=["--flush-mode", flush_mode, "--segment-size", "256MiB", "--heartbeat-ms", "1000",
-                    "--log-level", "WARNING"],
-        command_line=server_command_line,
-        log_dir=workdir / "logs",
-        tls_dir=tls_dir,
-    )  # fmt: skip
-    cluster.start_all()
-    assert cluster.wait_leader(60) is not None, "no leader elected"
-    return cluster
-
-
 def cluster_client(flush_mode: str, tls: bool = False) -> Iterator[DLedgerClient]:
     with tempfile.TemporaryDirectory(prefix=f"dledger-bench-{flush_mode}-") as workdir:
         tls_dir = Path(workdir) / "tls" if tls else None
         if tls_dir is not None:
             write_dev_certs(tls_dir, CertPlan("bench", ("n0", "n1", "n2"), {"admin": "admin", "writer": "write"}))
-        cluster = start_cluster(Path(workdir), flush_mode, tls_dir)
+        cluster = start_cluster(Path(workdir), flush_mode, tls_dir=tls_dir)
         client_tls = TlsConfig.in_directory(tls_dir, "client-writer") if tls_dir is not None else None
         try:
             with DLedgerClient(cluster.peers, "bench", timeout_s=30.0, tls=client_tls) as client:
