@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,18 +32,30 @@ class PySyncObjCluster:
         ports = free_ports(3)
         addresses = [f"127.0.0.1:{p}" for p in ports]
         root = Path(__file__).resolve().parents[1]
+        # PySyncObj logs its own warnings ("truncating already-applied log entries...") on
+        # stderr: keep them out of the benchmark's output, and show them if a member fails
+        self.logs = [tempfile.TemporaryFile(mode="w+") for _ in addresses]  # noqa: SIM115 - closed by close()
         self.processes = [
             subprocess.Popen(
                 [sys.executable, "-m", "bench._pysyncobj", "pso", me, *(a for a in addresses if a != me)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
+                stderr=log,
                 text=True,
                 cwd=root,
             )
-            for me in addresses
+            for me, log in zip(addresses, self.logs, strict=True)
         ]
         for p in self.processes:
-            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready", self.log_tail()
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` lines each member wrote on stderr."""
+        tails = []
+        for log in self.logs:
+            log.seek(0)
+            tails.append("".join(log.readlines()[-lines:]))
+        return "\n---\n".join(tails)
 
     def run(self, mode: str, count: int, size: int) -> float:
         """Append `count` bodies through the leader; the seconds until all committed."""
@@ -52,7 +65,7 @@ class PySyncObjCluster:
             p.stdin.flush()
         answers = [p.stdout.readline().split() for p in self.processes if p.stdout is not None]
         done = [a for a in answers if a and a[0] == "done"]
-        assert len(done) == 1 and done[0][2] == "0", answers
+        assert len(done) == 1 and done[0][2] == "0", (answers, self.log_tail())
         return float(done[0][1])
 
     def close(self) -> None:
@@ -65,6 +78,8 @@ class PySyncObjCluster:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for log in self.logs:
+            log.close()
 
 
 def serve_pysyncobj(me: str, partners: list[str]) -> None:
