@@ -196,7 +196,7 @@ class SnapshotStore:
                 current.supersede()
                 log.info("install of snapshot %d superseded by %d", current.last_index, last_index)
             directory = self.root / INSTALL_TMP_DIR
-            self._install = SnapshotInstall(directory, last_index, last_term, self._lock, self._publish)
+            self._install = SnapshotInstall(directory, last_index, last_term, self._lock, self._publish_install)
             return self._install
 
     def _check_newer(self, index: int, code: ResponseCode) -> None:
@@ -214,10 +214,15 @@ class SnapshotStore:
             return False
         return True
 
-    def _publish(self, directory: Path, last_index: int, last_term: int) -> Snapshot:
+    def _publish_install(self, directory: Path, last_index: int, last_term: int) -> Snapshot:
+        return self._publish(directory, last_index, last_term, ResponseCode.INSTALL_SNAPSHOT_ERROR)
+
+    def _publish(
+        self, directory: Path, last_index: int, last_term: int, code: ResponseCode = ResponseCode.UNEXPECTED_ARGUMENT
+    ) -> Snapshot:
         _check_range(last_index, last_term)
         with self._lock:
-            self._check_newer(last_index, ResponseCode.UNEXPECTED_ARGUMENT)
+            self._check_newer(last_index, code)
             try:
                 snapshot = publish(directory, self.root, last_index, last_term)
             except OSError as exc:
