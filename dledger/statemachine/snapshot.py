@@ -77,12 +77,12 @@ class SnapshotWriter(io.BufferedWriter):
         try:
             if not self.closed:
                 self.close()
-            return self._store._publish(self.directory, last_index, last_term)
+            snapshot = self._store._publish(self.directory, last_index, last_term)
         except BaseException:
             self._store._end_save(self, failed=True)
             raise
-        finally:
-            self._store._end_save(self, failed=False)
+        self._store._end_save(self, failed=False)
+        return snapshot
 
     def abort(self) -> None:
         """Drop the save and `tmp/` (nothing when it has already ended)."""
@@ -132,7 +132,15 @@ class SnapshotStore:
 
     def snapshots(self, limit: int | None = None) -> list[Snapshot]:
         """The snapshots that verify, newest first (at most `limit`); damaged ones are
-        logged at WARNING and left out. Verification reads every `data` file checked."""
+        logged at WARNING and left out. Verification reads every `data` file checked.
+
+        Runs under the store's lock, so no commit or install changes the directory
+        meanwhile; a snapshot returned stays on disk until `max_reserved` newer ones
+        have been published."""
+        with self._lock:
+            return self._verified(limit)
+
+    def _verified(self, limit: int | None) -> list[Snapshot]:
         good: list[Snapshot] = []
         for index in self.indexes():
             if limit is not None and len(good) >= limit:

@@ -74,7 +74,8 @@ class SnapshotMeta:
         """The file's bytes: compact JSON with DLedger's keys first, then ours."""
         fields = self._fields()
         if not self.verified:
-            return json.dumps({k: fields[k] for k in ("lastIncludedIndex", "lastIncludedTerm")}).encode()
+            java = {k: fields[k] for k in ("lastIncludedIndex", "lastIncludedTerm")}
+            return json.dumps(java, separators=(",", ":")).encode("ascii")
         fields["metaCrc32"] = _meta_crc(fields)
         return json.dumps(fields, separators=(",", ":")).encode("ascii")
 
@@ -167,9 +168,12 @@ class Snapshot:
 
 
 def snapshot_index(name: str) -> int | None:
-    """N for a directory named `snapshot_<N>` (decimal digits), else None."""
+    """N for a directory named `snapshot_<N>` (decimal digits as Java's Long.toString
+    writes them: no sign, no leading zero), else None."""
     digits = name[len(DIR_PREFIX) :]
     if not name.startswith(DIR_PREFIX) or not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        return None
+    if digits != "0" and digits.startswith("0"):
         return None
     value = int(digits)
     return value if value <= MAX_INDEX else None
@@ -215,10 +219,14 @@ def fsync_path(path: Path, directory: bool = False) -> None:
 
 
 def remove_tree(path: Path) -> bool:
-    """Delete a directory tree and fsync its parent; False when it did not exist."""
-    if not path.exists():
+    """Delete a directory tree (or a file or link in its place) and fsync its parent;
+    False when nothing was there."""
+    if not os.path.lexists(path):
         return False
-    shutil.rmtree(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
     fsync_path(path.parent, directory=True)
     return True
 

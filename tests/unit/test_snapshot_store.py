@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import Entry
@@ -338,11 +340,37 @@ def test_bad_metas_are_skipped(tmp_path: Path, meta: bytes) -> None:
 def test_other_names_in_the_snapshot_directory_are_ignored(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     save(store, 3, 1, b"three")
-    for name in ("snapshot_", "snapshot_x1", "snapshot_-4", "snapshot_99999999999999999999", "notes"):
+    for name in ("snapshot_", "snapshot_x1", "snapshot_-4", "snapshot_007", "snapshot_99999999999999999999", "notes"):
         (store.root / name).mkdir()
     (store.root / "snapshot_77").write_bytes(b"a file, not a directory")
+    (store.root / "snapshot_8").symlink_to(store.root / "snapshot_3")
     assert store.indexes() == [3]
     assert content(store.latest()) == (3, 1, b"three")
+    save(store, 4, 1, b"four")  # retention leaves what is not a snapshot alone
+    assert {"notes", "snapshot_007", "snapshot_77", "snapshot_8"} <= {p.name for p in store.root.iterdir()}
+
+
+def test_a_file_in_place_of_tmp_is_removed_at_open(tmp_path: Path) -> None:
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "tmp").write_bytes(b"junk")
+    (tmp_path / "snapshot" / "install_tmp").symlink_to(tmp_path)
+    store = SnapshotStore(tmp_path)
+    assert list(store.root.iterdir()) == [] and tmp_path.is_dir()
+    save(store, 1, 1, b"one")
+    assert content(store.latest()) == (1, 1, b"one")
+
+
+@pytest.mark.property
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(min_size=1, max_size=3000), position=st.integers(min_value=0), bit=st.integers(0, 7))
+def test_any_bit_flip_in_data_falls_back_to_the_older_snapshot(
+    tmp_path_factory: pytest.TempPathFactory, data: bytes, position: int, bit: int
+) -> None:
+    store = SnapshotStore(tmp_path_factory.mktemp("node"))
+    save(store, 1, 1, b"older")
+    newest = save(store, 2, 1, data)
+    flip(newest.data_path, position % len(data), 1 << bit)
+    assert content(store.latest()) == (1, 1, b"older")
 
 
 def test_the_writer_is_a_binary_file(tmp_path: Path) -> None:
