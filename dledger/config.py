@@ -233,6 +233,11 @@ class DLedgerConfig:
     local clusters can run with short intervals. The storage settings are `store`, a
     `StoreConfig` with a member's defaults (`member_store_config`); a member in
     `store.flush_mode="sync"` acknowledges an entry once a majority has it on disk.
+
+    The snapshot settings (`enable_snapshot`, `snapshot_threshold`: entries applied since
+    the last snapshot, `max_snapshot_reserved_num`: snapshots kept) carry DLedger's YAML
+    names and defaults but are not used by the node yet: it takes no snapshots so far
+    (`dledger.statemachine.snapshot.SnapshotStore` is the storage they will drive).
     """
 
     group: str = "default"
@@ -305,6 +310,13 @@ class DLedgerConfig:
     tls_key: str | None = field(default=None, metadata={"yaml": "tlsKey"})
     tls_ca: str | None = field(default=None, metadata={"yaml": "tlsCa"})
 
+    # snapshots (DLedger 0.3.2+ names and defaults). Not used by the node yet: only the
+    # snapshot store (dledger.statemachine.snapshot) exists so far; the node takes no
+    # snapshots, compacts nothing and answers InstallSnapshot with UNSUPPORTED
+    enable_snapshot: bool = field(default=False, metadata={"yaml": "enableSnapshot"})
+    snapshot_threshold: int = field(default=1000, metadata={"yaml": "snapshotThreshold"})  # entries applied
+    max_snapshot_reserved_num: int = field(default=3, metadata={"yaml": "maxSnapshotReservedNum"})
+
     # storage (the member's defaults: see member_store_config)
     store: StoreConfig = field(default_factory=member_store_config)
 
@@ -339,6 +351,10 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
+        for name in ("snapshot_threshold", "max_snapshot_reserved_num"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, not {value!r}")
         for name in ("standby_push_ms", "push_gather_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")

@@ -1,5 +1,5 @@
 """The state machine hook: committed entries applied in order on one caller thread."""
 
-from dledger.statemachine.caller import StateMachine, StateMachineCaller
+from dledger.statemachine.caller import SnapshottingStateMachine, StateMachine, StateMachineCaller
 
-__all__ = ["StateMachine", "StateMachineCaller"]
+__all__ = ["SnapshottingStateMachine", "StateMachine", "StateMachineCaller"]

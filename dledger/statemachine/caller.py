@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol, runtime_checkable
+from typing import BinaryIO, Protocol, runtime_checkable
 
 from dledger.clock import perf_us
 from dledger.entry import Entry
@@ -32,6 +32,33 @@ class StateMachine(Protocol):
 
         Called on the node's state-machine thread only. An exception stops applying
         (the node keeps serving the log; `StateMachineCaller.error` tells why).
+        """
+        ...
+
+
+@runtime_checkable
+class SnapshottingStateMachine(StateMachine, Protocol):
+    """A StateMachine that can be snapshotted (DLedger's `onSnapshotSave` / `onSnapshotLoad`).
+
+    Optional: a plain `StateMachine` stays valid. No caller uses these hooks yet (the
+    node takes no snapshots so far); `dledger.statemachine.snapshot.SnapshotStore` is
+    the storage they will be called with.
+    """
+
+    def on_snapshot_save(self, writer: BinaryIO) -> None:
+        """Write the state as of the last applied entry to `writer` (a binary file, the
+        snapshot's `data`). The caller then commits it under that entry's index and term.
+
+        An exception drops the snapshot; nothing already saved is touched.
+        """
+        ...
+
+    def on_snapshot_load(self, reader: BinaryIO) -> None:
+        """Replace the whole state with the one read from `reader` (a snapshot's `data`,
+        already checked against its checksum when it has one). Entries after the
+        snapshot's last index are applied afterwards.
+
+        An exception means the snapshot could not be loaded.
         """
         ...
 

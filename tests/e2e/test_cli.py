@@ -154,12 +154,13 @@ def test_server_with_a_dledger_yaml_config_file(tmp_path: Path, commands: list[R
         f"    peers: n0-127.0.0.1:{port}\n"
         f"    storeBaseDir: {tmp_path / 'store'}\n"
         "    peerPushQuota: 1048576\n"
-        "    enableSnapshot: false\n"  # a DLedger key we do not have: a warning
+        "    enableSnapshot: false\n"  # a DLedger key we have (not used by the node yet)
+        "    enableBatchPush: true\n"  # a DLedger key we do not have: a warning
     )
     args = ["server", "-c", str(config), "--segment-size", "4MiB", "--heartbeat-ms", "500"]
     server = Running([*args, "--metrics-port", str(metrics_port)], tmp_path)
     commands.append(server)
-    server.wait_for_line("warning: ")
+    assert "'enableBatchPush'" in server.wait_for_line("warning: ")
     channel = open_channel(f"127.0.0.1:{port}")
     try:
         stub = pb_grpc.LedgerStub(channel)

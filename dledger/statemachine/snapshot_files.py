@@ -1,0 +1,258 @@
+"""The files of one snapshot: `snapshot_meta` (JSON), `data`, their checksums and the
+durable steps that publish a finished snapshot directory (see docs/FORMAT.md, "Snapshots").
+
+Layout under `<node dir>/snapshot/` (DLedger 0.3.2+): `snapshot_<lastIncludedIndex>/`
+holding `snapshot_meta` and `data`; `tmp/` for a snapshot being saved, `install_tmp/`
+for one being received.
+
+`snapshot_meta` is DLedger's JSON, `{"lastIncludedIndex":N,"lastIncludedTerm":T}`, to
+which we add `crc32` (zlib's CRC-32 of `data`), `size` (its length in bytes) and
+`metaCrc32` (the CRC-32 of the other four keys rendered compactly in this order), so a
+damaged `data` or `snapshot_meta` is detected. A meta with only DLedger's two keys (what
+Java writes) is read too; such a snapshot cannot be verified: it is used as long as its
+`data` file exists (`SnapshotMeta.verified` is False).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SNAPSHOT_DIR = "snapshot"
+TMP_DIR = "tmp"
+INSTALL_TMP_DIR = "install_tmp"
+META_FILE = "snapshot_meta"
+DATA_FILE = "data"
+DIR_PREFIX = "snapshot_"
+MAX_INDEX = (1 << 63) - 1
+
+_JAVA_KEYS = frozenset({"lastIncludedIndex", "lastIncludedTerm"})
+_OUR_KEYS = _JAVA_KEYS | {"crc32", "size", "metaCrc32"}
+_READ_CHUNK = 1 << 20
+
+
+class DamagedSnapshotError(Exception):
+    """A snapshot directory that must not be loaded (missing file, bad JSON, checksum)."""
+
+
+@dataclass(frozen=True)
+class SnapshotMeta:
+    """The contents of `snapshot_meta`.
+
+    Attributes:
+        last_included_index: the last log index the snapshot covers (DLedger's key).
+        last_included_term: that entry's term (DLedger's key).
+        crc32: zlib's CRC-32 of `data`; None for a meta written by Java DLedger.
+        size: the length of `data` in bytes; None for a meta written by Java DLedger.
+    """
+
+    last_included_index: int
+    last_included_term: int
+    crc32: int | None = None
+    size: int | None = None
+
+    @property
+    def verified(self) -> bool:
+        """True when the meta carries our checksum of `data` (written by dledger-py)."""
+        return self.crc32 is not None
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "lastIncludedIndex": self.last_included_index,
+            "lastIncludedTerm": self.last_included_term,
+            "crc32": self.crc32,
+            "size": self.size,
+        }
+
+    def to_json(self) -> bytes:
+        """The file's bytes: compact JSON with DLedger's keys first, then ours."""
+        fields = self._fields()
+        if not self.verified:
+            java = {k: fields[k] for k in ("lastIncludedIndex", "lastIncludedTerm")}
+            return json.dumps(java, separators=(",", ":")).encode("ascii")
+        fields["metaCrc32"] = _meta_crc(fields)
+        return json.dumps(fields, separators=(",", ":")).encode("ascii")
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> SnapshotMeta:
+        """Parse `snapshot_meta`.
+
+        Raises:
+            DamagedSnapshotError: not JSON, keys other than exactly DLedger's two or
+                exactly ours, a value that is not an integer in range, or a `metaCrc32`
+                that does not match.
+        """
+        try:
+            document = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise DamagedSnapshotError(f"{META_FILE} is not JSON: {exc}") from None
+        if not isinstance(document, dict) or set(document) not in (_JAVA_KEYS, _OUR_KEYS):
+            keys = sorted(document) if isinstance(document, dict) else type(document).__name__
+            raise DamagedSnapshotError(f"{META_FILE} has unexpected keys {keys}")
+        for key, value in document.items():
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INDEX:
+                raise DamagedSnapshotError(f"{META_FILE}: {key} is {value!r}, not an integer 0..2^63-1")
+        index, term = document["lastIncludedIndex"], document["lastIncludedTerm"]
+        meta = cls(index, term, document.get("crc32"), document.get("size"))
+        if meta.verified:
+            expected = _meta_crc(meta._fields())
+            if document["metaCrc32"] != expected or meta.crc32 is None or meta.crc32 > 0xFFFFFFFF:
+                raise DamagedSnapshotError(f"{META_FILE}: metaCrc32 {document['metaCrc32']} != {expected}")
+        return meta
+
+
+def _meta_crc(fields: dict[str, Any]) -> int:
+    return zlib.crc32(json.dumps(fields, separators=(",", ":")).encode("ascii"))
+
+
+def data_checksum(path: Path) -> tuple[int, int]:
+    """(CRC-32, size) of a file, read in 1 MiB pieces."""
+    crc, size = 0, 0
+    buffer = bytearray(_READ_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(buffer):
+            crc = zlib.crc32(view[:n], crc)
+            size += n
+    return crc, size
+
+
+class SnapshotReader(io.BufferedReader):
+    """A snapshot's `data`, open for reading (what `on_snapshot_load(reader)` gets).
+
+    Attributes:
+        meta: the snapshot's `SnapshotMeta`.
+    """
+
+    def __init__(self, path: Path, meta: SnapshotMeta) -> None:
+        super().__init__(io.FileIO(path, "rb"), buffer_size=_READ_CHUNK)
+        self.meta = meta
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A published snapshot that verified when it was found.
+
+    Attributes:
+        path: its directory, `snapshot_<index>`.
+        meta: its `snapshot_meta`.
+    """
+
+    path: Path
+    meta: SnapshotMeta
+
+    @property
+    def index(self) -> int:
+        """lastIncludedIndex."""
+        return self.meta.last_included_index
+
+    @property
+    def term(self) -> int:
+        """lastIncludedTerm."""
+        return self.meta.last_included_term
+
+    @property
+    def data_path(self) -> Path:
+        """The `data` file."""
+        return self.path / DATA_FILE
+
+    def open(self) -> SnapshotReader:
+        """A reader of `data` (close it when done)."""
+        return SnapshotReader(self.data_path, self.meta)
+
+
+def snapshot_index(name: str) -> int | None:
+    """N for a directory named `snapshot_<N>` (decimal digits as Java's Long.toString
+    writes them: no sign, no leading zero), else None."""
+    digits = name[len(DIR_PREFIX) :]
+    if not name.startswith(DIR_PREFIX) or not digits.isascii() or not digits.isdigit() or len(digits) > 19:
+        return None
+    if digits != "0" and digits.startswith("0"):
+        return None
+    value = int(digits)
+    return value if value <= MAX_INDEX else None
+
+
+def verify(directory: Path, index: int) -> Snapshot:
+    """Check a `snapshot_<index>` directory: meta parses, names `index`, and `data`
+    matches its checksum (or, for a Java meta, exists).
+
+    Raises:
+        DamagedSnapshotError: why it must not be loaded.
+    """
+    try:
+        raw = (directory / META_FILE).read_bytes()
+    except FileNotFoundError:
+        raise DamagedSnapshotError(f"no {META_FILE}") from None
+    meta = SnapshotMeta.from_json(raw)
+    if meta.last_included_index != index:
+        raise DamagedSnapshotError(f"{META_FILE} says lastIncludedIndex {meta.last_included_index}")
+    data = directory / DATA_FILE
+    try:
+        if not meta.verified:
+            if not data.is_file():
+                raise FileNotFoundError(data)
+            return Snapshot(directory, meta)
+        if data.stat().st_size != meta.size:
+            raise DamagedSnapshotError(f"{DATA_FILE} has {data.stat().st_size} bytes, {META_FILE} says {meta.size}")
+        crc, _size = data_checksum(data)
+    except FileNotFoundError:
+        raise DamagedSnapshotError(f"no {DATA_FILE}") from None
+    if crc != meta.crc32:
+        raise DamagedSnapshotError(f"{DATA_FILE} CRC-32 {crc:#010x}, {META_FILE} says {meta.crc32:#010x}")
+    return Snapshot(directory, meta)
+
+
+def fsync_path(path: Path, directory: bool = False) -> None:
+    """fsync a file or a directory by path."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_tree(path: Path) -> bool:
+    """Delete a directory tree (or a file or link in its place) and fsync its parent;
+    False when nothing was there."""
+    if not os.path.lexists(path):
+        return False
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()
+    fsync_path(path.parent, directory=True)
+    return True
+
+
+def publish(work_dir: Path, root: Path, index: int, term: int) -> Snapshot:
+    """Turn a directory holding a complete `data` into `root/snapshot_<index>`: checksum
+    `data`, write `snapshot_meta`, fsync both files and the work directory, rename it and
+    fsync `root`. A crash at any step leaves either no `snapshot_<index>` or a whole one
+    (the work directory is removed when the store next opens).
+
+    The caller makes sure no valid `snapshot_<index>` exists; a damaged one is replaced.
+
+    Raises:
+        OSError: a step failed (the snapshot may or may not have been published).
+    """
+    data = work_dir / DATA_FILE
+    fsync_path(data)
+    crc, size = data_checksum(data)
+    meta = SnapshotMeta(index, term, crc, size)
+    with open(work_dir / META_FILE, "wb") as fh:
+        fh.write(meta.to_json())
+        fh.flush()
+        os.fsync(fh.fileno())
+    fsync_path(work_dir, directory=True)
+    target = root / f"{DIR_PREFIX}{index}"
+    remove_tree(target)
+    os.replace(work_dir, target)
+    fsync_path(root, directory=True)
+    return Snapshot(target, meta)
