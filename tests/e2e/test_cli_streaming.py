@@ -25,6 +25,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 DLEDGER = [sys.executable, "-c", "import sys; from dledger.cli.main import main; sys.exit(main())"]
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT back to its default, so Python turns it into
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Command:
     """A `dledger` command with a stdin pipe, its stdout read line by line."""
 
@@ -35,6 +41,9 @@ class Command:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            # as in a terminal: a runner that started us in the background (SIGINT ignored,
+            # which children inherit) must not make Ctrl-C a no-op for the command
+            preexec_fn=_default_sigint,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         assert self.process.stdout is not None
