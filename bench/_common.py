@@ -1,10 +1,12 @@
-"""Shared helpers of the storage benchmarks: workloads, record encoding and the results table."""
+"""Shared helpers of the benchmarks: workloads, record encoding, the results table, and
+the end of the child processes the service benchmarks start."""
 
 from __future__ import annotations
 
 import os
 import random
 import struct
+import subprocess
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -15,6 +17,18 @@ from itertools import islice
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def reap(processes: Iterable[subprocess.Popen[Any]], timeout_s: float = 10.0) -> None:
+    """Wait for each process to exit (told to already), killing one still running after
+    `timeout_s`."""
+    for process in processes:
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
 
 BATCH = 1000
 """Records per transaction / WriteBatch / `append_many` call in the batched benchmarks."""

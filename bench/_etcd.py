@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 
+from bench._common import reap
 from tests.e2e.harness import free_ports
 
 ETCD_BINARY = "etcd"
@@ -145,12 +146,7 @@ class EtcdCluster:
         for process in self.processes:
             if process.poll() is None:
                 process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        reap(self.processes)
         for log in self._logs:
             log.close()
         self.processes, self._logs = [], []

@@ -29,7 +29,7 @@ from contextlib import suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bench._common import make_bodies
+from bench._common import make_bodies, reap
 
 KINDS = ("dledger", "etcd-put", "etcd-txn", "echo")
 WARM_UP_CALLS = 3
@@ -316,12 +316,8 @@ class LoadPool:
             if worker.stdin is not None and not worker.stdin.closed:
                 with suppress(BrokenPipeError):  # a worker that died with a line unread
                     worker.stdin.close()
+        reap(self.workers)
         for worker in self.workers:
-            try:
-                worker.wait(10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
             if worker.stdout is not None:
                 worker.stdout.close()
 

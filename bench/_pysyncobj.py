@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench._common import make_bodies
+from bench._common import make_bodies, reap
 from tests.e2e.harness import free_ports
 
 BODIES = 20_000
@@ -72,12 +72,7 @@ class PySyncObjCluster:
         for p in self.processes:
             if p.stdin is not None:
                 p.stdin.close()
-        for p in self.processes:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        reap(self.processes)
         for log in self.logs:
             log.close()
 

@@ -43,11 +43,10 @@ from typing import Any
 
 import pytest
 
+from bench._cluster import start_cluster
 from bench._common import record, run_in_threads
 from dledger.cli.cluster_runner import LocalCluster
-from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
-from tests.e2e.harness import free_ports
 
 ROWS = 2_000_000
 BODY = 100
@@ -205,20 +204,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """Three `dledger server` processes (256 MiB segments, async flush) holding 2M rows of
     100 bytes (appended untimed with the client's batch appends)."""
     root = tmp_path_factory.mktemp("spark-cluster")
-    group = LocalCluster(
-        nodes=3,
-        group=GROUP,
-        host="127.0.0.1",
-        base_port=0,
-        ports=free_ports(3),
-        store_base_dir=root / "data",
-        extra_args=["--segment-size", "256MiB", "--heartbeat-ms", "1000", "--log-level", "WARNING"],
-        command_line=server_command_line,
-        log_dir=root / "logs",
-    )
-    group.start_all()
+    group = start_cluster(root, "async", group=GROUP)
     try:
-        assert group.wait_leader(60) is not None, "no leader elected"
         with DLedgerClient(group.peers, GROUP, timeout_s=60.0) as client:
             first, last = _fill(client, ROWS)
         # entries in between are ours or NOOPs of a new leader (which reads leave out)
