@@ -399,9 +399,8 @@ class LeaderElector(LeaderHeartbeats):
         """Record one vote answer (None: network error)."""
         self._now_ms = now_ms
         rnd = self._vote_round
-        if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
+        if rnd is None or not rnd.take_answer(peer, request):
             return
-        rnd.answered.add(peer)
         if response is None:
             return
         rnd.record(peer, response)

@@ -30,7 +30,7 @@ class LeaderHeartbeats:
             self.change_role_to_candidate(self.member_state.current_term)  # CheckQuorum: step down
             return []
         rnd = self._hb_round
-        if rnd is not None and (len(rnd.answered) == len(rnd.requests) or now_ms >= rnd.deadline_ms):
+        if rnd is not None and (rnd.all_answered or now_ms >= rnd.deadline_ms):
             self._finish_heartbeat_round(rnd, now_ms)
             if not self.member_state.is_leader:
                 return []
@@ -67,9 +67,8 @@ class LeaderHeartbeats:
             self.change_role_to_candidate(response.term)
             return
         rnd = self._hb_round
-        if rnd is None or rnd.requests.get(peer) is not request or peer in rnd.answered:
+        if rnd is None or not rnd.take_answer(peer, request):
             return
-        rnd.answered.add(peer)
         if response is None:
             return
         if response.code == ResponseCode.SUCCESS:

@@ -4,6 +4,7 @@ LeaderElector, and the `Outbound` requests the passes return."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import (
@@ -23,14 +24,38 @@ class Outbound:
     request: RequestOrResponse
 
 
+Req = TypeVar("Req", VoteRequest, HeartBeatRequest)
+
+
 @dataclass
-class VoteRound:
-    """One vote (or pre-vote) round of a candidate in `term`."""
+class _Round(Generic[Req]):
+    """What every round keeps: its term, its deadline, the request sent to each peer and
+    who has answered."""
 
     term: int
     deadline_ms: int
-    requests: dict[str, VoteRequest]
+    requests: dict[str, Req]
     answered: set[str] = field(default_factory=set)
+
+    def take_answer(self, peer: str, request: Req) -> bool:
+        """Whether this is `peer`'s first answer to the request this round sent it (it
+        then counts as answered); an answer to another round's request, or a repeat, is
+        not."""
+        if self.requests.get(peer) is not request or peer in self.answered:
+            return False
+        self.answered.add(peer)
+        return True
+
+    @property
+    def all_answered(self) -> bool:
+        """Every peer asked has answered."""
+        return len(self.answered) == len(self.requests)
+
+
+@dataclass
+class VoteRound(_Round[VoteRequest]):
+    """One vote (or pre-vote) round of a candidate in `term`."""
+
     known_max_term: int = -1
     valid_num: int = 0
     accepted_num: int = 0
@@ -68,20 +93,16 @@ class VoteRound:
         partitioned member DLedger's rounds otherwise split the vote term after term).
         """
         if self.probe:
-            return len(self.answered) == len(self.requests)
+            return self.all_answered
         if self.not_ready_term_num and member.is_quorum(self.accepted_num + self.not_ready_term_num):
             return True
-        return member.is_quorum(self.accepted_num) or len(self.answered) == len(self.requests)
+        return member.is_quorum(self.accepted_num) or self.all_answered
 
 
 @dataclass
-class HeartBeatRound:
+class HeartBeatRound(_Round[HeartBeatRequest]):
     """One heartbeat round of a leader in `term`."""
 
-    term: int
-    deadline_ms: int
-    requests: dict[str, HeartBeatRequest]
-    answered: set[str] = field(default_factory=set)
     succ_num: int = 1  # the leader itself
     not_ready_num: int = 0
     inconsistent_leader: bool = False
