@@ -16,6 +16,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.statemachine.snapshot import SnapshotStore
 from dledger.statemachine.snapshot_files import Snapshot
 from dledger.statemachine.snapshot_install import SnapshotInstall
+from tests.unit.test_snapshot_store import content, save
 
 pytestmark = pytest.mark.unit
 
@@ -36,18 +37,9 @@ def finish(install: SnapshotInstall, data: bytes) -> Snapshot:
     return install.finish(install.last_index, install.last_term, zlib.crc32(data), len(data))
 
 
-def content(snapshot: Snapshot | None) -> tuple[int, int, bytes] | None:
-    if snapshot is None:
-        return None
-    with snapshot.open() as reader:
-        return snapshot.index, snapshot.term, reader.read()
-
-
 def store_with_old(tmp_path: Path) -> SnapshotStore:
     store = SnapshotStore(tmp_path)
-    writer = store.begin_save()
-    writer.write(b"old")
-    writer.commit(5, 1)
+    save(store, 5, 1, b"old")
     return store
 
 
