@@ -54,6 +54,16 @@ def start(target: Callable[[], Any], name: str, out: dict[str, Any]) -> threadin
     return thread
 
 
+def queue_behind(
+    combiner: Combiner[Any, Any], target: Callable[[], Any], name: str, out: dict[str, Any], key: str | None = None
+) -> threading.Thread:
+    """`start` a call that must queue on lane `key`, and wait until it has."""
+    waiting = combiner.queued(key)
+    thread = start(target, name, out)
+    eventually(lambda: combiner.queued(key) == waiting + 1 or None, 10, f"{name} queued")
+    return thread
+
+
 def test_an_idle_call_is_sent_at_once_by_its_own_thread() -> None:
     send = Recorder()
     combiner: Combiner[int, int] = Combiner(send, max_in_flight=1)
@@ -68,10 +78,8 @@ def test_calls_arriving_while_busy_share_the_next_request_sent_by_the_oldest() -
     out: dict[str, Any] = {}
     busy = [start(lambda k=k: combiner.call(k), f"busy{k}", out) for k in (1, 2)]
     eventually(lambda: len(send.batches) == 2 or None, 10, "two requests in flight")
-    queued = []
-    for k in range(3, 9):  # one after the other, so the oldest is known
-        queued.append(start(lambda k=k: combiner.call(k), f"queued{k}", out))
-        eventually(lambda k=k: combiner.queued() == k - 2 or None, 10, f"call {k} queued")
+    # one after the other, so the oldest is known
+    queued = [queue_behind(combiner, lambda k=k: combiner.call(k), f"queued{k}", out) for k in range(3, 9)]
     send.gate.set()
     for thread in busy + queued:
         thread.join(10)
@@ -90,10 +98,10 @@ def test_each_caller_gets_its_own_error_and_the_others_their_results() -> None:
     first = start(lambda: combiner.call(1), "first", out)
     eventually(lambda: send.batches or None, 10, "the first request in flight")
     refused = DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "this one")
-    others = [start(lambda: combiner.call(2), "ok", out)]
-    eventually(lambda: combiner.queued() == 1 or None, 10, "queued")
-    others.append(start(lambda: combiner.call(refused), "bad", out))
-    eventually(lambda: combiner.queued() == 2 or None, 10, "queued")
+    others = [
+        queue_behind(combiner, lambda: combiner.call(2), "ok", out),
+        queue_behind(combiner, lambda: combiner.call(refused), "bad", out),
+    ]
     send.gate.set()
     for thread in [first, *others]:
         thread.join(10)
@@ -136,9 +144,8 @@ def test_limits_split_requests_and_a_big_item_goes_alone() -> None:
     threads = [start(lambda: combiner.call(0), "first", out)]
     eventually(lambda: send.batches or None, 10, "the first request in flight")
     sizes = {1: 10, 2: 10, 3: 10, 4: 10, 5: 500, 6: 10}
-    for n, (k, size) in enumerate(sizes.items(), 1):
-        threads.append(start(lambda k=k, size=size: combiner.call(k, size=size), f"c{k}", out))
-        eventually(lambda n=n: combiner.queued() == n or None, 10, f"call {k} queued")
+    for k, size in sizes.items():
+        threads.append(queue_behind(combiner, lambda k=k, size=size: combiner.call(k, size=size), f"c{k}", out))
     send.gate.set()
     for thread in threads:
         thread.join(10)
@@ -153,8 +160,7 @@ def test_lanes_do_not_wait_for_each_other() -> None:
     threads = [start(lambda: combiner.call(0, key="a"), "first", out)]
     eventually(lambda: send.batches or None, 10, "lane a busy")
     assert combiner.call(7, key="b") == 70  # lane b is idle: sent at once
-    threads.append(start(lambda: combiner.call(1, key="a"), "queued", out))
-    eventually(lambda: combiner.queued("a") == 1 or None, 10, "queued on lane a")
+    threads.append(queue_behind(combiner, lambda: combiner.call(1, key="a"), "queued", out, key="a"))
     assert combiner.queued("b") == 0
     send.gate.set()
     for thread in threads:
@@ -177,9 +183,7 @@ def test_an_interrupted_sender_leaves_the_others_an_unknown_outcome() -> None:
     out: dict[str, Any] = {}
     threads = [start(lambda: combiner.call(0), "first", out)]
     arrived.wait(10)
-    for n, k in enumerate((1, 2, 3), 1):
-        threads.append(start(lambda k=k: combiner.call(k), f"c{k}", out))
-        eventually(lambda n=n: combiner.queued() == n or None, 10, f"call {k} queued")
+    threads += [queue_behind(combiner, lambda k=k: combiner.call(k), f"c{k}", out) for k in (1, 2, 3)]
     release.set()
     for thread in threads:
         thread.join(10)
