@@ -282,10 +282,8 @@ class DLedgerClient:
         if not bodies:
             raise ValueError("nothing to append: bodies is empty")
         deadline = self.members.deadline_ms()
-        if self._appends is None:
-            return self._append_request(bodies, deadline)
-        size = len(bodies[0]) if len(bodies) == 1 else sum(map(len, bodies))
-        if size >= ALONE_BYTES:
+        size = sum(map(len, bodies))
+        if self._appends is None or size >= ALONE_BYTES:
             return self._append_request(bodies, deadline)
         return self._appends.call((bodies, deadline), size=size, wait_s=self.timeout_s)
 
@@ -390,10 +388,10 @@ class DLedgerClient:
             return get_entries(self.members, index, count, node_id)
         return self._gets.call((index, count, node_id), key=(node_id, index // GET_WINDOW), wait_s=self.timeout_s)
 
-    def _send_shared_gets(self, calls: list[tuple[int, int, str | None]]) -> list[list[Entry] | BaseException]:
+    def _send_shared_gets(self, calls: list[tuple[int, int, str | None]]) -> Sequence[list[Entry] | BaseException]:
         """Concurrent gets of one window (asking the same member) as one Get over their
         union."""
-        return list(get_nearby(self.members, [(index, count) for index, count, _ in calls], calls[0][2]))
+        return get_nearby(self.members, [(index, count) for index, count, _ in calls], calls[0][2])
 
     def metadata(self, node_id: str | None = None) -> NodeMetadata:
         """What `node_id` (default: the leader, else the first member that answers)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 from dledger.client.policy import IndeterminateError
@@ -37,7 +37,7 @@ from dledger.codes import DLedgerError, ResponseCode
 T = TypeVar("T")
 R = TypeVar("R")
 
-Send = Callable[[list[T]], list["R | BaseException"]]
+Send = Callable[[list[T]], Sequence["R | BaseException"]]
 """Sends the items as one request; returns one result (or exception) per item, in order."""
 
 
@@ -178,7 +178,7 @@ class Combiner(Generic[T, R]):
         self._deliver(batch, results, lane, key)
 
     def _deliver(
-        self, batch: list[_Call[T, R]], results: list[R | BaseException], lane: _Lane[T, R], key: Hashable
+        self, batch: list[_Call[T, R]], results: Sequence[R | BaseException], lane: _Lane[T, R], key: Hashable
     ) -> None:
         """Pass the slot on (to the oldest queued call, with its batch) and wake every
         caller of `batch` but the sender with its result."""
