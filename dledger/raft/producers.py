@@ -1,0 +1,266 @@
+"""The idempotent producers' sequence table (Kafka's idempotent producer), without I/O.
+
+A producer has an id (`producer_id`, 0 .. 2^63 - 1) and an epoch, and numbers the
+records it sends in that epoch 0, 1, 2, ... A request carries a `Stamp`: the producer,
+its epoch, the sequence number of its first record and how many records follow, each
+stored as one log entry at consecutive indexes. Before the leader appends a stamped
+request it asks the table (`check`):
+
+- the next sequence numbers of a known producer's current epoch: `NEW`, append them;
+- sequence numbers the table has already seen in one of the last `batches_kept`
+  requests: `DUPLICATE`, answered with the indexes they already have (`runs`), nothing
+  appended; this is what makes a retry after an unknown outcome safe;
+- a gap after the last sequence number: `OUT_OF_ORDER` (with `expected_seq`), refused;
+- numbers already seen but older than the kept requests: `STALE`, refused (their
+  indexes are no longer known);
+- a lower epoch than the producer's: `FENCED`, refused (Kafka's INVALID_PRODUCER_EPOCH:
+  a newer incarnation of that producer exists);
+- a higher epoch, or a producer id the table does not know: only `first_seq == 0`
+  starts it (`NEW`), anything else is `UNKNOWN_PRODUCER`.
+
+The table is a pure function of the log: a member folds every stamped entry run into it
+in index order (`record`), so a new leader rebuilds the leader's table from its own log
+and restarts rebuild it from the log or a saved copy (`encode` / `decode`). Expiry uses
+the log's own clock, the leader's append time carried in each stamp (`append_time_ms`):
+a producer idle for `expiration_ms` of log time is forgotten, at the same index on every
+member, whatever the members' clocks say.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+MAX_ID = 2**63 - 1
+"""Producer ids, epochs and sequence numbers are int64 values from 0 to this."""
+
+DEFAULT_EXPIRATION_MS = 86_400_000
+"""Kafka's `producer.id.expiration.ms` default: one day of log time."""
+
+DEFAULT_BATCHES_KEPT = 5
+"""Kafka keeps the last five batches per producer (its `max.in.flight` limit for
+idempotence); a client with more requests in flight may see `STALE` on a retry."""
+
+_FORMAT_VERSION = 1
+_HEADER = struct.Struct(">BqqII")  # version, clock, expiration, batches kept, producer count
+_PRODUCER = struct.Struct(">qqqH")  # id, epoch, last time, kept batch count
+_BATCH = struct.Struct(">qqq")  # first seq, last seq, first index
+_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class Stamp:
+    """What a producer's request carries, and what the log keeps with its entries."""
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+    count: int
+    append_time_ms: int = 0
+    """The leader's clock when it appended the request (set by the leader, not the
+    client); the table's only clock."""
+
+    def __post_init__(self) -> None:
+        for name in ("producer_id", "epoch", "first_seq", "append_time_ms"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_ID:
+                raise ValueError(f"{name} must be in 0..{MAX_ID}, got {value}")
+        if self.count < 1 or self.first_seq + self.count - 1 > MAX_ID:
+            raise ValueError(f"count must be at least 1 and keep sequence numbers in range, got {self.count}")
+
+    @property
+    def last_seq(self) -> int:
+        return self.first_seq + self.count - 1
+
+
+class Verdict(Enum):
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out of order"
+    STALE = "stale"
+    FENCED = "fenced"
+    UNKNOWN_PRODUCER = "unknown producer"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """The table's answer for one stamped request."""
+
+    verdict: Verdict
+    runs: tuple[tuple[int, int], ...] = ()
+    """For DUPLICATE: (first index, count) of each consecutive run holding the records,
+    in sequence order."""
+    expected_seq: int = -1
+    """For OUT_OF_ORDER: the sequence number the table waits for."""
+    epoch: int = -1
+    """For FENCED: the producer's current epoch."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    first_seq: int
+    last_seq: int
+    first_index: int
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    last_time_ms: int
+    batches: deque[_Batch] = field(default_factory=deque)
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else -1
+
+
+class ProducerTable:
+    """Per producer: its epoch, its last `batches_kept` requests and their indexes.
+
+    Args:
+        expiration_ms: log time after which an idle producer is forgotten.
+        batches_kept: how many of a producer's latest requests are remembered.
+    """
+
+    def __init__(self, expiration_ms: int = DEFAULT_EXPIRATION_MS, batches_kept: int = DEFAULT_BATCHES_KEPT) -> None:
+        if expiration_ms <= 0 or batches_kept <= 0:
+            raise ValueError("expiration_ms and batches_kept must be positive")
+        self.expiration_ms = expiration_ms
+        self.batches_kept = batches_kept
+        self.clock_ms = 0
+        """The latest append time recorded: the table's notion of now."""
+        self._producers: dict[int, _Producer] = {}
+        self._next_sweep_ms = 0
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ProducerTable):
+            return NotImplemented
+        return self.encode() == other.encode()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _live(self, producer_id: int) -> _Producer | None:
+        producer = self._producers.get(producer_id)
+        if producer is not None and self.clock_ms - producer.last_time_ms > self.expiration_ms:
+            return None
+        return producer
+
+    def check(self, stamp: Stamp) -> Check:
+        """What to do with a request carrying `stamp` (nothing changes)."""
+        producer = self._live(stamp.producer_id)
+        if producer is None or stamp.epoch > producer.epoch:
+            return Check(Verdict.NEW) if stamp.first_seq == 0 else Check(Verdict.UNKNOWN_PRODUCER)
+        if stamp.epoch < producer.epoch:
+            return Check(Verdict.FENCED, epoch=producer.epoch)
+        last = producer.last_seq
+        if stamp.first_seq == last + 1:
+            return Check(Verdict.NEW)
+        if stamp.first_seq > last + 1:
+            return Check(Verdict.OUT_OF_ORDER, expected_seq=last + 1)
+        if stamp.last_seq > last:  # part seen, part new: the client re-split its records
+            return Check(Verdict.OUT_OF_ORDER, expected_seq=last + 1)
+        runs = _runs_of(producer.batches, stamp.first_seq, stamp.last_seq)
+        return Check(Verdict.DUPLICATE, runs=runs) if runs else Check(Verdict.STALE)
+
+    def record(self, stamp: Stamp, first_index: int) -> None:
+        """Fold a stamped run written at `first_index ..` into the table (log order).
+
+        Raises:
+            ValueError: `check` would not have answered NEW for it (the log holds a run
+                the leader must have refused: the table and the log disagree).
+        """
+        verdict = self.check(stamp).verdict
+        if verdict is not Verdict.NEW:
+            raise ValueError(f"producer {stamp.producer_id}: a {verdict.value} run at index {first_index}")
+        self.clock_ms = max(self.clock_ms, stamp.append_time_ms)
+        producer = self._live(stamp.producer_id)
+        if producer is None or stamp.epoch > producer.epoch:
+            producer = _Producer(stamp.epoch, stamp.append_time_ms)
+            self._producers[stamp.producer_id] = producer
+        producer.last_time_ms = max(producer.last_time_ms, stamp.append_time_ms)
+        producer.batches.append(_Batch(stamp.first_seq, stamp.last_seq, first_index))
+        while len(producer.batches) > self.batches_kept:
+            producer.batches.popleft()
+        if self.clock_ms >= self._next_sweep_ms:
+            self.expire()
+
+    def expire(self) -> list[int]:
+        """Forget every producer idle for longer than `expiration_ms`; their ids."""
+        gone = [pid for pid, p in self._producers.items() if self.clock_ms - p.last_time_ms > self.expiration_ms]
+        for pid in gone:
+            del self._producers[pid]
+        self._next_sweep_ms = self.clock_ms + max(1, self.expiration_ms // 8)
+        return gone
+
+    def copy(self) -> ProducerTable:
+        """An independent copy (the leader's view of its uncommitted tail starts as one)."""
+        return ProducerTable.decode(self.encode())
+
+    def encode(self) -> bytes:
+        """A versioned, checksummed image of the table (for snapshots and restarts)."""
+        parts = [
+            _HEADER.pack(_FORMAT_VERSION, self.clock_ms, self.expiration_ms, self.batches_kept, len(self._producers))
+        ]
+        for pid in sorted(self._producers):
+            producer = self._producers[pid]
+            parts.append(_PRODUCER.pack(pid, producer.epoch, producer.last_time_ms, len(producer.batches)))
+            parts.extend(_BATCH.pack(b.first_seq, b.last_seq, b.first_index) for b in producer.batches)
+        body = b"".join(parts)
+        return body + _CRC.pack(zlib.crc32(body))
+
+    @classmethod
+    def decode(cls, data: bytes) -> ProducerTable:
+        """The table `encode` wrote.
+
+        Raises:
+            ValueError: the image is truncated, damaged or of an unknown version.
+        """
+        if len(data) < _HEADER.size + _CRC.size:
+            raise ValueError(f"producer table image too short ({len(data)} bytes)")
+        body, (crc,) = data[: -_CRC.size], _CRC.unpack_from(data, len(data) - _CRC.size)
+        if zlib.crc32(body) != crc:
+            raise ValueError("producer table image is damaged (checksum mismatch)")
+        version, clock, expiration, kept, count = _HEADER.unpack_from(body)
+        if version != _FORMAT_VERSION:
+            raise ValueError(f"producer table image version {version} is not supported")
+        table = cls(expiration, kept)
+        table.clock_ms = clock
+        offset = _HEADER.size
+        try:
+            for _ in range(count):
+                pid, epoch, last_time, nbatches = _PRODUCER.unpack_from(body, offset)
+                offset += _PRODUCER.size
+                producer = _Producer(epoch, last_time)
+                for _ in range(nbatches):
+                    producer.batches.append(_Batch(*_BATCH.unpack_from(body, offset)))
+                    offset += _BATCH.size
+                table._producers[pid] = producer
+        except struct.error as exc:
+            raise ValueError(f"producer table image is truncated: {exc}") from None
+        if offset != len(body):
+            raise ValueError(f"producer table image has {len(body) - offset} bytes after its last producer")
+        table._next_sweep_ms = clock
+        return table
+
+
+def _runs_of(batches: deque[_Batch], first_seq: int, last_seq: int) -> tuple[tuple[int, int], ...]:
+    """The index runs holding sequence numbers first_seq..last_seq, if all are kept."""
+    runs: list[tuple[int, int]] = []
+    seq = first_seq
+    for batch in batches:
+        if batch.last_seq < seq:
+            continue
+        if batch.first_seq > seq:
+            return ()  # the oldest kept batch starts after `seq`: older ones are gone
+        end = min(batch.last_seq, last_seq)
+        runs.append((batch.first_index + seq - batch.first_seq, end - seq + 1))
+        seq = end + 1
+        if seq > last_seq:
+            return tuple(runs)
+    return ()
