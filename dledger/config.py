@@ -24,6 +24,11 @@ from dledger.entry import INDEX_UNIT_SIZE, MAX_ENTRY_SIZE
 
 MIB = 1024 * 1024
 
+MAX_BODIES_PER_APPEND = 65_536
+"""A member's default limit on the bodies of one append request (`ServiceLimits`);
+clients that batch (the Spark sink, `dledger append -b`) stay within it."""
+MAX_APPEND_BYTES = 16 * MIB
+"""A member's default limit on the body bytes of one append request."""
 MEMBER_RELEASE_BEHIND_BYTES = 256 * MIB
 """A member's `release_behind_bytes` (the embedded store's default is 0: keep every page)."""
 

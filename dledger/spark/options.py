@@ -7,11 +7,12 @@ case-insensitive (Spark lower-cases them); values are strings, as Spark passes t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dledger.config import ConfigError, parse_peers
+from dledger.config import MAX_BODIES_PER_APPEND, ConfigError, parse_peers
 
 COLUMNS: dict[str, str] = {"index": "bigint", "term": "bigint", "pos": "bigint", "body": "binary", "magic": "int"}
 """Every column a read can return: column name -> Spark type (simpleString)."""
@@ -32,6 +33,11 @@ Python worker a reader and a partition, opens an Arrow stream): on 2 cores, 2 M 
 DEFAULT_FETCH_MAX_BYTES = 4 << 20
 DEFAULT_FETCH_MAX_ENTRIES = 65_536
 DEFAULT_RPC_TIMEOUT_MS = 30_000
+DEFAULT_CONNECT_TIMEOUT_MS = 5_000
+"""Planning on the driver (the cluster's metadata) fails after this long when no member
+answers, instead of waiting out `rpcTimeoutMs`."""
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
+"""Kafka's `maxTriggerDelay` default (15 minutes)."""
 DEFAULT_WRITE_BATCH_ENTRIES = 16384
 DEFAULT_WRITE_BATCH_BYTES = 4 << 20
 LOCAL_BATCH_ROWS = 1 << 16
@@ -64,9 +70,12 @@ READ_OPTIONS = (
     "fetchMaxBytes",
     "fetchMaxEntries",
     "rpcTimeoutMs",
+    "connectTimeoutMs",
     "includeNoops",
 )
-STREAM_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
+MAX_PER_TRIGGER_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
+MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
+STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
 WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs")
 
 
@@ -113,7 +122,11 @@ class ReadOptions:
             leader first), the "leader" only, or the "follower"s serve the reads.
         fetch_max_bytes, fetch_max_entries: live: size of one streamed gRPC chunk.
         rpc_timeout_ms: live: per-RPC deadline.
+        connect_timeout_ms: live: how long planning waits for the cluster's metadata.
         max_entries_per_trigger: streaming: rate limit per micro-batch (None: no limit).
+        min_entries_per_trigger: streaming: no micro-batch until this many entries are
+            committed, or `max_trigger_delay_ms` passed since the last one (None: none).
+        max_trigger_delay_ms: streaming: see `min_entries_per_trigger`.
         include_noops: return the NOOP entries a new leader appends (default: only the
             entries clients appended, as a Kafka source returns only records).
     """
@@ -129,7 +142,10 @@ class ReadOptions:
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
     fetch_max_entries: int = DEFAULT_FETCH_MAX_ENTRIES
     rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     max_entries_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     include_noops: bool = False
 
 
@@ -166,8 +182,8 @@ def _check_known(opts: Mapping[str, str], allowed: Sequence[str], what: str) -> 
         )
 
 
-def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
-    """Integer option `name` (>= minimum), or `default` when absent."""
+def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
+    """Integer option `name` (minimum..maximum), or `default` when absent."""
     raw = opts.get(name.lower())
     if raw is None or raw.strip() == "":
         return default
@@ -177,7 +193,66 @@ def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1
         raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise OptionError(f"option {name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise OptionError(f"option {name} must be <= {maximum} (a member's limit per request), got {value}")
     return value
+
+
+_DURATION_UNITS_MS = {
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+}
+_DURATION = re.compile(r"^(\d+)\s*([a-z]*)$")
+
+
+def parse_duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
+    """A duration option (`15m`, `30s`, `500ms`, `2 minutes`, `1h`; a bare number is
+    milliseconds) in ms, at least 1, or `default` when absent."""
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    match = _DURATION.match(raw.strip().lower())
+    unit = match.group(2) or "ms" if match else ""
+    if unit not in _DURATION_UNITS_MS and unit.endswith("s"):
+        unit = unit[:-1]  # seconds, minutes, hours, days, mins, secs
+    if match is None or unit not in _DURATION_UNITS_MS or int(match.group(1)) < 1:
+        raise OptionError(f"option {name} must be a positive duration such as 15m, 30s or 500ms, got {raw!r}")
+    return int(match.group(1)) * _DURATION_UNITS_MS[unit]
+
+
+def _parse_either(opts: Mapping[str, str], names: Sequence[str]) -> int | None:
+    """An integer option that has an alias (ours and Kafka's name), None when absent."""
+    given = [name for name in names if name.lower() in opts]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(given)} mean the same: give one")
+    return parse_int(opts, given[0], 0) if given else None
+
+
+def check_options_at_load(options: Mapping[str, str]) -> None:
+    """Validate read options when `load()` runs, before Spark knows whether the read is a
+    batch or a stream: every value, and the combinations that are wrong either way.
+    What depends on the mode (`endingIndex` on a stream) is checked when the reader is
+    made.
+
+    Raises:
+        OptionError: naming the bad option.
+    """
+    opts = _lower(options)
+    stream_given = [name for name in STREAM_OPTIONS if name.lower() in opts]
+    if "endingindex" in opts and stream_given:
+        raise OptionError(
+            f"option endingIndex is for batch reads and {stream_given[0]} for streams: a read cannot have both"
+        )
+    parse_read_options(opts, streaming="endingindex" not in opts)
 
 
 def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -272,10 +347,14 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     read_from = opts.get("readfrom", "any").strip().lower() or "any"
     if read_from not in ("leader", "follower", "any"):
         raise OptionError(f"option readFrom must be leader, follower or any, got {opts['readfrom']!r}")
-    max_per_trigger: int | None = None
-    for name in STREAM_OPTIONS:
-        if name.lower() in opts:
-            max_per_trigger = parse_int(opts, name, 0)
+    max_per_trigger = _parse_either(opts, MAX_PER_TRIGGER_OPTIONS)
+    min_per_trigger = _parse_either(opts, MIN_PER_TRIGGER_OPTIONS)
+    if max_per_trigger is not None and min_per_trigger is not None and min_per_trigger > max_per_trigger:
+        raise OptionError(
+            f"option minEntriesPerTrigger ({min_per_trigger}) must not exceed maxEntriesPerTrigger ({max_per_trigger})"
+        )
+    if "maxtriggerdelay" in opts and min_per_trigger is None:
+        raise OptionError("option maxTriggerDelay needs minEntriesPerTrigger (it bounds how long a batch may wait)")
     min_parts = parse_int(opts, "minPartitions", 0) if "minpartitions" in opts else None
     return ReadOptions(
         target=target,
@@ -289,7 +368,10 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         fetch_max_bytes=parse_int(opts, "fetchMaxBytes", DEFAULT_FETCH_MAX_BYTES),
         fetch_max_entries=parse_int(opts, "fetchMaxEntries", DEFAULT_FETCH_MAX_ENTRIES),
         rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        connect_timeout_ms=parse_int(opts, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
         max_entries_per_trigger=max_per_trigger,
+        min_entries_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=parse_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         include_noops=parse_bool(opts, "includeNoops", False),
     )
 
@@ -315,7 +397,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
         )
     return WriteOptions(
         target=target,
-        batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES),
+        batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, maximum=MAX_BODIES_PER_APPEND),
         batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES),
         rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
     )

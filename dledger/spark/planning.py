@@ -138,6 +138,18 @@ def next_end(start: int, latest: int, max_rows: int | None, target: int | None) 
     return max(start, end)
 
 
+def admit(available: int, min_rows: int | None, waited_ms: float, max_delay_ms: int) -> bool:
+    """Admission control (Kafka's `minOffsetsPerTrigger` / `maxTriggerDelay`): may a
+    micro-batch of `available` entries start, `waited_ms` after the last one did?
+
+    Without a minimum any new entry starts one; with one, a batch waits until `min_rows`
+    entries are there or `max_delay_ms` has passed (then whatever is there, if anything).
+    """
+    if available <= 0:
+        return False
+    return min_rows is None or available >= min_rows or waited_ms >= max_delay_ms
+
+
 # -- splitting
 
 

@@ -9,6 +9,7 @@ through the gRPC client).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from dledger.spark.options import (
     LOCAL_BATCH_ROWS,
     OptionError,
     ReadOptions,
+    check_options_at_load,
     parse_read_options,
     read_columns_of,
     read_schema_ddl,
@@ -57,6 +59,7 @@ from dledger.spark.options import (
 from dledger.spark.planning import (
     IndexRange,
     LogBounds,
+    admit,
     check_data_loss,
     make_offset,
     next_end,
@@ -86,6 +89,11 @@ class _ReadPlan:
         self.min_partitions = max(1, options.min_partitions or min_partitions)
         self.factory = factory
         self.node_dir = str(node_dir_of(options.target.path)) if options.target.path else None
+
+    @property
+    def connect_timeout_s(self) -> float:
+        """How long planning waits for a live cluster's metadata."""
+        return min(self.options.connect_timeout_ms, self.options.rpc_timeout_ms) / 1000
 
     @property
     def timeout_s(self) -> float:
@@ -148,7 +156,7 @@ class DLedgerBatchReader(DataSourceReader):
         plan = self.plan
         if plan.node_dir is not None:
             return plan.local_partitions(None, None)
-        view = fetch_view_once(plan.options.target, plan.factory, plan.timeout_s)
+        view = fetch_view_once(plan.options.target, plan.factory, plan.connect_timeout_s)
         return [InputPartition(t) for t in plan_batch_read(view, plan.options, plan.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -162,13 +170,24 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Offsets are `{"group": g, "index": N}`, N the next index to read. A store directory is
     followed through its `checkpoint` (committed index); a cluster through its leader's
     metadata. availableNow reads up to the committed index seen when the query starts.
+
+    Admission control as Kafka's: `maxEntriesPerTrigger` caps a micro-batch,
+    `minEntriesPerTrigger` holds one back until that many entries are committed or
+    `maxTriggerDelay` has passed since the last one started. Progress: PySpark gives a
+    Python source no `metrics()` hook, so the lag travels in the reported latest offset:
+    `{"group", "index", "entriesBehindLatest"}` (committed entries not yet in a batch).
     """
+
+    clock = staticmethod(time.monotonic)
+    """Seconds, for `maxTriggerDelay` (tests substitute a manual clock)."""
 
     def __init__(self, plan: _ReadPlan) -> None:
         self.plan = plan
         self.group = plan.options.target.group
         self._target: int | None = None
         self._client: LedgerClient | None = None  # driver side only, created lazily
+        self._last_trigger = self.clock()
+        self._planned_end: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -188,9 +207,20 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._view().bounds
 
     def _view(self) -> ClusterView:
-        if self._client is None:
-            self._client = self.plan.factory(self.plan.options.target.peers or "", self.group, self.plan.timeout_s)
-        return fetch_view(self.plan.options.target, self._client)
+        """The cluster's state. Until the cluster has answered once, a client with the
+        connect timeout asks (unreachable peers fail the query fast); afterwards one with
+        `rpcTimeoutMs` (a leader change while the query runs is waited out)."""
+        plan = self.plan
+        if self._client is not None:
+            return fetch_view(plan.options.target, self._client)
+        peers = plan.options.target.peers or ""
+        first = plan.factory(peers, self.group, plan.connect_timeout_s)
+        try:
+            view = fetch_view(plan.options.target, first)
+        finally:
+            close_client(first)
+        self._client = plan.factory(peers, self.group, plan.timeout_s)
+        return view
 
     def _latest(self) -> int:
         if self.plan.node_dir is not None:
@@ -213,14 +243,29 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """The end of the next micro-batch (committed + 1, capped by the limit)."""
+        """The end of the next micro-batch (committed + 1, capped by the limit), or
+        `start` while admission control holds the batch back."""
         first = offset_index(start, self.group)
+        latest = self._latest()
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return make_offset(self.group, next_end(first, self._latest(), max_rows, self._target))
+        end = next_end(first, latest, max_rows, self._target)
+        min_rows = None if self._target is not None else self.plan.options.min_entries_per_trigger
+        now = self.clock()
+        waited_ms = (now - self._last_trigger) * 1000
+        if end > first and admit(latest - first, min_rows, waited_ms, self.plan.options.max_trigger_delay_ms):
+            self._last_trigger = now
+        else:
+            end = first
+        self._planned_end = end
+        return make_offset(self.group, end)
 
     def reportLatestOffset(self) -> dict[str, Any]:
-        """Committed + 1, for progress reports."""
-        return make_offset(self.group, self._latest())
+        """Committed + 1, and how many committed entries no batch has taken yet."""
+        latest = self._latest()
+        offset = make_offset(self.group, latest)
+        if self._planned_end is not None:
+            offset["entriesBehindLatest"] = max(0, latest - self._planned_end)
+        return offset
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Tasks of [start, end)."""
@@ -276,7 +321,9 @@ class DLedgerDataSource(DataSource):
 
     def schema(self) -> str:
         """The read schema: `index long, term long, pos long, body binary`, plus
-        `magic int` with `includeNoops=true`."""
+        `magic int` with `includeNoops=true`. Called by `load()`, so the options are
+        checked here, where a bad one fails at once (not at a stream's `start()`)."""
+        check_options_at_load(dict(self.options))
         return read_schema_ddl(dict(self.options))
 
     def _plan(self, schema: StructType, streaming: bool) -> _ReadPlan:

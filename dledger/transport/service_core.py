@@ -15,7 +15,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 
-from dledger.config import DLedgerConfig
+from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND, DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
 from dledger.transport.convert import StatusLike
 from dledger.transport.validate import Refusal, RefusalLog, RequestValidator
@@ -72,8 +72,8 @@ class ServiceLimits:
     max_workers: int = 160
     max_client_calls: int = 128
     max_streams: int = 16
-    max_bodies_per_append: int = 65_536
-    max_append_bytes: int = 16 * 1024 * 1024
+    max_bodies_per_append: int = MAX_BODIES_PER_APPEND
+    max_append_bytes: int = MAX_APPEND_BYTES
     stream_in_flight: int = 256
     max_get_count: int = 65_536
     max_get_bytes: int = 16 * 1024 * 1024

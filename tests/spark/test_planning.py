@@ -10,6 +10,7 @@ import pytest
 from dledger.spark.options import (
     DEFAULT_ENTRIES_PER_PARTITION,
     OptionError,
+    check_options_at_load,
     parse_read_options,
     parse_write_options,
     read_columns_of,
@@ -21,6 +22,7 @@ from dledger.spark.planning import (
     IndexRange,
     LogBounds,
     SegmentSpan,
+    admit,
     assign_nodes,
     candidate_nodes,
     check_data_loss,
@@ -76,6 +78,40 @@ def test_stream_limits_and_alias() -> None:
     assert parse_read_options({"path": "/x", "startingIndex": "earliest"}, True).starting == "earliest"
 
 
+def test_admission_control_options() -> None:
+    opts = parse_read_options({"path": "/x", "minEntriesPerTrigger": "5", "maxTriggerDelay": "2 minutes"}, True)
+    assert (opts.min_entries_per_trigger, opts.max_trigger_delay_ms) == (5, 120_000)
+    opts = parse_read_options({"path": "/x", "minOffsetsPerTrigger": "3", "maxEntriesPerTrigger": "3"}, True)
+    assert (opts.min_entries_per_trigger, opts.max_entries_per_trigger, opts.max_trigger_delay_ms) == (3, 3, 900_000)
+    for raw, ms in (("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("1h", 3_600_000), ("250", 250)):
+        assert parse_read_options({"path": "/x", "minEntriesPerTrigger": "1", "maxTriggerDelay": raw}, True) == (
+            parse_read_options({"path": "/x", "minEntriesPerTrigger": "1", "maxTriggerDelay": f"{ms}ms"}, True)
+        )
+    assert parse_read_options({"peers": PEERS}, False).connect_timeout_ms == 5000
+
+
+def test_admission_waits_for_the_minimum_or_the_delay() -> None:
+    assert not admit(0, None, 10**9, 1000)  # nothing new: never a batch
+    assert admit(1, None, 0, 1000)
+    assert not admit(4, 5, 999, 1000)
+    assert admit(5, 5, 0, 1000)
+    assert admit(4, 5, 1000, 1000)  # the delay passed: whatever is there
+    assert not admit(0, 5, 5000, 1000)
+
+
+def test_options_are_checked_at_load_whatever_the_mode() -> None:
+    check_options_at_load({"path": "/x", "endingIndex": "5"})
+    check_options_at_load({"path": "/x", "maxEntriesPerTrigger": "5", "startingIndex": "latest"})
+    for options, message in (
+        ({"path": "/x", "maxEntriesPerTrigger": "0"}, "must be >= 1"),
+        ({"path": "/x", "endingIndex": "5", "maxEntriesPerTrigger": "5"}, "cannot have both"),
+        ({"path": "/x", "fetchMaxBytes": "-3"}, "must be >= 1"),
+        ({"path": "/x", "readFrom": "primary"}, "leader, follower or any"),
+    ):
+        with pytest.raises(OptionError, match=message):
+            check_options_at_load(options)
+
+
 @pytest.mark.parametrize(
     ("options", "streaming", "message"),
     [
@@ -94,6 +130,13 @@ def test_stream_limits_and_alias() -> None:
         ({"path": "/x", "readFrom": "primary"}, False, "leader, follower or any"),
         ({"path": "/x", "minPartitions": "two"}, False, "must be an integer"),
         ({"peers": "127.0.0.1:20911"}, False, "option peers"),
+        ({"path": "/x", "minEntriesPerTrigger": "9", "maxEntriesPerTrigger": "5"}, True, "must not exceed"),
+        ({"path": "/x", "maxEntriesPerTrigger": "5", "maxOffsetsPerTrigger": "5"}, True, "mean the same"),
+        ({"path": "/x", "maxTriggerDelay": "5m"}, True, "needs minEntriesPerTrigger"),
+        ({"path": "/x", "minEntriesPerTrigger": "2", "maxTriggerDelay": "soon"}, True, "positive duration"),
+        ({"path": "/x", "minEntriesPerTrigger": "2", "maxTriggerDelay": "0s"}, True, "positive duration"),
+        ({"path": "/x", "minEntriesPerTrigger": "2"}, False, "streaming reads only"),
+        ({"peers": PEERS, "connectTimeoutMs": "0"}, False, "must be >= 1"),
     ],
 )
 def test_bad_read_options(options: dict[str, str], streaming: bool, message: str) -> None:
@@ -110,6 +153,9 @@ def test_write_options() -> None:
         parse_write_options({"path": "/x"}, overwrite=False)
     with pytest.raises(OptionError, match="unknown option"):
         parse_write_options({"peers": PEERS, "startingIndex": "1"}, overwrite=False)
+    assert parse_write_options({"peers": PEERS, "batchEntries": "65536"}, overwrite=False).batch_entries == 65536
+    with pytest.raises(OptionError, match=r"batchEntries must be <= 65536 \(a member's limit per request\)"):
+        parse_write_options({"peers": PEERS, "batchEntries": "200000"}, overwrite=False)
 
 
 def test_read_schema_subsets_and_errors() -> None:

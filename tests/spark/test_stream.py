@@ -5,6 +5,7 @@ trigger following the directory's checkpointed committed index, and bad options.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +191,54 @@ def test_restart_with_another_group_is_refused(spark: Any, tmp_path: Path) -> No
 def test_stream_bad_options(spark: Any, tmp_path: Path) -> None:
     log = tmp_path / "log"
     append(log, 0, 3)
-    for options, message in (
-        ({"endingIndex": "2"}, "batch reads only"),
+    for options, message in (  # wrong whatever the mode: load() refuses them
         ({"maxEntriesPerTrigger": "none"}, "must be an integer"),
+        ({"maxEntriesPerTrigger": "0"}, "must be >= 1"),
+        ({"endingIndex": "2", "maxEntriesPerTrigger": "5"}, "cannot have both"),
     ):
         with pytest.raises(Exception, match=message):
-            query = stream(spark, log, **options).writeStream.format("noop").trigger(availableNow=True).start()
-            query.awaitTermination(TIMEOUT_S)
+            stream(spark, log, **options)
+    # only a stream may not have an end: known when the query starts
+    with pytest.raises(Exception, match="batch reads only"):
+        query = stream(spark, log, endingIndex="2").writeStream.format("noop").trigger(availableNow=True).start()
+        query.awaitTermination(TIMEOUT_S)
+
+
+def test_min_entries_per_trigger_holds_batches_back_and_progress_shows_the_lag(spark: Any, tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    append(log, 0, 3)
+    df = stream(spark, log, startingIndex="earliest", minEntriesPerTrigger="5", maxTriggerDelay="1h")
+    collector = Collector()
+    query = (
+        df.writeStream.foreachBatch(collector)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    try:
+        held = _wait_for(query, lambda p: _behind(p) == 3)
+        assert held["numInputRows"] == 0
+        assert all(rows == [] for _, rows in collector.batches)  # Spark's first batch has no range
+        append(log, 3, 2)
+        _wait_for(query, lambda p: _behind(p) == 0 and p["numInputRows"] == 5)
+        assert [rows for _, rows in collector.batches if rows] == [[(i, body(i)) for i in range(5)]]
+    finally:
+        query.stop()
+
+
+def _behind(progress: dict[str, Any]) -> int | None:
+    latest = progress["sources"][0]["latestOffset"]
+    value = json.loads(latest) if isinstance(latest, str) else latest
+    return None if value is None else value.get("entriesBehindLatest")
+
+
+def _wait_for(query: Any, condition: Any) -> dict[str, Any]:
+    """Poll the query's progress reports until one satisfies `condition`."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert query.exception() is None
+        for progress in query.recentProgress:
+            if condition(progress):
+                return dict(progress)
+        time.sleep(0.05)
+    raise AssertionError(f"no progress report matched; last: {query.lastProgress}")
