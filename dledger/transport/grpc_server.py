@@ -175,6 +175,7 @@ class PeerService:
                     self._handler("LeadershipTransfer", "LeadershipTransferRequest", "LeadershipTransferResponse")
                 ),
                 "InstallSnapshot": unary(guard_unary("Peer.InstallSnapshot", self._install_snapshot)),
+                "ReadIndex": unary(self._handler("ReadIndex", "ReadIndexRequest", "ReadIndexResponse")),
             },
         )
 
