@@ -412,6 +412,7 @@ class DLedgerClient:
             timeout: seconds for the call, retries included (default: the client's).
 
         Raises:
+            ValueError: `mode` is not a ReadMode.
             DLedgerError: UNSUPPORTED (no queryable state machine), UNEXPECTED_ARGUMENT,
                 TIMEOUT / NETWORK_ERROR (no member answered in time)...
             IndeterminateError: RAFT_LOG: the outcome is unknown.
