@@ -9,6 +9,8 @@ client command (`dledger.cli.errors`): 0, 1 (failed, or for raft-log: outcome un
 
 from __future__ import annotations
 
+import base64
+import json
 import sys
 
 import click
@@ -54,16 +56,28 @@ def _request(text: str, as_hex: bool) -> bytes:
 )
 @click.option("--hex", "as_hex", is_flag=True, help="REQUEST is hexadecimal bytes.")
 @click.option("--raw", is_flag=True, help="Write the answer's bytes as they are.")
+@click.option("--json", "as_json", is_flag=True, help="Print {mode, answer} (answer_b64 when not UTF-8) as JSON.")
 @client_options
-def query(request: str, mode: str, as_hex: bool, raw: bool, peers: str, group: str, timeout_s: float) -> None:
+def query(
+    request: str, mode: str, as_hex: bool, raw: bool, as_json: bool, peers: str, group: str, timeout_s: float
+) -> None:
     """Send REQUEST to the group's state machine and print its answer ('-': read REQUEST
     from stdin)."""
+    if raw and as_json:
+        raise click.UsageError("give --raw or --json, not both")
     data = _request(request, as_hex)
     with open_client(peers, group, timeout_s, multiplex=False) as client:
         answer = client.query(data, MODES[mode], timeout=timeout_s)
     if raw:
         sys.stdout.buffer.write(answer)
         sys.stdout.buffer.flush()
+    elif as_json:
+        out: dict[str, str] = {"mode": mode}
+        try:
+            out["answer"] = answer.decode("utf-8")
+        except UnicodeDecodeError:
+            out["answer_b64"] = base64.b64encode(answer).decode("ascii")
+        click.echo(json.dumps(out))
     else:
         click.echo(show_body(answer))
 

@@ -1,7 +1,8 @@
 """`Ledger.Query`: reads of the member's state machine in a read mode, answered together
 (a part of `ledger_service.LedgerService`).
 
-The checks of `dledger.transport.validate` run first; the node answers
+The checks of `dledger.transport.validate` run first (with TLS, a RAFT_LOG query, which
+appends, also needs a role that may append); the node answers
 (`dledger.node_reads`). Codes: SUCCESS with one answer per request; UNSUPPORTED (no
 state machine, or one without `query`); NOT_LEADER with the leader's id and address
 (LEASE / RAFT_LOG on a follower, a deposed leader); TIMEOUT (no read index or apply in
@@ -17,6 +18,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ReadMode, ResponseCode
+from dledger.security.identity import identity_of
 from dledger.transport.convert import pb
 from dledger.transport.service_core import ServiceCore, abort, parse
 
@@ -31,6 +33,10 @@ def answer_query(core: ServiceCore, raw: bytes, context: Any) -> Any:
     refusal = core.refuse("Query", core.validator.query(request, requests), context)
     if refusal is not None:
         return core.fill_header(out, *refusal)
+    if request.mode == ReadMode.RAFT_LOG and core.config.tls_enabled:
+        who = identity_of(context.auth_context())  # the guard let any reader in: RAFT_LOG appends
+        if not who.may_call_ledger("Append"):
+            abort(context, grpc.StatusCode.PERMISSION_DENIED, f"{who.describe()}: a RAFT_LOG query appends entries")
     if core.is_closing:
         abort(context, grpc.StatusCode.UNAVAILABLE, f"{core.config.self_id} is shutting down")
     if not core.try_client_slot():

@@ -238,10 +238,11 @@ def test_dledger_query_prints_the_answer_in_every_mode(group: Group) -> None:
     assert _cli(group, "-", stdin=b"get")[:2] == (0, b"cli\n")
     assert _cli(group, "--raw", "-m", "raft-log", "--hex", "7365743aff")[:2] == (0, b"ok")  # set:\xff
     assert _cli(group, "get")[:2] == (0, b"base64:/w==\n")  # a value that is not UTF-8 text
+    assert _cli(group, "get", "--json")[:2] == (0, b'{"mode": "read-index", "answer_b64": "/w=="}\n')
 
 
 def test_dledger_query_exit_contract(group: Group, tmp_path: Path) -> None:
-    for args in (["--mode", "fast", "get"], ["--hex", "xyz"], ["--hex", "-"], []):
+    for args in (["--mode", "fast", "get"], ["--hex", "xyz"], ["--hex", "-"], [], ["--raw", "--json", "get"]):
         code, out, err = _cli(group, *args)
         assert code == 2 and not out, args
     group.leader()
