@@ -164,6 +164,7 @@ class DLedgerNode:
             thread.stop()
         with self._lock:
             self.core.quorum.on_role_change(-1, Role.CANDIDATE)  # pending requests end with TERM_CHANGED
+            self.core.reads.on_role_change(-1, Role.CANDIDATE, -1)  # pending reads end with NOT_LEADER
             self._commit_cond.notify_all()
         if self._durable is not None:
             self._durable.shutdown()

@@ -10,6 +10,7 @@ other members freely.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -27,7 +28,13 @@ from dledger.client.policy import (
     status_name,
 )
 from dledger.client.producer import Producer
-from dledger.client.queries import MAX_SHARED_QUERIES, MAX_SHARED_QUERY_BYTES, QUERIES_IN_FLIGHT, send_queries
+from dledger.client.queries import (
+    MAX_SHARED_QUERIES,
+    MAX_SHARED_QUERY_BYTES,
+    QUERIES_IN_FLIGHT,
+    send_queries,
+    send_shared_queries,
+)
 from dledger.client.reads import (
     get_entries,
     get_nearby,
@@ -158,7 +165,7 @@ class DLedgerClient:
             )
             self._gets = Combiner(self._send_shared_gets, max_in_flight=GETS_IN_FLIGHT)
             self._queries = Combiner(
-                self._send_shared_queries,
+                partial(send_shared_queries, self.members, self._write),
                 max_in_flight=QUERIES_IN_FLIGHT,
                 max_items=MAX_SHARED_QUERIES,
                 max_size=MAX_SHARED_QUERY_BYTES,
@@ -423,17 +430,6 @@ class DLedgerClient:
             return send_queries(self.members, self._write, [request], mode, deadline)[0]
         wait_s = timeout if timeout is not None else self.timeout_s
         return self._queries.call((request, mode, deadline), size=len(request), key=mode, wait_s=wait_s)
-
-    def _send_shared_queries(self, calls: list[tuple[bytes, ReadMode, int]]) -> list[bytes | BaseException]:
-        """Concurrent queries of one read mode as one request, within the earliest
-        caller's deadline: each call gets its answer, or its copy of the error."""
-        try:
-            answers = send_queries(
-                self.members, self._write, [r for r, _, _ in calls], calls[0][1], min(d for _, _, d in calls)
-            )
-        except DLedgerError as exc:
-            return [exc, *(_same_error(exc) for _ in calls[1:])]
-        return list(answers)
 
     def metadata(self, node_id: str | None = None) -> NodeMetadata:
         """What `node_id` (default: the leader, else the first member that answers)

@@ -6,7 +6,8 @@ per read mode): a QueryRequest carries many requests, answered together, so a bu
 READ_INDEX reads costs one RPC and one heartbeat round on the leader.
 
 Retries: UNSAFE, READ_INDEX and LEASE change nothing, so every failure but a refusal
-(UNSUPPORTED, UNEXPECTED_ARGUMENT, ...) is tried again (the leader first, following
+(UNSUPPORTED, UNEXPECTED_ARGUMENT, ...) or INTERNAL_ERROR (the state machine's `query`
+failed) is tried again (the leader first, following
 NOT_LEADER redirects) until the deadline. RAFT_LOG appends its requests as entries: it
 follows the write rules of `dledger.client.policy` and an unknown outcome raises
 `IndeterminateError`.
@@ -38,6 +39,9 @@ QUERIES_IN_FLIGHT = 1
 MAX_SHARED_QUERIES = 4096
 MAX_SHARED_QUERY_BYTES = 4 << 20
 """What concurrent queries put into one shared request at most."""
+ALONE_AFTER = frozenset({ResponseCode.UNEXPECTED_ARGUMENT, ResponseCode.INTERNAL_ERROR})
+"""Codes of a shared request that may concern one caller's request only: each is then
+sent on its own (a refused or failed query changed nothing)."""
 
 Write = Callable[[str, Any, int], Any]
 """`DLedgerClient._write`: a request sent under the write rules, its SUCCESS answer."""
@@ -59,6 +63,30 @@ def send_queries(
         error = IndeterminateError if mode is ReadMode.RAFT_LOG else DLedgerError
         raise error(ResponseCode.INCONSISTENT_STATE, f"{len(requests)} queries, {len(answer.answers)} answers")
     return list(answer.answers)
+
+
+def send_shared_queries(
+    members: Members, write: Write, calls: list[tuple[bytes, ReadMode, int]]
+) -> list[bytes | BaseException]:
+    """The queries of concurrent calls of one read mode (request, mode, deadline) as one
+    request, within the earliest caller's deadline: each call gets its answer, or its copy
+    of the error (the combiner's `send`)."""
+    mode = calls[0][1]
+    try:
+        return list(send_queries(members, write, [r for r, _, _ in calls], mode, min(d for _, _, d in calls)))
+    except DLedgerError as exc:
+        if len(calls) > 1 and type(exc) is DLedgerError and exc.code in ALONE_AFTER:
+            # perhaps one caller's request (too big, or the machine's query failed on it):
+            # nothing happened (reads; a refused RAFT_LOG appended nothing): each on its own
+            return [_alone(members, write, request, mode, deadline) for request, _, deadline in calls]
+        return [exc, *(type(exc)(exc.code, exc.message) for _ in calls[1:])]
+
+
+def _alone(members: Members, write: Write, request: bytes, mode: ReadMode, deadline: int) -> bytes | BaseException:
+    try:
+        return send_queries(members, write, [request], mode, deadline)[0]
+    except DLedgerError as exc:
+        return exc
 
 
 def read_query(members: Members, request: Any, deadline: int) -> Any:
@@ -93,8 +121,8 @@ def read_query(members: Members, request: Any, deadline: int) -> Any:
                 members.leader = target
                 return answer
             last = DLedgerError(answer.code, f"Query to {name}: {answer.message or ResponseCode.of(answer.code).name}")
-            if decision is Decision.FAIL:
-                raise last
+            if decision is Decision.FAIL or answer.code == ResponseCode.INTERNAL_ERROR:
+                raise last  # INTERNAL_ERROR: the machine's query failed, or the machine did
             if decision is Decision.REDIRECT:
                 hint = members.redirect(answer, target)
                 hops += 1

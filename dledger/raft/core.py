@@ -179,7 +179,9 @@ class RaftCore:
         NETWORK_ERROR or TIMEOUT; it never raises. While it runs, appends fail with
         LEADER_TRANSFERRING.
         """
-        return self.transfer.start(transferee_id, self.member_state.current_term, now_ms)
+        answer = self.transfer.start(transferee_id, self.member_state.current_term, now_ms)
+        self.reads.note_transfer(now_ms)  # no lease while it runs
+        return answer
 
     # -- peer side
 
@@ -205,7 +207,9 @@ class RaftCore:
         elif isinstance(req, VoteRequest):
             reply = self.elector.handle_vote(req, now_ms)
         elif isinstance(req, LeadershipTransferRequest) and not term_out_of_range(req):
-            return cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+            answer = cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+            self.reads.note_transfer(now_ms)  # no lease while it runs
+            return answer
         elif isinstance(req, LeadershipTransferRequest):
             reply = LeadershipTransferResponse(
                 **self.member_state.answer_header(req), code=ResponseCode.UNEXPECTED_ARGUMENT

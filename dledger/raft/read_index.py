@@ -19,9 +19,9 @@ every member that answered refuses votes for that long after hearing the leader
 (CheckQuorum's leader stickiness, `dledger.raft.prevote.in_lease`). So the leader
 answers reads without a round until `start + election timeout - lease_drift_ms`, the
 drift bound covering clocks that run at different rates. No lease: without
-`check_quorum` (nobody refuses votes), during a leadership transfer (the transferee is
-exempt from stickiness) and after any role or term change; reads then take a ReadIndex
-round.
+`check_quorum` (nobody refuses votes), during a leadership transfer and for its take-over
+wait plus an election timeout after it (the transferee is exempt from stickiness), and
+after any role or term change; reads then take a ReadIndex round.
 
 Driven by `now_ms` like the rest of `dledger.raft`: `read` queues a read, `tick` starts
 rounds and expires reads, `on_heartbeat_response` counts answers.
@@ -83,6 +83,7 @@ class ReadIndex:
         self._waiting: list[_Read] = []
         self._round: ReadRound | None = None
         self._next_round_ms = 0
+        self._no_lease_until_ms = -1
 
     # -- leadership
 
@@ -112,10 +113,19 @@ class ReadIndex:
         if term == self.term and self._leading() and (self.lease_start_ms or -1) < started_ms:
             self.lease_start_ms = started_ms
 
+    def note_transfer(self, now_ms: int) -> None:
+        """A leadership transfer is under way: no lease until well after it ended. The
+        transferee's vote requests (exempt from stickiness) may still arrive when the
+        transfer has ended here: its take-over wait plus an election timeout."""
+        if self.member_state.transferee is not None:
+            until = now_ms + election_timeout_ms(self.config) + self.config.leadership_transfer_wait_timeout_ms
+            self._no_lease_until_ms = max(self._no_lease_until_ms, until)
+
     def lease_holds(self, now_ms: int) -> bool:
         """True while this leader may answer reads without a round."""
         member = self.member_state
-        if not self._leading() or member.transferee is not None:
+        self.note_transfer(now_ms)
+        if not self._leading() or member.transferee is not None or now_ms < self._no_lease_until_ms:
             return False
         if len(member.peer_map) == 1:
             return True
@@ -155,6 +165,7 @@ class ReadIndex:
     def tick(self, now_ms: int) -> list[Outbound]:
         """Expire late reads and a round past its deadline; start a round for the
         waiting reads when none is in flight. Returns the heartbeats to send."""
+        self.note_transfer(now_ms)
         rnd = self._round
         if rnd is not None and now_ms >= rnd.deadline_ms:
             self._end_round(rnd, now_ms, confirmed=False)

@@ -52,7 +52,8 @@ class QueryableStateMachine(StateMachine, Protocol):
         Called from gRPC threads, concurrently with `on_apply` (and other queries): the
         machine must make that safe. The read mode decides when it is called (UNSAFE: at
         once; READ_INDEX and LEASE: once the applied index reached the read index); an
-        exception is answered INTERNAL_ERROR to that read only.
+        exception answers the Query call it belongs to with INTERNAL_ERROR (every request
+        of that call: the client shares one call among concurrent reads).
         """
         ...
 

@@ -77,8 +77,8 @@ class Group:
     def stub(self, node_id: str) -> Any:
         return pb_grpc.LedgerStub(open_channel(self.servers[node_id].config.self_address))
 
-    def client(self, **options: Any) -> DLedgerClient:
-        return DLedgerClient(self.peers, "g", 10.0, **options)
+    def client(self, timeout_s: float = 10.0, **options: Any) -> DLedgerClient:
+        return DLedgerClient(self.peers, "g", timeout_s, **options)
 
     def stop(self, node_id: str) -> None:
         self.servers.pop(node_id).shutdown(0.5)
@@ -171,7 +171,7 @@ def test_concurrent_queries_share_rpcs(group: Group) -> None:
 
     node.reads.query = counting  # type: ignore[method-assign]
     machine = group.machines[leader]
-    with group.client() as client:
+    with group.client(60.0) as client:
         client.append(b"set:shared")
         calls.clear()
         machine.gate = threading.Event()  # the first call's query waits: the others pile up
@@ -187,6 +187,34 @@ def test_concurrent_queries_share_rpcs(group: Group) -> None:
         assert answers == [b"shared"] * 32
         assert calls == [1, 31]  # 32 calls, 2 RPCs
         assert client._queries.requests == 2
+
+
+def test_one_failing_query_in_a_shared_request_fails_only_its_caller(group: Group) -> None:
+    leader = group.leader()
+    machine = group.machines[leader]
+    with group.client(60.0) as client:
+        client.append(b"set:ok")
+        machine.gate = threading.Event()
+        results: dict[bytes, list[object]] = {b"get": [], b"boom": []}
+
+        def call(request: bytes) -> None:
+            try:
+                results[request].append(client.query(request))
+            except DLedgerError as exc:
+                results[request].append(exc.code)
+
+        first = threading.Thread(target=call, args=(b"get",))
+        first.start()
+        assert client._queries is not None
+        eventually(lambda: machine.held == 1, 30, "the first query held in the machine")
+        others = [threading.Thread(target=call, args=(r,)) for r in (b"get", b"boom", b"get")]
+        for t in others:
+            t.start()
+        eventually(lambda: client._queries.queued(ReadMode.READ_INDEX) == 3, 30, "3 queued queries")
+        machine.gate.set()
+        for t in [first, *others]:
+            t.join(30)
+    assert results == {b"get": [b"ok"] * 3, b"boom": [ResponseCode.INTERNAL_ERROR]}
 
 
 def test_without_a_queryable_machine_queries_are_unsupported(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ class Register:
         self.lock = threading.Lock()
         self.gate: threading.Event | None = None
         self.queries = 0
+        self.held = 0  # queries that reached the gate
 
     def on_apply(self, entries: Sequence[Entry]) -> list[bytes]:
         out = []
@@ -34,6 +35,8 @@ class Register:
     def query(self, request: bytes) -> bytes:
         gate = self.gate
         if gate is not None:
+            with self.lock:
+                self.held += 1
             gate.wait(30)
         with self.lock:
             self.queries += 1

@@ -169,6 +169,12 @@ def test_no_lease_without_check_quorum_during_a_transfer_or_after_a_role_change(
     core.member_state.transferee = transferee
     assert core.lease_read_index(c.now) is None
     core.member_state.transferee = None
+    assert core.lease_read_index(c.now) is None  # nor for a while after: its vote requests may still come
+    wait = 300 + core.config.leadership_transfer_wait_timeout_ms
+    c.run_for(wait - 10)
+    assert core.lease_read_index(c.now) is None
+    c.run_for(20)
+    assert core.lease_read_index(c.now) is not None
     core.elector.change_role_to_candidate(core.member_state.current_term)
     assert core.reads.lease_start_ms is None and core.lease_read_index(c.now) is None
 
