@@ -1,5 +1,5 @@
 """`dledger.v1.Ledger`: the client service (Append, AppendStream, Get, ReadCommitted,
-Metadata, LeadershipTransfer) over a member. Part of `grpc_server.GrpcServer`.
+Metadata, LeadershipTransfer, and Query: `ledger_query`) over a member. Part of `grpc_server.GrpcServer`.
 
 Every answer carries a DLedger code; a follower answers appends with NOT_LEADER and the
 leader's id and address. Reads are served by any member and never return entries above

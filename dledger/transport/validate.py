@@ -1,7 +1,8 @@
 """Every field of every RPC checked at the gRPC boundary, before anything reaches the node.
 
-The Peer service (Vote, HeartBeat, Push, LeadershipTransfer, InstallSnapshot) and the
-Ledger service (Append, AppendStream, Get, ReadCommitted, Metadata, LeadershipTransfer)
+The Peer service (Vote, HeartBeat, Push, LeadershipTransfer, InstallSnapshot, ReadIndex)
+and the Ledger service (Append, AppendStream, Get, ReadCommitted, Metadata,
+LeadershipTransfer, Query)
 call the checks here; a request that fails one gets a DLedger `ResponseCode` in its
 answer (`Refusal`) and never touches the member's state. The rules (docs/OPERATIONS.md,
 "Hostile input"):
@@ -164,7 +165,7 @@ class RequestValidator:
         if isinstance(request, LeadershipTransferRequest):
             return self._peer_transfer(request)
         if not isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest)):
-            return None  # InstallSnapshot: the base fields only
+            return None  # InstallSnapshot, ReadIndex: the base fields only
         if request.leader_id != request.local_id:
             role = "candidate" if isinstance(request, VoteRequest) else "leader"
             return Refusal(

@@ -276,3 +276,26 @@ def test_dledger_query_exit_contract(group: Group, tmp_path: Path) -> None:
     group.leader()
     code, out, err = _cli(group, "boom", "-m", "unsafe")
     assert code == 1 and not out and err.startswith("error: INTERNAL_ERROR") and err.count("\n") == 1
+
+
+def test_hostile_read_index_requests_are_refused(group: Group) -> None:
+    leader = group.leader()
+    follower = next(i for i in group.ids if i != leader)
+    stub = pb_grpc.PeerStub(open_channel(group.servers[leader].config.self_address))
+    term = group.node(leader).term
+    good = {"group": "g", "remote_id": leader, "local_id": follower, "term": term}
+    cases = [
+        ({"local_id": "x9"}, ResponseCode.UNKNOWN_MEMBER),
+        ({"local_id": leader}, ResponseCode.UNEXPECTED_MEMBER),
+        ({"remote_id": follower}, ResponseCode.UNEXPECTED_MEMBER),
+        ({"group": "other"}, ResponseCode.UNKNOWN_GROUP),
+        ({"term": (1 << 63) - 1}, ResponseCode.UNEXPECTED_ARGUMENT),
+        ({"term": -1}, ResponseCode.UNEXPECTED_ARGUMENT),
+    ]
+    for change, code in cases:
+        answer = stub.ReadIndex(pb.ReadIndexRequest(**{**good, **change}), timeout=10)
+        assert answer.code == code, change
+        assert answer.index == 0
+    assert group.node(leader).term == term and group.node(leader).is_leader
+    answer = stub.ReadIndex(pb.ReadIndexRequest(**good), timeout=10)
+    assert answer.code == ResponseCode.SUCCESS and answer.index == group.node(leader).committed_index
