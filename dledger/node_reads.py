@@ -156,7 +156,14 @@ class NodeReads:
     def _through_log(self, caller: StateMachineCaller, requests: Sequence[bytes], deadline: float) -> QueryResult:
         ticket = caller.answers.expect()  # before appending: the entries may apply at once
         try:
-            last = _wait(self.node.append(list(requests)), deadline, "commit")
+            try:
+                last = _wait(self.node.append(list(requests)), deadline, "commit")
+            except DLedgerError as exc:
+                if exc.code != ResponseCode.TIMEOUT:
+                    raise
+                raise DLedgerError(
+                    ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, "no commit in time; the outcome is unknown"
+                ) from None
             if not caller.wait_applied(last, max(0.0, deadline - time.monotonic())):
                 raise DLedgerError(ResponseCode.TIMEOUT, f"entry {last} committed but not applied in time")
             first = last - len(requests) + 1
