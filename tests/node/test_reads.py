@@ -157,7 +157,9 @@ def test_machines_that_cannot_answer_are_refused(
     assert _read(failing, ReadMode.UNSAFE) == b""  # the machine still answers
 
 
-def test_reads_of_many_threads_share_rounds(registers: Callable[..., RegisterCluster]) -> None:
+def test_reads_of_many_threads_all_see_the_write(registers: Callable[..., RegisterCluster]) -> None:
+    """Concurrent READ_INDEX reads (rounds shared or not: that depends on timing; the
+    one-round-per-burst rule is tested without threads in tests/raft/test_read_index.py)."""
     import threading
 
     cluster = registers()
@@ -179,4 +181,4 @@ def test_reads_of_many_threads_share_rounds(registers: Callable[..., RegisterClu
     for t in threads:
         t.join(60)
     assert not errors
-    assert leader.core.reads.rounds - rounds <= 160  # never more than one round per read
+    assert 0 < leader.core.reads.rounds - rounds <= 160  # never more than one round per read
