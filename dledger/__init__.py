@@ -8,7 +8,7 @@ The embedded store::
         assert log.get(index).body == b"hello"
 """
 
-from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
+from dledger.codes import CorruptStoreError, DLedgerError, ReadMode, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig
 from dledger.embedded import LocalLog, open_log
@@ -28,6 +28,7 @@ __all__ = [
     "LogStore",
     "MemoryLogStore",
     "MmapLogStore",
+    "ReadMode",
     "ResponseCode",
     "StoreConfig",
     "open_log",

@@ -82,3 +82,26 @@ class CorruptStoreError(DLedgerError):
         self.path = path
         self.offset = offset
         super().__init__(ResponseCode.DISK_ERROR, f"{path} at offset {offset}: {message}")
+
+
+class ReadMode(IntEnum):
+    """How a `Query` reads the state machine (the numbers of `QueryRequest.ReadMode`;
+    docs/OPERATIONS.md, "Linearizable reads"). Exported as `dledger.ReadMode` and
+    `dledger.client.ReadMode`.
+
+    Attributes:
+        READ_INDEX: linearizable: the leader confirms its leadership with a heartbeat
+            round shared by the reads waiting, then answers once it applied its commit
+            index as of the read (a follower asks the leader for that index).
+        UNSAFE: any member answers from its state now (may be stale).
+        LEASE: linearizable while members' clocks drift apart by less than
+            `lease_drift_ms` over an election timeout: the leader answers without a
+            round while its lease holds, else as READ_INDEX.
+        RAFT_LOG: the request is appended as a log entry and answered with the state
+            machine's `on_apply` answer for it (a write: its outcome may be unknown).
+    """
+
+    READ_INDEX = 0
+    UNSAFE = 1
+    LEASE = 2
+    RAFT_LOG = 3

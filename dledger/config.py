@@ -283,6 +283,10 @@ class DLedgerConfig:
     # election timeout (heart_beat_time_interval_ms * max_heart_beat_leak) refuses votes,
     # and a leader that has not heard from a quorum for that long steps down
     check_quorum: bool = field(default=True, metadata={"yaml": "checkQuorum"})
+    # dledger-py: LEASE reads hold for election timeout - this after the start of a
+    # heartbeat round a quorum acknowledged: the bound on how far members' clocks may
+    # drift apart meanwhile (see dledger.raft.read_index; docs/OPERATIONS.md)
+    lease_drift_ms: int = field(default=500, metadata={"yaml": "leaseDriftMs"})
 
     # replication
     max_pending_requests_num: int = 10000
@@ -360,7 +364,7 @@ class DLedgerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")
-        for name in ("standby_push_ms", "push_gather_ms"):
+        for name in ("standby_push_ms", "push_gather_ms", "lease_drift_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
         if not 0 <= self.min_vote_interval_ms < self.max_vote_interval_ms:

@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeGuard
@@ -29,6 +29,7 @@ from dledger.config import DLedgerConfig
 from dledger.entry import Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_durable import SyncDurability
+from dledger.node_reads import NodeReads
 from dledger.node_status import NodeStatus
 from dledger.node_store import member_core, open_node_store
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
@@ -128,6 +129,7 @@ class DLedgerNode:
         self.metrics.watch(self.status)
         if self.caller is not None:
             self.caller.observer = self._observe_apply
+        self.reads = NodeReads(self)  # Query: reads of the state machine (dledger.node_reads)
 
     # -- lifecycle
 
@@ -162,6 +164,7 @@ class DLedgerNode:
             thread.stop()
         with self._lock:
             self.core.quorum.on_role_change(-1, Role.CANDIDATE)  # pending requests end with TERM_CHANGED
+            self.core.reads.on_role_change(-1, Role.CANDIDATE, -1)  # pending reads end with NOT_LEADER
             self._commit_cond.notify_all()
         if self._durable is not None:
             self._durable.shutdown()
@@ -202,6 +205,10 @@ class DLedgerNode:
             out = self._outbox[:]
             self._outbox.clear()
         self._send(out)
+
+    def step(self) -> AbstractContextManager[int]:
+        """One step of the driver under the core lock (see `_step`), for the reads."""
+        return self._step()
 
     def _elector_pass(self) -> None:
         with self._step() as now:

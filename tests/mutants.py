@@ -175,6 +175,22 @@ MUTANTS: tuple[Mutant, ...] = (
         unreachable="every simulated member belongs to the one group; a foreign group's requests are "
         "refused in tests/raft/test_hold_release.py and tests/unit/test_validate.py",
     ),
+    Mutant(
+        "read-index-no-quorum",
+        "dledger/raft/read_index.py",
+        "if member.is_quorum(rnd.acks):  # a group of one",
+        "if True:  # mutant: no round",
+        "ReadIndex: a read index is confirmed only by a heartbeat round a quorum answered in the "
+        "leader's term; without it a deposed leader answers stale reads (tests/sim/reads.py)",
+    ),
+    Mutant(
+        "read-index-own-term",
+        "dledger/raft/read_index.py",
+        "return self._leading() and self.member_state.committed_index >= self.ready_index",
+        "return self._leading()",
+        "ReadIndex: a new leader's commit index may lag the group's until it committed the log it "
+        "was elected with (etcd: an entry of its own term); a read index before that can be stale",
+    ),
 )
 
 

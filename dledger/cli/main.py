@@ -13,6 +13,7 @@ from dledger.cli.client_cmds import append, get, leadership_transfer, status
 from dledger.cli.cluster_cmd import cluster
 from dledger.cli.demo import demo
 from dledger.cli.errors import GuardedGroup
+from dledger.cli.query_cmd import query
 from dledger.cli.server_cmds import server
 from dledger.cli.store_tools import check, read_file
 
@@ -39,6 +40,7 @@ main.add_command(append)
 main.add_command(get)
 main.add_command(status)
 main.add_command(leadership_transfer)
+main.add_command(query)
 main.add_command(bench)
 main.add_command(certs)
 

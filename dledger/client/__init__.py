@@ -21,7 +21,7 @@ from dledger.client.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient
 from dledger.client.members import Members
 from dledger.client.policy import IndeterminateError
 from dledger.client.producer import MAX_BODY_BYTES, Producer
-from dledger.client.types import AppendResult, MemberInfo, NodeMetadata, ProducerStats, SendFuture, Target
+from dledger.client.types import AppendResult, MemberInfo, NodeMetadata, ProducerStats, ReadMode, SendFuture, Target
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -35,6 +35,7 @@ __all__ = [
     "NodeMetadata",
     "Producer",
     "ProducerStats",
+    "ReadMode",
     "SendFuture",
     "Target",
 ]

@@ -10,6 +10,7 @@ other members freely.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -27,6 +28,13 @@ from dledger.client.policy import (
     status_name,
 )
 from dledger.client.producer import Producer
+from dledger.client.queries import (
+    MAX_SHARED_QUERIES,
+    MAX_SHARED_QUERY_BYTES,
+    QUERIES_IN_FLIGHT,
+    send_queries,
+    send_shared_queries,
+)
 from dledger.client.reads import (
     get_entries,
     get_nearby,
@@ -35,7 +43,7 @@ from dledger.client.reads import (
     member_status,
     read_committed,
 )
-from dledger.client.types import AppendResult, NodeMetadata, Target
+from dledger.client.types import AppendResult, NodeMetadata, ReadMode, Target
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
@@ -147,6 +155,7 @@ class DLedgerClient:
         self.members = Members(peers, group, timeout_s, clock, tls)
         self._appends: Combiner[tuple[Sequence[bytes], int], AppendResult] | None = None
         self._gets: Combiner[tuple[int, int, str | None], list[Entry]] | None = None
+        self._queries: Combiner[tuple[bytes, ReadMode, int], bytes] | None = None
         if multiplex:
             self._appends = Combiner(
                 self._send_shared_appends,
@@ -155,6 +164,12 @@ class DLedgerClient:
                 max_size=MAX_SHARED_BYTES,
             )
             self._gets = Combiner(self._send_shared_gets, max_in_flight=GETS_IN_FLIGHT)
+            self._queries = Combiner(
+                partial(send_shared_queries, self.members, self._write),
+                max_in_flight=QUERIES_IN_FLIGHT,
+                max_items=MAX_SHARED_QUERIES,
+                max_size=MAX_SHARED_QUERY_BYTES,
+            )
 
     # -- plumbing
 
@@ -392,6 +407,29 @@ class DLedgerClient:
         """Concurrent gets of one window (asking the same member) as one Get over their
         union."""
         return get_nearby(self.members, [(index, count) for index, count, _ in calls], calls[0][2])
+
+    def query(self, request: bytes, mode: ReadMode = ReadMode.READ_INDEX, *, timeout: float | None = None) -> bytes:
+        """Read the group's state machine: its answer to `request` (see
+        `dledger.client.queries` and docs/OPERATIONS.md, "Linearizable reads").
+
+        Args:
+            request: handed to the machine's `query` (RAFT_LOG: appended as an entry).
+            mode: READ_INDEX (default) and LEASE are linearizable, UNSAFE may be stale,
+                RAFT_LOG goes through the log (a write).
+            timeout: seconds for the call, retries included (default: the client's).
+
+        Raises:
+            ValueError: `mode` is not a ReadMode.
+            DLedgerError: UNSUPPORTED (no queryable state machine), UNEXPECTED_ARGUMENT,
+                TIMEOUT / NETWORK_ERROR (no member answered in time)...
+            IndeterminateError: RAFT_LOG: the outcome is unknown.
+        """
+        mode = ReadMode(mode)
+        deadline = self.members.deadline_ms(timeout)
+        if self._queries is None:
+            return send_queries(self.members, self._write, [request], mode, deadline)[0]
+        wait_s = timeout if timeout is not None else self.timeout_s
+        return self._queries.call((request, mode, deadline), size=len(request), key=mode, wait_s=wait_s)
 
     def metadata(self, node_id: str | None = None) -> NodeMetadata:
         """What `node_id` (default: the leader, else the first member that answers)

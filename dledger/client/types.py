@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dledger.codes import DLedgerError
+from dledger.codes import ReadMode as ReadMode  # the client's read modes, defined with the codes (a leaf)
 from dledger.transport.convert import pb
 
 _SERVICE = "/dledger.v1.Ledger/"
@@ -102,6 +103,9 @@ class LedgerStubs:
             _SERVICE + "LeadershipTransfer",
             pb.LeadershipTransferRequest.SerializeToString,
             pb.LeadershipTransferResponse.FromString,
+        )
+        self.Query = channel.unary_unary(
+            _SERVICE + "Query", pb.QueryRequest.SerializeToString, pb.QueryResponse.FromString
         )
 
 

@@ -262,6 +262,46 @@ class LeadershipTransferResponse(_message.Message):
     message: str
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
+class QueryRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "requests", "mode")
+    class ReadMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        READ_INDEX: _ClassVar[QueryRequest.ReadMode]
+        UNSAFE: _ClassVar[QueryRequest.ReadMode]
+        LEASE: _ClassVar[QueryRequest.ReadMode]
+        RAFT_LOG: _ClassVar[QueryRequest.ReadMode]
+    READ_INDEX: QueryRequest.ReadMode
+    UNSAFE: QueryRequest.ReadMode
+    LEASE: QueryRequest.ReadMode
+    RAFT_LOG: QueryRequest.ReadMode
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    requests: _containers.RepeatedScalarFieldContainer[bytes]
+    mode: QueryRequest.ReadMode
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., requests: _Optional[_Iterable[bytes]] = ..., mode: _Optional[_Union[QueryRequest.ReadMode, str]] = ...) -> None: ...
+
+class QueryResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "leader_address", "answers", "read_index", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    READ_INDEX_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    answers: _containers.RepeatedScalarFieldContainer[bytes]
+    read_index: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., answers: _Optional[_Iterable[bytes]] = ..., read_index: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class VoteRequest(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "group_id", "incarnation")
     GROUP_FIELD_NUMBER: _ClassVar[int]
@@ -491,3 +531,37 @@ class InstallSnapshotResponse(_message.Message):
     leader_id: str
     term: int
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class ReadIndexRequest(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class ReadIndexResponse(_message.Message):
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "index")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    local_id: str
+    code: int
+    leader_id: str
+    term: int
+    index: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...

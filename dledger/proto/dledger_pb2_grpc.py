@@ -66,6 +66,11 @@ class LedgerStub:
                 request_serializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferRequest.SerializeToString,
                 response_deserializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferResponse.FromString,
                 _registered_method=True)
+        self.Query = channel.unary_unary(
+                '/dledger.v1.Ledger/Query',
+                request_serializer=dledger_dot_proto_dot_dledger__pb2.QueryRequest.SerializeToString,
+                response_deserializer=dledger_dot_proto_dot_dledger__pb2.QueryResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServicer:
@@ -118,6 +123,14 @@ class LedgerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Query(self, request, context):
+        """dledger-py: reads of the state machine (its `query`), answered together, in a read
+        mode (docs/OPERATIONS.md, "Linearizable reads").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +163,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.LeadershipTransfer,
                     request_deserializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferRequest.FromString,
                     response_serializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferResponse.SerializeToString,
+            ),
+            'Query': grpc.unary_unary_rpc_method_handler(
+                    servicer.Query,
+                    request_deserializer=dledger_dot_proto_dot_dledger__pb2.QueryRequest.FromString,
+                    response_serializer=dledger_dot_proto_dot_dledger__pb2.QueryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -326,6 +344,33 @@ class Ledger:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def Query(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dledger.v1.Ledger/Query',
+            dledger_dot_proto_dot_dledger__pb2.QueryRequest.SerializeToString,
+            dledger_dot_proto_dot_dledger__pb2.QueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class PeerStub:
     """------------------------------------------------------------------------------- peers
@@ -362,6 +407,11 @@ class PeerStub:
                 '/dledger.v1.Peer/InstallSnapshot',
                 request_serializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.SerializeToString,
                 response_deserializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotResponse.FromString,
+                _registered_method=True)
+        self.ReadIndex = channel.unary_unary(
+                '/dledger.v1.Peer/ReadIndex',
+                request_serializer=dledger_dot_proto_dot_dledger__pb2.ReadIndexRequest.SerializeToString,
+                response_deserializer=dledger_dot_proto_dot_dledger__pb2.ReadIndexResponse.FromString,
                 _registered_method=True)
 
 
@@ -402,6 +452,13 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadIndex(self, request, context):
+        """dledger-py: a follower asks the leader for a read index (a READ_INDEX query it serves).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -429,6 +486,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.InstallSnapshot,
                     request_deserializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.FromString,
                     response_serializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotResponse.SerializeToString,
+            ),
+            'ReadIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadIndex,
+                    request_deserializer=dledger_dot_proto_dot_dledger__pb2.ReadIndexRequest.FromString,
+                    response_serializer=dledger_dot_proto_dot_dledger__pb2.ReadIndexResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -568,6 +630,33 @@ class Peer:
             '/dledger.v1.Peer/InstallSnapshot',
             dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.SerializeToString,
             dledger_dot_proto_dot_dledger__pb2.InstallSnapshotResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dledger.v1.Peer/ReadIndex',
+            dledger_dot_proto_dot_dledger__pb2.ReadIndexRequest.SerializeToString,
+            dledger_dot_proto_dot_dledger__pb2.ReadIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,12 +31,15 @@ from dledger.raft.messages import (
     LeadershipTransferResponse,
     PushEntryRequest,
     PushEntryResponse,
+    ReadIndexRequest,
+    ReadIndexResponse,
     RequestOrResponse,
     VoteRequest,
     VoteResponse,
 )
 from dledger.raft.prevote import term_out_of_range
 from dledger.raft.quorum_ack import QuorumAckChecker
+from dledger.raft.read_index import ReadIndex
 from dledger.raft.transfer import LeadershipTransfer
 
 
@@ -94,6 +97,9 @@ class RaftCore:
         }
         self.handler = EntryHandler(config, self.member_state)
         self.transfer = LeadershipTransfer(config, self.member_state, self.elector, self.quorum)
+        self.reads = ReadIndex(config, self.member_state)
+        """Linearizable reads: ReadIndex rounds and the lease (dledger.raft.read_index)."""
+        self.elector.on_quorum_round = self.reads.on_quorum_heartbeat
         self.elector.listeners.append(self._on_role_change)
 
     def _incoming_appends(self) -> int:
@@ -111,6 +117,7 @@ class RaftCore:
     def _on_role_change(self, term: int, role: Role) -> None:
         self.quorum.on_role_change(term, role)
         self.transfer.on_role_change(term, role, self.elector.now_ms)
+        self.reads.on_role_change(term, role, self.store.end_index)  # before a new leader's NOOP
         if role is Role.LEADER:
             for dispatcher in self.dispatchers.values():
                 dispatcher.reset(term)
@@ -172,7 +179,9 @@ class RaftCore:
         NETWORK_ERROR or TIMEOUT; it never raises. While it runs, appends fail with
         LEADER_TRANSFERRING.
         """
-        return self.transfer.start(transferee_id, self.member_state.current_term, now_ms)
+        answer = self.transfer.start(transferee_id, self.member_state.current_term, now_ms)
+        self.reads.note_transfer(now_ms)  # no lease while it runs
+        return answer
 
     # -- peer side
 
@@ -198,11 +207,15 @@ class RaftCore:
         elif isinstance(req, VoteRequest):
             reply = self.elector.handle_vote(req, now_ms)
         elif isinstance(req, LeadershipTransferRequest) and not term_out_of_range(req):
-            return cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+            answer = cast("Future[RequestOrResponse]", self.transfer.handle(req, now_ms))
+            self.reads.note_transfer(now_ms)  # no lease while it runs
+            return answer
         elif isinstance(req, LeadershipTransferRequest):
             reply = LeadershipTransferResponse(
                 **self.member_state.answer_header(req), code=ResponseCode.UNEXPECTED_ARGUMENT
             )
+        elif isinstance(req, ReadIndexRequest):
+            return self._answer_read_index(req, now_ms)
         else:
             reply = RequestOrResponse(
                 group=self.member_state.group,
@@ -221,6 +234,7 @@ class RaftCore:
         preferred-leader check. Returns the requests to send."""
         out = self.elector.tick(now_ms)
         out.extend(self.transfer.tick(now_ms))
+        out.extend(self.reads.tick(now_ms))
         return out
 
     def tick_dispatcher(self, peer_id: str, now_ms: int) -> list[Outbound]:
@@ -265,12 +279,67 @@ class RaftCore:
         if isinstance(req, HeartBeatRequest):
             hb = resp if isinstance(resp, HeartBeatResponse) else None
             self.elector.on_heartbeat_response(target_id, req, hb, now_ms)
+            self.reads.on_heartbeat_response(target_id, req, hb, now_ms)
         elif isinstance(req, VoteRequest):
             self.elector.on_vote_response(target_id, req, resp if isinstance(resp, VoteResponse) else None, now_ms)
         elif isinstance(req, LeadershipTransferRequest):
             lt = resp if isinstance(resp, LeadershipTransferResponse) else None
             self.transfer.on_response(req, lt, now_ms)
         return False
+
+    # -- linearizable reads (dledger.raft.read_index)
+
+    def read_index(self, now_ms: int) -> Future[int]:
+        """As the leader, queue a ReadIndex read: the future completes with the read
+        index once a heartbeat round confirmed the leadership (the shell then waits for
+        its state machine to apply it), or fails with NOT_LEADER or TIMEOUT. The round
+        starts with the next `tick_reads`.
+
+        Raises:
+            DLedgerError: NOT_LEADER.
+        """
+        return self.reads.read(now_ms)
+
+    def lease_read_index(self, now_ms: int) -> int | None:
+        """The read index of a LEASE read while this leader's lease holds, else None
+        (take `read_index` instead)."""
+        return self.reads.lease_index(now_ms)
+
+    def tick_reads(self, now_ms: int) -> list[Outbound]:
+        """Start a ReadIndex round for the waiting reads if none is in flight (also run by
+        `tick_elector`); returns its heartbeats."""
+        return self.reads.tick(now_ms)
+
+    def _answer_read_index(self, req: ReadIndexRequest, now_ms: int) -> Future[RequestOrResponse]:
+        """A follower's ReadIndexRequest: the answer completes once a round confirmed the
+        leadership (code NOT_LEADER / TIMEOUT / UNEXPECTED_ARGUMENT otherwise)."""
+        member = self.member_state
+        answer: Future[RequestOrResponse] = Future()
+
+        def reply(code: int, index: int = -1) -> None:
+            answer.set_result(ReadIndexResponse(**member.answer_header(req), code=code, index=index))
+
+        if not member.is_peer_member(req.local_id) or req.local_id == member.self_id:
+            reply(ResponseCode.UNKNOWN_MEMBER)
+            return answer
+        if term_out_of_range(req):
+            reply(ResponseCode.UNEXPECTED_ARGUMENT)
+            return answer
+        try:
+            read = self.reads.read(now_ms)
+        except DLedgerError as exc:
+            reply(exc.code)
+            return answer
+
+        def done(f: Future[int]) -> None:
+            error = f.exception()
+            if error is None:
+                reply(ResponseCode.SUCCESS, f.result())
+            else:
+                reply(error.code if isinstance(error, DLedgerError) else ResponseCode.INTERNAL_ERROR)
+
+        read.add_done_callback(done)
+        return answer
 
     # -- log retention and reads
 

@@ -25,7 +25,13 @@ from concurrent.futures import Future
 
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import Outbound
-from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, RequestOrResponse
+from dledger.raft.messages import (
+    HeartBeatRequest,
+    LeadershipTransferResponse,
+    PushEntryRequest,
+    ReadIndexRequest,
+    RequestOrResponse,
+)
 
 ELECTOR = "elector"
 """The state maintainer's pass: votes, heartbeats, leadership transfer."""
@@ -160,7 +166,9 @@ class RaftDriver:
         """Answer a request from a peer; an eager driver handles a push at once, so that
         the answer is usually done when this returns."""
         answer = self.core.handle_request(request, now_ms)
-        if isinstance(request, PushEntryRequest):
+        if isinstance(request, ReadIndexRequest):
+            self._emit(self.core.tick_reads(now_ms))
+        elif isinstance(request, PushEntryRequest):
             if self.eager:
                 self.handler_pass(now_ms)
             else:
@@ -177,6 +185,8 @@ class RaftDriver:
         next push at once); any other answer is the elector's business.
         """
         acked = self.core.on_response(target_id, request, response, now_ms)
+        if isinstance(request, HeartBeatRequest):
+            self._emit(self.core.tick_reads(now_ms))  # the next round, for reads that came meanwhile
         if not isinstance(request, PushEntryRequest):
             self._wake(ELECTOR)
         elif not self.eager:
@@ -203,6 +213,13 @@ class RaftDriver:
             else:
                 self._wake(QUORUM)
         return futures
+
+    def read_index(self, now_ms: int) -> Future[int]:
+        """Queue a ReadIndex read as the leader (see `RaftCore.read_index`, whose errors
+        it raises) and start its round at once when none is in flight."""
+        future = self.core.read_index(now_ms)
+        self._emit(self.core.tick_reads(now_ms))
+        return future
 
     def leadership_transfer(self, transferee_id: str, now_ms: int) -> Future[LeadershipTransferResponse]:
         """Start handing leadership to `transferee_id` (see `RaftCore.leadership_transfer`);

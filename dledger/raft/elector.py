@@ -73,6 +73,7 @@ class LeaderElector(LeaderHeartbeats):
         self._vote_round: VoteRound | None = None
         self._pre_vote_passed_term = -1  # a quorum would vote for this member in that term
         self._hb_round: HeartBeatRound | None = None
+        self.on_quorum_round: Callable[[int, int], None] | None = None
         self._now_ms = 0
         self.listeners: list[RoleChangeListener] = []
         # A member that voted for itself before a restart may have led that term, and lost

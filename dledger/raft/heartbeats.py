@@ -3,6 +3,8 @@ part of LeaderElector kept in its own module (mixed in), without threads or cloc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.member_state import MemberState
@@ -21,6 +23,7 @@ class LeaderHeartbeats:
     last_succ_heart_beat_time: int
     _hb_round: HeartBeatRound | None
     _now_ms: int
+    on_quorum_round: Callable[[int, int], None] | None  # (term, started_ms): the lease (read_index)
 
     def change_role_to_candidate(self, term: int) -> None:
         raise NotImplementedError
@@ -51,7 +54,7 @@ class LeaderHeartbeats:
             for peer in self.member_state.other_peer_ids
         }
         deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
-        self._hb_round = HeartBeatRound(term, deadline, requests)
+        self._hb_round = HeartBeatRound(term, deadline, requests, started_ms=now_ms)
         if not requests:  # a single-node group
             self._finish_heartbeat_round(self._hb_round, now_ms)
         return [Outbound(peer, req) for peer, req in requests.items()]
@@ -87,6 +90,8 @@ class LeaderHeartbeats:
         leak_ms = self.config.max_heart_beat_leak * self.config.heart_beat_time_interval_ms
         if self.member_state.is_quorum(rnd.succ_num):
             self.last_succ_heart_beat_time = now_ms
+            if self.on_quorum_round is not None:
+                self.on_quorum_round(rnd.term, rnd.started_ms)
         elif self.member_state.is_quorum(rnd.succ_num + rnd.not_ready_num):
             self.last_send_heart_beat_time = -1  # resend at once
         elif rnd.inconsistent_leader or now_ms - self.last_succ_heart_beat_time > leak_ms:

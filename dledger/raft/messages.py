@@ -206,3 +206,16 @@ class LeadershipTransferRequest(RequestOrResponse):
 @dataclass(slots=True, kw_only=True)
 class LeadershipTransferResponse(RequestOrResponse):
     """The answer to a LeadershipTransferRequest."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ReadIndexRequest(RequestOrResponse):
+    """A follower asks its leader for a read index (a READ_INDEX read it serves)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class ReadIndexResponse(RequestOrResponse):
+    """The leader's read index (`index`, on SUCCESS): the follower answers the read once
+    it applied that far."""
+
+    index: int = -1

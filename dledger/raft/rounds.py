@@ -104,5 +104,6 @@ class HeartBeatRound(_Round[HeartBeatRequest]):
     """One heartbeat round of a leader in `term`."""
 
     succ_num: int = 1  # the leader itself
+    started_ms: int = -1  # when it was sent (a quorum's answer renews the lease from there)
     not_ready_num: int = 0
     inconsistent_leader: bool = False

@@ -24,6 +24,7 @@ LEDGER_METHOD_ROLES: dict[str, str] = {
     "Get": "read",
     "ReadCommitted": "read",
     "Metadata": "read",
+    "Query": "read",
     "Append": "write",
     "AppendStream": "write",
     "LeadershipTransfer": "admin",

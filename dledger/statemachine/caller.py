@@ -17,6 +17,7 @@ from typing import BinaryIO, Protocol, runtime_checkable
 from dledger.clock import perf_us
 from dledger.entry import Entry
 from dledger.raft.log import LogStore
+from dledger.statemachine.answers import AnswerBox
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +28,32 @@ DEFAULT_APPLY_BATCH = 1024
 class StateMachine(Protocol):
     """User state built from the committed log."""
 
-    def on_apply(self, entries: Sequence[Entry]) -> None:
+    def on_apply(self, entries: Sequence[Entry]) -> Sequence[bytes] | None:
         """Apply committed entries, in index order, each exactly once per process life.
 
         Called on the node's state-machine thread only. An exception stops applying
         (the node keeps serving the log; `StateMachineCaller.error` tells why).
+
+        Returns:
+            One answer per entry (DLedger 0.4.0's `ApplyEntry.setResp`): a RAFT_LOG
+            query gets the answer of its entry; or None: no answers (b"" for each).
+        """
+        ...
+
+
+@runtime_checkable
+class QueryableStateMachine(StateMachine, Protocol):
+    """A StateMachine that answers reads (the `Query` RPC; without `query` it answers
+    UNSUPPORTED). Implement it structurally: no need to import this class."""
+
+    def query(self, request: bytes) -> bytes:
+        """Answer a read from the current state.
+
+        Called from gRPC threads, concurrently with `on_apply` (and other queries): the
+        machine must make that safe. The read mode decides when it is called (UNSAFE: at
+        once; READ_INDEX and LEASE: once the applied index reached the read index); an
+        exception answers the Query call it belongs to with INTERNAL_ERROR (every request
+        of that call: the client shares one call among concurrent reads).
         """
         ...
 
@@ -91,6 +113,8 @@ class StateMachineCaller:
         self.error: BaseException | None = None
         self.observer: Callable[[float, int], None] | None = None  # (latency µs, entries) per batch
         self._cond = threading.Condition()
+        self.answers = AnswerBox(lambda: self.applied_index)
+        """The `on_apply` answers of entries someone waits for (RAFT_LOG queries)."""
 
     def run_once(self) -> bool:
         """Apply one batch; returns True when something was applied."""
@@ -108,7 +132,8 @@ class StateMachineCaller:
         try:
             if user:
                 start_us = perf_us()
-                self.state_machine.on_apply(user)
+                answers = self.state_machine.on_apply(user)
+                self.answers.record(user, answers)
                 if self.observer is not None:
                     self.observer(perf_us() - start_us, len(user))
         except BaseException as exc:

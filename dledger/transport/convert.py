@@ -26,6 +26,8 @@ from dledger.raft.messages import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
+    ReadIndexRequest,
+    ReadIndexResponse,
     RequestOrResponse,
     VoteRequest,
     VoteResponse,
@@ -100,6 +102,8 @@ _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
         ("transfer_id", "transferee_id", "take_leadership_ledger_index"),
     ),
     LeadershipTransferResponse: ("LeadershipTransferResponse", ()),
+    ReadIndexRequest: ("ReadIndexRequest", ()),
+    ReadIndexResponse: ("ReadIndexResponse", ("index",)),
 }
 _BY_PB_NAME: dict[str, tuple[type[RequestOrResponse], tuple[str, ...]]] = {
     name: (cls, extra) for cls, (name, extra) in _PEER_MESSAGES.items()

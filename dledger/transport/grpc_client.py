@@ -23,6 +23,7 @@ from dledger.raft.messages import (
     HeartBeatRequest,
     LeadershipTransferRequest,
     PushEntryRequest,
+    ReadIndexRequest,
     RequestOrResponse,
     VoteRequest,
 )
@@ -58,6 +59,7 @@ _METHODS: dict[type[RequestOrResponse], str] = {
     HeartBeatRequest: "HeartBeat",
     PushEntryRequest: "Push",
     LeadershipTransferRequest: "LeadershipTransfer",
+    ReadIndexRequest: "ReadIndex",
 }
 
 

@@ -76,7 +76,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 
 
 class PeerService:
-    """`dledger.v1.Peer`: hands Vote, HeartBeat, Push and LeadershipTransfer requests that
+    """`dledger.v1.Peer`: hands Vote, HeartBeat, Push, LeadershipTransfer and ReadIndex requests that
     pass `dledger.transport.validate` to the node (the others get the refusal's code);
     InstallSnapshot answers UNSUPPORTED (after the same checks).
 
@@ -175,6 +175,7 @@ class PeerService:
                     self._handler("LeadershipTransfer", "LeadershipTransferRequest", "LeadershipTransferResponse")
                 ),
                 "InstallSnapshot": unary(guard_unary("Peer.InstallSnapshot", self._install_snapshot)),
+                "ReadIndex": unary(self._handler("ReadIndex", "ReadIndexRequest", "ReadIndexResponse")),
             },
         )
 

@@ -1,5 +1,5 @@
 """`dledger.v1.Ledger`: the client service (Append, AppendStream, Get, ReadCommitted,
-Metadata, LeadershipTransfer) over a member. Part of `grpc_server.GrpcServer`.
+Metadata, LeadershipTransfer, and Query: `ledger_query`) over a member. Part of `grpc_server.GrpcServer`.
 
 Every answer carries a DLedger code; a follower answers appends with NOT_LEADER and the
 leader's id and address. Reads are served by any member and never return entries above
@@ -20,6 +20,7 @@ import grpc  # type: ignore[import-untyped]
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
+from dledger.transport.ledger_query import answer_query
 from dledger.transport.service_core import (
     ArrivalGauge,
     ServiceCore,
@@ -337,6 +338,10 @@ class LedgerService:
         finally:
             self.core.release_client_slot()
 
+    def query(self, raw: bytes, context: Any) -> Any:
+        """Ledger.Query (see `dledger.transport.ledger_query`)."""
+        return answer_query(self.core, raw, context)
+
     def generic_handler(self) -> Any:
         """The gRPC handler of the service."""
 
@@ -360,6 +365,7 @@ class LedgerService:
                 ),
                 "Metadata": unary(guard_unary("Ledger.Metadata", self.metadata)),
                 "LeadershipTransfer": unary(guard_unary("Ledger.LeadershipTransfer", self.leadership_transfer)),
+                "Query": unary(guard_unary("Ledger.Query", self.query)),
             },
         )
         return _CountingAppends(handler, self.core.incoming_appends)

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 
+from dledger.codes import ReadMode
 from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND, DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
 from dledger.transport.convert import StatusLike
@@ -23,6 +24,12 @@ from dledger.transport.validate import Refusal, RefusalLog, RequestValidator
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class QueryLike(Protocol):
+    """The member's reads of its state machine (`dledger.node_reads.NodeReads`)."""
+
+    def query(self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float) -> Any: ...
 
 
 class NodeLike(Protocol):
@@ -43,6 +50,8 @@ class NodeLike(Protocol):
     def wait_committed(self, above_index: int, timeout_s: float) -> int: ...
     def status(self) -> StatusLike: ...
     def leadership_transfer(self, transferee_id: str) -> Future[int]: ...
+    @property
+    def reads(self) -> QueryLike: ...
     def set_incoming_appends(self, probe: Callable[[], int]) -> None: ...
 
 

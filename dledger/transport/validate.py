@@ -1,7 +1,8 @@
 """Every field of every RPC checked at the gRPC boundary, before anything reaches the node.
 
-The Peer service (Vote, HeartBeat, Push, LeadershipTransfer, InstallSnapshot) and the
-Ledger service (Append, AppendStream, Get, ReadCommitted, Metadata, LeadershipTransfer)
+The Peer service (Vote, HeartBeat, Push, LeadershipTransfer, InstallSnapshot, ReadIndex)
+and the Ledger service (Append, AppendStream, Get, ReadCommitted, Metadata,
+LeadershipTransfer, Query)
 call the checks here; a request that fails one gets a DLedger `ResponseCode` in its
 answer (`Refusal`) and never touches the member's state. The rules (docs/OPERATIONS.md,
 "Hostile input"):
@@ -33,7 +34,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from dledger.codes import ResponseCode
+from dledger.codes import ReadMode, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAX_ENTRY_SIZE, OFF_INDEX, OFF_SIZE, OFF_TERM
 from dledger.raft.messages import (
@@ -58,6 +59,9 @@ is forged: refused, it cannot push the group to MAX_TERM in one message."""
 
 LAYOUTS = frozenset({0, 1})
 """`ReadCommittedRequest.Layout` values: PACKED, FIXED_WIDTH."""
+
+READ_MODES = frozenset(int(mode) for mode in ReadMode)
+"""`QueryRequest.ReadMode` values."""
 
 
 class Refusal(NamedTuple):
@@ -161,7 +165,7 @@ class RequestValidator:
         if isinstance(request, LeadershipTransferRequest):
             return self._peer_transfer(request)
         if not isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest)):
-            return None  # InstallSnapshot: the base fields only
+            return None  # InstallSnapshot, ReadIndex: the base fields only
         if request.leader_id != request.local_id:
             role = "candidate" if isinstance(request, VoteRequest) else "leader"
             return Refusal(
@@ -287,6 +291,26 @@ class RequestValidator:
                 None if request.layout in LAYOUTS else _unexpected(f"unknown layout {request.layout}"),
             )
         )
+
+    def query(self, request: Any, requests: list[bytes]) -> Refusal | None:
+        """Ledger.Query (`requests`: its requests as a list): as many and as large as an
+        append (RAFT_LOG appends them), in a read mode the protocol defines."""
+        refusal = self.client_target(request.group, request.remote_id)
+        if refusal is not None:
+            return refusal
+        if request.mode not in READ_MODES:
+            return _unexpected(f"unknown read mode {request.mode}")
+        if not requests:
+            return _unexpected("no requests to answer")
+        if len(requests) > self.max_bodies_per_append:
+            return _unexpected(f"{len(requests)} requests in one query; at most {self.max_bodies_per_append}")
+        largest = max(map(len, requests))
+        if largest > self.max_body_bytes:
+            return _unexpected(f"a request of {largest} bytes; at most {self.max_body_bytes}")
+        total = sum(map(len, requests))
+        if total > self.max_append_bytes:
+            return _unexpected(f"{total} request bytes in one query; at most {self.max_append_bytes}")
+        return None
 
     def transfer(self, request: Any) -> Refusal | None:
         """Ledger.LeadershipTransfer (a client asks the leader)."""

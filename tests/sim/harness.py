@@ -33,6 +33,7 @@ from tests.raft.cluster import FAST
 from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
 from tests.sim.episodes import EPISODES_PER_SECOND, Episode, start_episode
+from tests.sim.reads import ReadLoad
 from tests.sim.term_watch import TermWatch
 
 TIMING = FAST  # the deterministic clusters' short timings
@@ -80,6 +81,7 @@ class Scenario:
     flush_stalls: bool = True
     biased: bool = False
     disk_loss: bool = False
+    reads: bool = False  # ReadIndex reads checked against the acknowledged appends (tests.sim.reads)
 
     @property
     def majority(self) -> int:
@@ -111,6 +113,7 @@ class Stats:
     power_loss_sizes: dict[int, int] = field(default_factory=dict)  # event -> nodes hit
     checks: int = 0
     converge_ms: int = 0
+    reads_confirmed: int = 0
 
 
 class SimNode:
@@ -133,6 +136,10 @@ class SimNode:
             enable_fast_advance_commit_index=sim.leader_noop,
             **TIMING,
         )
+        if sim.scenario.reads and node_id == "n0":
+            # n0 notices a lost quorum late: cut off as leader, it keeps believing it leads
+            # while the others elect and commit, and must not confirm reads meanwhile
+            self.config.max_heart_beat_leak = 12
         self.store: MmapLogStore | None = None
         self.driver: RaftDriver | None = None
         self.incarnation = 0
@@ -324,6 +331,7 @@ class Simulation:
         self.next_uid = 0
         self.partition_until = -1
         self.faults_on = True
+        self.reads = ReadLoad(self, seed) if scenario.reads else None
         for node in self.nodes.values():
             node.open()
 
@@ -458,6 +466,8 @@ class Simulation:
                 self.checker.check_node(node, self.now)
         self.checker.check_replication(list(self.nodes.values()))
         self.term_watch.check(self.net, {n.node_id: n.core if n.up else None for n in self.nodes.values()})
+        if self.reads is not None:
+            self.reads.check()
 
     # -- client load
 
@@ -468,6 +478,8 @@ class Simulation:
         return b"u%d." % uid + self.rng.randbytes(self.rng.randrange(size))
 
     def _client_load(self) -> None:
+        if self.reads is not None:
+            self.reads.maybe_read()
         if self.rng.random() >= 0.25:
             return
         leaders = [n for n in self.nodes.values() if n.core is not None and n.core.member_state.is_leader]
@@ -775,4 +787,7 @@ class Simulation:
         for _ in range(steps):
             self.step()
         self.converge()
+        if self.reads is not None:
+            self.reads.check()
+            self.stats.reads_confirmed = self.reads.confirmed
         return self.stats

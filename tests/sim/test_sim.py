@@ -33,6 +33,13 @@ STRICT = {
     "async-single-5": Scenario(5, "async", power_loss="single", biased=True),
 }
 
+READS = {
+    # ReadIndex reads on whoever believes it leads, checked against the acknowledged
+    # appends, under the faults of the strict scenarios (tests.sim.reads)
+    "reads-sync-3": Scenario(3, "sync", power_loss="any", biased=True, reads=True),
+    "reads-async-5": Scenario(5, "async", power_loss="none", biased=True, reads=True),
+}
+
 MEASURED = {
     # async, a majority or all members lose power at once: losses are allowed only at
     # indexes a power-lost member really lost, and are counted
@@ -118,3 +125,12 @@ def test_async_power_loss(request: pytest.FixtureRequest, tmp_path: Path, name: 
     events = sum(r.stats.power_losses for r in results)
     lost = sum(loss["acked_lost"] for r in results for loss in r.losses)
     print(f"\n{name}: {len(results)} seeds, {events} power losses, {lost} acknowledged entries lost")
+
+
+@pytest.mark.parametrize("name", list(READS))
+def test_sim_reads(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> None:
+    """Every read index a member confirms covers the appends acknowledged before it was
+    asked, whatever the faults (and every other invariant holds)."""
+    results = run_seeds(request, tmp_path, name, READS[name])
+    assert all(r.stats.ok > 0 for r in results)
+    assert sum(r.stats.reads_confirmed for r in results) > 0

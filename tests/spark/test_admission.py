@@ -96,9 +96,9 @@ def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> N
     peers = "n0-127.0.0.1:1"
     source = Unreachable({"peers": peers, "connectTimeoutMs": "1500", "rpcTimeoutMs": "20000"})
     batch = source.reader(SCHEMA)
-    with pytest.raises(DLedgerError, match="within 1.5 s"):
+    with pytest.raises(DLedgerError, match=r"within 1\.5 s"):
         batch.partitions()
     stream = Unreachable({"peers": peers}).streamReader(SCHEMA)
-    with pytest.raises(DLedgerError, match="within 5.0 s"):
+    with pytest.raises(DLedgerError, match=r"within 5\.0 s"):
         stream.initialOffset()
     assert asked == [1.5, 5.0]

@@ -55,4 +55,6 @@ def test_services_are_registered() -> None:
         "Push",
         "LeadershipTransfer",
         "InstallSnapshot",
+        "ReadIndex",
     }
+    assert "Query" in services["Ledger"].methods_by_name
