@@ -27,8 +27,11 @@ DEFAULT_APPLY_BATCH = 1024
 class StateMachine(Protocol):
     """User state built from the committed log."""
 
-    def on_apply(self, entries: Sequence[Entry]) -> None:
+    def on_apply(self, entries: Sequence[Entry]) -> Sequence[bytes] | None:
         """Apply committed entries, in index order, each exactly once per process life.
+
+        May return one answer per entry handed in (DLedger 0.4.0's `ApplyEntry.setResp`);
+        None means no answers.
 
         Called on the node's state-machine thread only. An exception stops applying
         (the node keeps serving the log; `StateMachineCaller.error` tells why).
