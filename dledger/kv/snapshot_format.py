@@ -64,27 +64,74 @@ def write_snapshot(writer: BinaryIO, applied_index: int, count: int, items: Iter
 
 
 class _Stream:
+    """Buffered exact reads of a snapshot, with the CRC-32 of what was consumed."""
+
     def __init__(self, reader: BinaryIO) -> None:
         self.reader = reader
+        self.buf = b""
+        self.pos = 0
+        self.base = 0  # the stream offset of buf[0]
         self.crc = 0
-        self.offset = 0
+        self.crc_from = 0  # buf[:crc_from] is in crc already
 
-    def exact(self, n: int, what: str, checksum: bool = True) -> bytes:
-        if n <= _FLUSH_BYTES:
-            data = self.reader.read(n) if n else b""
-        else:  # a damaged length must not allocate gigabytes before the file runs out
-            pieces, left = [], n
-            while left and (piece := self.reader.read(min(left, _FLUSH_BYTES))):
-                pieces.append(piece)
-                left -= len(piece)
-            data = b"".join(pieces)
-        if data is None or len(data) != n:
-            got = 0 if data is None else len(data)
-            raise ValueError(f"key-value snapshot truncated: {what} at offset {self.offset} needs {n} bytes, got {got}")
-        if checksum:
-            self.crc = zlib.crc32(data, self.crc)
-        self.offset += n
-        return bytes(data)
+    def fill(self, n: int) -> None:
+        """Make buf[pos:pos + n] available (or as much as the stream still has)."""
+        self.crc = zlib.crc32(memoryview(self.buf)[self.crc_from : self.pos], self.crc)
+        pieces, have = [self.buf[self.pos :]], len(self.buf) - self.pos
+        while have < n and (piece := self.reader.read(max(_FLUSH_BYTES, min(n - have, _FLUSH_BYTES)))):
+            pieces.append(piece)
+            have += len(piece)
+        self.base += self.pos
+        self.buf, self.pos, self.crc_from = b"".join(pieces), 0, 0
+
+    def exact(self, n: int, what: str) -> bytes:
+        if self.pos + n > len(self.buf):
+            self.fill(n)
+            if n > len(self.buf):
+                raise ValueError(
+                    f"key-value snapshot truncated: {what} at offset {self.base} needs {n} bytes, got {len(self.buf)}"
+                )
+        data = self.buf[self.pos : self.pos + n]
+        self.pos += n
+        return data
+
+    def checksum(self) -> int:
+        """The CRC-32 of everything consumed so far."""
+        self.crc = zlib.crc32(memoryview(self.buf)[self.crc_from : self.pos], self.crc)
+        self.crc_from = self.pos
+        return self.crc
+
+    @property
+    def offset(self) -> int:
+        return self.base + self.pos
+
+
+def _records(stream: _Stream, count: int, state: dict[bytes, bytes]) -> None:
+    """Read `count` records into `state` (a fast path while a whole record is buffered)."""
+    unpack = _LENGTH.unpack_from
+    for n in range(count):
+        buf, pos = stream.buf, stream.pos
+        if pos + 4 <= len(buf):
+            (key_end,) = unpack(buf, pos)
+            key_end += pos + 4
+            if key_end + 4 <= len(buf):
+                (value_end,) = unpack(buf, key_end)
+                value_end += key_end + 4
+                if value_end <= len(buf):
+                    key, value = buf[pos + 4 : key_end], buf[key_end + 4 : value_end]
+                    stream.pos = value_end
+                    size = len(state)
+                    state[key] = value
+                    if len(state) == size:
+                        raise ValueError(f"key-value snapshot holds key {key[:40]!r} twice")
+                    continue
+        (key_length,) = _LENGTH.unpack(stream.exact(4, f"record {n}"))
+        key = stream.exact(key_length, f"key {n}")
+        (value_length,) = _LENGTH.unpack(stream.exact(4, f"record {n}"))
+        value = stream.exact(value_length, f"value {n}")
+        if key in state:
+            raise ValueError(f"key-value snapshot holds key {key[:40]!r} twice")
+        state[key] = value
 
 
 def read_snapshot(reader: BinaryIO) -> tuple[int, dict[bytes, bytes]]:
@@ -101,22 +148,14 @@ def read_snapshot(reader: BinaryIO) -> tuple[int, dict[bytes, bytes]]:
     if version != VERSION:
         raise ValueError(f"key-value snapshot format version {version}, this reader knows {VERSION}")
     state: dict[bytes, bytes] = {}
-    unpack = _LENGTH.unpack
-    for n in range(count):
-        (key_length,) = unpack(stream.exact(4, f"record {n}"))
-        key = stream.exact(key_length, f"key {n}")
-        (value_length,) = unpack(stream.exact(4, f"record {n}"))
-        value = stream.exact(value_length, f"value {n}")
-        if key in state:
-            raise ValueError(f"key-value snapshot holds key {key[:40]!r} twice")
-        state[key] = value
-    crc = stream.crc
-    end, end_count, stored_crc = _TRAILER.unpack(stream.exact(_TRAILER.size, "the trailer", checksum=False))
+    _records(stream, count, state)
+    crc = stream.checksum()
+    end, end_count, stored_crc = _TRAILER.unpack(stream.exact(_TRAILER.size, "the trailer"))
     if end != END_MAGIC or end_count != count:
         raise ValueError(f"key-value snapshot trailer damaged at offset {stream.offset - _TRAILER.size}")
     if stored_crc != crc:
         raise ValueError(f"key-value snapshot checksum {crc:#010x} does not match the stored {stored_crc:#010x}")
-    if reader.read(1):
+    if stream.pos < len(stream.buf) or reader.read(1):
         raise ValueError(f"key-value snapshot has bytes after its trailer (offset {stream.offset})")
     return applied_index, state
 

@@ -287,3 +287,23 @@ def test_queries_on_other_threads_see_consistent_states_during_apply() -> None:
             t.join(30)
     assert problems == [] and seen
     assert machine.get(b"n") == b"300"
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_loading_reads_records_across_any_read_size(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    source, _ = _machine(*(c.put(b"k%d" % n, b"v" * (n * 7 % 50)) for n in range(40)), c.put(b"", b""))
+    data = _save(source)
+    monkeypatch.setattr(snapshot_format, "_FLUSH_BYTES", chunk)
+
+    class Trickle(io.BytesIO):
+        """Short reads: at most `chunk` bytes per call, as a pipe may give."""
+
+        def read(self, n: int | None = -1) -> bytes:
+            return super().read(chunk if n is None or n < 0 else min(n, chunk))
+
+    restored = KVStateMachine()
+    restored.on_snapshot_load(Trickle(data))
+    assert restored.to_dict() == source.to_dict()
+    for _name, bad, _message in _damaged(data):
+        with pytest.raises(ValueError, match="key-value snapshot"):
+            KVStateMachine().on_snapshot_load(Trickle(bad))
