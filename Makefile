@@ -30,7 +30,7 @@ $(STAMP): $(BIN)/python $(BUILD_INPUTS)
 install: $(STAMP)
 
 run: install
-	$(BIN)/dledger cluster --store-base-dir .dledger-data
+	$(BIN)/dledger cluster --store-base-dir .dledger-data --state-machine kv
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

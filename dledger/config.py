@@ -105,6 +105,23 @@ def parse_peers(peers: str) -> dict[str, str]:
     return result
 
 
+_STATE_MACHINE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*$")
+STATE_MACHINE_NAMES = ("kv",)
+"""The built-in state machines `--state-machine` knows by a short name."""
+
+
+def check_state_machine_name(name: str) -> None:
+    """Check the form of a state machine's name: a built-in one (`kv`) or
+    `package.module:factory`. (Whether it can be imported is checked when it is loaded:
+    dledger.statemachine.loader.)
+
+    Raises:
+        ConfigError: neither form.
+    """
+    if name not in STATE_MACHINE_NAMES and not _STATE_MACHINE.match(name):
+        raise ConfigError(f"unknown state machine {name!r}: expected kv or package.module:factory")
+
+
 def parse_preferred_leader_ids(value: str | None) -> list[str]:
     """`"n0;n1"` -> ["n0", "n1"]; None or blank -> []."""
     if not value:
@@ -326,6 +343,10 @@ class DLedgerConfig:
     snapshot_threshold: int = field(default=1000, metadata={"yaml": "snapshotThreshold"})  # entries applied
     max_snapshot_reserved_num: int = field(default=3, metadata={"yaml": "maxSnapshotReservedNum"})
 
+    # dledger-py: the state machine the member applies committed entries to: `kv` (the
+    # key-value store of dledger.kv) or `package.module:factory`; None: a plain log
+    state_machine: str | None = field(default=None, metadata={"yaml": "stateMachine"})
+
     # storage (the member's defaults: see member_store_config)
     store: StoreConfig = field(default_factory=member_store_config)
 
@@ -376,6 +397,8 @@ class DLedgerConfig:
         for pid in parse_preferred_leader_ids(self.preferred_leader_ids):
             if pid not in self._peer_map:
                 raise ConfigError(f"preferred leader {pid!r} is not in peers")
+        if self.state_machine is not None:
+            check_state_machine_name(self.state_machine)
         tls = {"tls_cert": self.tls_cert, "tls_key": self.tls_key, "tls_ca": self.tls_ca}
         if any(tls.values()) and not all(tls.values()):
             missing = ", ".join(name for name, value in tls.items() if not value)

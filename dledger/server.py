@@ -17,6 +17,7 @@ from typing import Any
 
 from dledger.config import DLedgerConfig
 from dledger.node import DLedgerNode
+from dledger.statemachine import StateMachine
 from dledger.transport.grpc_client import GrpcTransport, member_tls
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
 
@@ -36,6 +37,11 @@ class DLedgerServer:
         node_factory: builds the node (tests); default `DLedgerNode(config, transport)`.
         reflection: serve gRPC server reflection too.
         repair: let the store's recovery cut a damaged log (see DLedgerNode).
+        state_machine: the state machine the node applies committed entries to; default
+            the one `config.state_machine` names (none: a plain log).
+
+    Raises:
+        ConfigError: `config.state_machine` cannot be loaded (dledger.statemachine.loader).
 
     With `config.tls_cert` / `tls_key` / `tls_ca` set the member serves and dials mutual
     TLS only (see `dledger.transport.guard` for who may call what).
@@ -51,14 +57,20 @@ class DLedgerServer:
         node_factory: NodeFactory | None = None,
         reflection: bool = False,
         repair: bool = False,
+        state_machine: StateMachine | None = None,
     ) -> None:
         self.config = config
+        if state_machine is None and config.state_machine:
+            from dledger.statemachine.loader import load_state_machine
+
+            state_machine = load_state_machine(config.state_machine)
+        self.state_machine = state_machine
         self.listen_address = listen_address or config.self_address
         self.limits = limits
         self.metrics_port = metrics_port
         self.reflection = reflection
         self._node_factory: NodeFactory = node_factory or (
-            lambda cfg, transport: DLedgerNode(cfg, transport, repair=repair)
+            lambda cfg, transport: DLedgerNode(cfg, transport, repair=repair, state_machine=self.state_machine)
         )
         self.transport: GrpcTransport | None = None
         self.node: DLedgerNode | None = None
@@ -88,6 +100,9 @@ class DLedgerServer:
         if tls is not None:
             tls.read()  # a missing or unreadable file fails before the store opens
         self.transport = GrpcTransport(self.config)
+        if self.state_machine is not None:
+            name = self.config.state_machine or "given"
+            log.info("state machine: %s (%s)", name, type(self.state_machine).__name__)
         try:
             self.node = self._node_factory(self.config, self.transport)
             self.grpc = GrpcServer(self.node, self.listen_address, self.limits, tls=tls, reflection=self.reflection)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dledger.cli.errors import GuardedCommand
+from dledger.cli.errors import EXIT_USAGE, GuardedCommand, fail
 from dledger.cli.server_cmds import server_command_line, store_options
 from dledger.cli.tls_options import refuse_plaintext
 from dledger.config import ConfigError, parse_address
@@ -39,6 +39,12 @@ started with them (so they win over the config file), unlike the options not giv
     help="Mutual TLS: make a development CA and certificates in STORE_BASE_DIR/tls (kept for the next run).",
 )
 @click.option("--insecure", is_flag=True, help="Allow a non-loopback --host without --tls.")
+@click.option(
+    "--state-machine",
+    metavar="NAME",
+    help="Every member applies committed entries to this state machine: kv (the key-value store) or "
+    "package.module:factory.  [default: none, a plain log]",
+)
 def cluster(
     nodes: int,
     group: str,
@@ -50,6 +56,7 @@ def cluster(
     config_file: Path | None,
     tls: bool,
     insecure: bool,
+    state_machine: str | None,
     **store: Any,
 ) -> None:
     """Run a local N-member cluster (ids n0.., ports BASE-PORT..) until Ctrl-C.
@@ -75,6 +82,8 @@ def cluster(
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--host'") from None
     refuse_plaintext(f"{host}:{base_port}", tls, insecure)
+    if state_machine:
+        check_state_machine(state_machine)
     tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes, host) if tls else None
     runner = LocalCluster(
         nodes=nodes,
@@ -86,12 +95,24 @@ def cluster(
             *store_args(store),
             *(["--heartbeat-ms", str(heartbeat_ms)] if heartbeat_ms else []),
             *(["--config-file", str(config_file.resolve())] if config_file else []),
+            *(["--state-machine", state_machine] if state_machine else []),
         ],
         metrics_base_port=metrics_base_port,
         command_line=server_command_line,
         tls_dir=tls_dir,
     )
     sys.exit(runner.run())
+
+
+def check_state_machine(name: str) -> None:
+    """Import the factory `name` stands for (without calling it: each member makes its
+    own); one `error:` line and status 2 when it cannot be."""
+    from dledger.statemachine.loader import resolve_factory
+
+    try:
+        resolve_factory(name)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def cluster_certs(directory: Path, group: str, nodes: int, host: str = "127.0.0.1") -> Path:

@@ -21,6 +21,7 @@ from dledger.cli.errors import GuardedCommand, fail, one_line
 from dledger.cli.tls_options import EXIT_USAGE, refuse_plaintext, server_tls_options
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
+from dledger.statemachine import StateMachine
 
 EXIT_ADDRESS_IN_USE = 1
 """`dledger server` exit status when its port cannot be bound: 1 as any failure, with
@@ -269,6 +270,12 @@ def server_command_line(args: list[str]) -> list[str]:
     help="Cut a damaged log back to its last valid entry, also below the committed index; the member then "
     "catches up from the leader before it votes again.",
 )
+@click.option(
+    "--state-machine",
+    metavar="NAME",
+    help="Apply committed entries to this state machine: kv (the key-value store, dledger.kv) or "
+    "package.module:factory.  [default: none, a plain log]",
+)
 @server_tls_options
 @click.option(
     "--log-level",
@@ -291,6 +298,7 @@ def server(
     listen: str | None,
     initial_cluster_state: str | None,
     repair: bool,
+    state_machine: str | None,
     log_level: str,
     tls_cert: str | None,
     tls_key: str | None,
@@ -311,21 +319,9 @@ def server(
       dledger server -i n1 -p "$P" -s /tmp/dl &
       dledger server -i n2 -p "$P" -s /tmp/dl &
     """
-    import faulthandler
-    import signal
-
-    from dledger import allocator
-
-    with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file (tests): no dumps
-        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
-    allocator.keep_freed_memory()  # reuse freed message buffers (see dledger.allocator)
-
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format=f"%(asctime)s %(levelname)s [{self_id or 'n0'}] %(name)s: %(message)s",
-        force=True,  # `dledger -v` may have configured logging already
-    )
+    _prepare_process(self_id, log_level)
     file_settings = load_config_file(config_file, self_id) if config_file else {}
+    machine = load_state_machine_or_exit(state_machine or file_settings.get("state_machine"))
     config = build_config(
         file_settings,
         {
@@ -342,6 +338,7 @@ def server(
             "tls_key": tls_key,
             "tls_ca": tls_ca,
             "initial_cluster_state": initial_cluster_state,
+            "state_machine": state_machine,
             **store,
         },
     )
@@ -351,8 +348,45 @@ def server(
         except ConfigError as exc:
             raise click.BadParameter(str(exc), param_hint="'--listen'") from None
     run_server(
-        config, listen=listen, metrics_port=metrics_port, insecure=insecure, reflection=reflection, repair=repair
+        config,
+        listen=listen,
+        metrics_port=metrics_port,
+        insecure=insecure,
+        reflection=reflection,
+        repair=repair,
+        state_machine=machine,
     )
+
+
+def _prepare_process(self_id: str | None, log_level: str) -> None:
+    """A server process's stack dumps, allocator tuning and logging."""
+    import faulthandler
+    import signal
+
+    from dledger import allocator
+
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file (tests): no dumps
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
+    allocator.keep_freed_memory()  # reuse freed message buffers (see dledger.allocator)
+
+    logging.basicConfig(
+        level=getattr(logging, log_level.upper()),
+        format=f"%(asctime)s %(levelname)s [{self_id or 'n0'}] %(name)s: %(message)s",
+        force=True,  # `dledger -v` may have configured logging already
+    )
+
+
+def load_state_machine_or_exit(name: str | None) -> StateMachine | None:
+    """The state machine `name` stands for (None: none); a name that cannot be loaded
+    ends the command with one `error:` line and status 2 (a usage error)."""
+    if not name:
+        return None
+    from dledger.statemachine.loader import load_state_machine
+
+    try:
+        return load_state_machine(name)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def run_server(
@@ -363,16 +397,25 @@ def run_server(
     insecure: bool,
     reflection: bool,
     repair: bool = False,
+    state_machine: StateMachine | None = None,
 ) -> None:
-    """Serve `config` until a signal; exits with one line on stderr when it cannot:
-    2 for plaintext on a non-loopback address without `insecure` or unreadable TLS
-    files, 1 for a busy port (named) or a store that cannot be opened."""
+    """Serve `config` (applying committed entries to `state_machine`) until a signal;
+    exits with one line on stderr when it cannot: 2 for plaintext on a non-loopback
+    address without `insecure` or unreadable TLS files, 1 for a busy port (named) or a
+    store that cannot be opened."""
     from dledger.security.tls import TlsError
     from dledger.server import DLedgerServer
     from dledger.transport.grpc_server import BindError
 
     refuse_plaintext(listen or config.self_address, config.tls_enabled, insecure)
-    srv = DLedgerServer(config, listen_address=listen, metrics_port=metrics_port, reflection=reflection, repair=repair)
+    srv = DLedgerServer(
+        config,
+        listen_address=listen,
+        metrics_port=metrics_port,
+        reflection=reflection,
+        repair=repair,
+        state_machine=state_machine,
+    )
     try:
         srv.run_until_signal()
     except TlsError as exc:

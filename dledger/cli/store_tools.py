@@ -232,6 +232,17 @@ def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
     report.notes += [f"foreign file {name} ignored" for name in store.index_list.foreign_files]
 
 
+def _inspect_snapshots(node: Path, report: Report) -> None:
+    """Add what the node's snapshots look like: each one checked against its checksum."""
+    from dledger.cli.snapshot_check import inspect_snapshots
+
+    begin = report.facts.get("begin_index")
+    found = inspect_snapshots(node, begin if isinstance(begin, int) else None)
+    report.facts.update(found.summary())
+    report.notes += found.notes
+    report.problems += found.problems
+
+
 def _last_indexed(store: MmapLogStore, after: int) -> int:
     """The last index past `after` whose index unit names it (what a cut would lose)."""
     table = store.index_list.table
@@ -296,7 +307,7 @@ def check(
     node_dir: Path, data_file_size: int | None, index_file_size: int | None, as_json: bool, repair: bool, yes: bool
 ) -> None:
     """Validate a store without changing it: recovery, every entry and its CRC, begin and
-    end, the checkpoint against the log.
+    end, the checkpoint against the log, and every snapshot against its checksum.
 
     NODE_DIR is a node's `dledger-<selfId>` directory (a storeBaseDir holding exactly one
     also works). Exit 0 when healthy, 1 when a problem is found (or no store is there),
@@ -323,6 +334,7 @@ def check(
             return
         with store:
             _inspect(store, node, report)
+        _inspect_snapshots(node, report)
     except DLedgerError as exc:
         hint = "" if repair or not isinstance(exc, CorruptStoreError) else " (see `dledger check --repair`)"
         _fail(exc.message + hint, as_json, store=str(node))

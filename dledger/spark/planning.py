@@ -7,12 +7,15 @@ Indexes follow DLedger: 0-based, contiguous; a range is [start, end) with an exc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
 from dledger.spark.options import OptionError, ReadFrom, Start
+
+log = logging.getLogger(__name__)
 
 MIN_SPLIT_BYTES = 1 << 20
 """Offline reads are spread over `min_partitions` tasks only when every task gets at
@@ -82,21 +85,39 @@ def resolve_end(ending: int | Literal["latest"], bounds: LogBounds) -> int:
 
 
 def check_data_loss(start: int, bounds: LogBounds, fail_on_data_loss: bool) -> int:
-    """`start`, or the first kept index when entries from `start` on were deleted and
-    `fail_on_data_loss` is false.
+    """`start`, or the first live index when entries from `start` on are gone (the prefix
+    was compacted after a snapshot, or deleted by retention) and `fail_on_data_loss` is
+    false (Kafka's semantics). A read of a compacted log (first index > 0) that starts at
+    its first live index says so at INFO; one moved there, at WARNING.
 
     Raises:
-        DataLossError: entries before the first kept one were asked for and
+        DataLossError: entries before the first live one were asked for and
             `fail_on_data_loss` is true.
     """
     earliest = bounds.earliest
     if start >= earliest:
+        if start == earliest and bounds.begin > 0:
+            log.info(
+                "the log is compacted: it starts at index %d (older entries were compacted after a snapshot or "
+                "deleted by retention); reading from its first live index %d",
+                earliest,
+                earliest,
+            )
         return start
     if fail_on_data_loss:
         raise DataLossError(
             f"entries from index {start} were requested but the log now starts at index {earliest} "
-            f"(older segments were deleted); set failOnDataLoss=false to skip to {earliest}"
+            f"(older entries were compacted after a snapshot or deleted by retention); "
+            f"set failOnDataLoss=false to start at its first live index {earliest}"
         )
+    log.warning(
+        "entries %d..%d are gone (the log now starts at index %d: compacted after a snapshot or deleted by "
+        "retention); failOnDataLoss=false: reading from its first live index %d",
+        start,
+        earliest - 1,
+        earliest,
+        earliest,
+    )
     return earliest
 
 

@@ -31,6 +31,9 @@ class StateMachine(Protocol):
     def on_apply(self, entries: Sequence[Entry]) -> Sequence[bytes] | None:
         """Apply committed entries, in index order, each exactly once per process life.
 
+        May return one answer per entry handed in (DLedger 0.4.0's `ApplyEntry.setResp`);
+        None means no answers.
+
         Called on the node's state-machine thread only. An exception stops applying
         (the node keeps serving the log; `StateMachineCaller.error` tells why).
 

@@ -54,6 +54,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "dledger.spark",
         *COMPILED,
     ),
+    "dledger.kv": (
+        "dledger.store",
+        "dledger.raft",
+        "dledger.transport",
+        "dledger.node",
+        "dledger.server",
+        "dledger.client",
+        "dledger.cli",
+        "dledger.spark",
+        *COMPILED,
+    ),
     "dledger.node": (  # node, node_store, node_status
         "dledger.transport.grpc",
         "dledger.transport.ledger_service",

@@ -198,6 +198,7 @@ OUR_YAML_KEYS: dict[str, tuple[str, object, object]] = {
     "delete_when": ("store.delete_when", "03", "03"),
     "data_file_size": ("store.data_file_size", "16MiB", 16 << 20),
     "checkpoint_interval_ms": ("store.checkpoint_interval_ms", 5000, 5000),
+    "stateMachine": ("state_machine", "kv", "kv"),
 }
 
 
