@@ -13,6 +13,7 @@ from dledger.cli.client_cmds import append, get, leadership_transfer, status
 from dledger.cli.cluster_cmd import cluster
 from dledger.cli.demo import demo
 from dledger.cli.errors import GuardedGroup
+from dledger.cli.kv_cmd import kv
 from dledger.cli.query_cmd import query
 from dledger.cli.server_cmds import server
 from dledger.cli.store_tools import check, read_file
@@ -41,6 +42,7 @@ main.add_command(get)
 main.add_command(status)
 main.add_command(leadership_transfer)
 main.add_command(query)
+main.add_command(kv)
 main.add_command(bench)
 main.add_command(certs)
 
