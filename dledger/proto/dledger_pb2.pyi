@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AppendRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "bodies", "request_id")
+    __slots__ = ("group", "remote_id", "bodies", "request_id", "magic")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     request_id: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    magic: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ..., magic: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("code", "leader_id", "term", "leader_address", "first_index", "count", "request_id", "message")
