@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL
+from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_RECORD
 
 _NORMAL_MAGIC: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
 """Sentinel default of `ColumnBatch.magic`: every entry is a normal one."""
@@ -130,6 +130,11 @@ class ColumnBatch:
     def noop_count(self) -> int:
         """Number of NOOP entries."""
         return int(np.count_nonzero(self.magic == MAGIC_NOOP))
+
+    @property
+    def record_count(self) -> int:
+        """Number of record entries (magic 16)."""
+        return int(np.count_nonzero(self.magic == MAGIC_RECORD))
 
     def body(self, k: int) -> bytes:
         """The k-th body."""

@@ -13,11 +13,27 @@ from typing import Literal
 
 from dledger.config import ConfigError, parse_peers
 
-COLUMNS: dict[str, str] = {"index": "bigint", "term": "bigint", "pos": "bigint", "body": "binary", "magic": "int"}
-"""Every column a read can return: column name -> Spark type (simpleString)."""
+COLUMNS: dict[str, str] = {
+    "index": "bigint",
+    "term": "bigint",
+    "pos": "bigint",
+    "body": "binary",
+    "key": "binary",
+    "value": "binary",
+    "timestamp": "timestamp",
+    "headers": "array<struct<key:string,value:binary>>",
+    "magic": "int",
+}
+"""Every column a read can return: column name -> Spark type (simpleString). `body` is
+`value` under its old name (a record's payload; a plain entry's body)."""
 
-SCHEMA_DDL = "index long, term long, pos long, body binary"
-"""The default read schema as a DDL string (what `DataSource.schema()` returns)."""
+SCHEMA_DDL = (
+    "index long, term long, pos long, body binary, key binary, value binary, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
+"""The default read schema as a DDL string (what `DataSource.schema()` returns): Kafka's
+record columns after the DLedger ones, `body` kept for compatibility (an explicit schema
+without it, or without `value`, reads each payload once)."""
 
 NOOP_SCHEMA_DDL = SCHEMA_DDL + ", magic int"
 """The default read schema with `includeNoops=true`: `magic` tells NOOP entries (2) from
@@ -331,7 +347,7 @@ def read_schema_ddl(options: Mapping[str, str]) -> str:
 
 def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """Validate a read schema given as (name, Spark simpleString type) pairs: a subset
-    or reordering of `index long, term long, pos long, body binary, magic int`.
+    or reordering of the columns of `COLUMNS`.
 
     Returns:
         The canonical column names, in the requested order.
@@ -358,21 +374,3 @@ def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
             )
         seen.append(key)
     return tuple(seen)
-
-
-def write_body_type(fields: Sequence[tuple[str, str]]) -> Literal["binary", "string"]:
-    """Validate a write schema: exactly one column, `body`, binary or string (UTF-8).
-
-    Raises:
-        OptionError: no body column, another column, or a body of another type.
-    """
-    names = [name for name, _ in fields]
-    if [n.lower() for n in names] != ["body"]:
-        raise OptionError(
-            f"writing to dledger needs exactly one column, body (binary or string); got {names or 'none'} "
-            "(use df.select(col(...).alias('body')))"
-        )
-    type_name = fields[0][1].lower()
-    if type_name not in ("binary", "string"):
-        raise OptionError(f"column body must be binary or string, got {fields[0][1]}")
-    return "binary" if type_name == "binary" else "string"

@@ -99,7 +99,8 @@ class _ReadPlan:
 
     @property
     def with_bodies(self) -> bool:
-        return "body" in self.columns
+        """Whether a read needs the bodies (every column but index, term, pos, magic)."""
+        return any(col not in ("index", "term", "pos", "magic") for col in self.columns)
 
     def local_partitions(self, start: int | None, end: int | None) -> list[InputPartition]:
         """Tasks over the store directory: [start, end), or the batch options' range."""
@@ -254,10 +255,13 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class DLedgerDataSource(DataSource):
     """The `dledger` format. Register it with `dledger.spark.register(spark)`.
 
-    Read schema: `index long, term long, pos long, body binary` (plus `magic int` with
-    `includeNoops=true`; a user schema may pick a subset of these five or reorder them;
-    without `body` no body is read). NOOP entries are left out unless `includeNoops`.
-    Options are documented in docs/SPARK.md.
+    Read schema: `index long, term long, pos long, body binary, key binary, value
+    binary, timestamp timestamp, headers array<struct<key: string, value: binary>>`
+    (plus `magic int` with `includeNoops=true`; a user schema may pick a subset of these
+    or reorder them; `body` is `value` under its old name; with only index, term, pos
+    and magic no body is read). NOOP entries are left out unless `includeNoops`. Writes
+    take `value` (or `body`) and optionally `key`, `timestamp`, `headers`. Options are
+    documented in docs/SPARK.md.
     """
 
     default_min_partitions: int | None = None
@@ -275,8 +279,7 @@ class DLedgerDataSource(DataSource):
         return default_client_factory
 
     def schema(self) -> str:
-        """The read schema: `index long, term long, pos long, body binary`, plus
-        `magic int` with `includeNoops=true`."""
+        """The read schema (see the class), plus `magic int` with `includeNoops=true`."""
         return read_schema_ddl(dict(self.options))
 
     def _plan(self, schema: StructType, streaming: bool) -> _ReadPlan:

@@ -4,6 +4,7 @@ streaming reads with a restart, a streaming write, and a read surviving a dead m
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,3 +181,27 @@ def test_offline_read_of_a_running_members_directory(spark: Any, cluster: LocalC
     served = remote.option("startingIndex", str(local[0]["index"])).load().collect()
     by_index = {r["index"]: (r["term"], r["pos"], r["body"]) for r in served}
     assert all(by_index[r["index"]] == (r["term"], r["pos"], r["body"]) for r in local)
+
+
+def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cluster: LocalCluster) -> None:
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    df = spark.createDataFrame(
+        [("a", b"k", when, [("h", b"1")]), ("b", None, None, None)],
+        "value string, key binary, timestamp timestamp, headers array<struct<key: string, value: binary>>",
+    )
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        start = client.metadata().committed_index + 1
+        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
+            "group", GROUP
+        ).save()
+        records = [r for r in client.get_records(start, 10) if r.value in (b"a", b"b")]
+    assert [(r.value, r.key, r.headers) for r in records] == [(b"a", b"k", (("h", b"1"),)), (b"b", None, ())]
+    assert records[0].timestamp == int(when.timestamp() * 1000) and records[1].timestamp is not None
+    kafka = (
+        "key binary, value binary, timestamp timestamp, headers array<struct<key: string, value: binary>>, index long"
+    )
+    read = spark.read.format("dledger").schema(kafka).option("peers", cluster.peers).option("group", GROUP)
+    rows = {r["index"]: r for r in read.option("startingIndex", str(start)).load().collect()}
+    assert rows[records[0].index]["key"] == b"k" and rows[records[0].index]["value"] == b"a"
+    assert [(h["key"], h["value"]) for h in rows[records[0].index]["headers"]] == [("h", b"1")]
+    assert rows[records[1].index]["key"] is None

@@ -32,7 +32,7 @@ def _error(exc: BaseException) -> str:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_store_returns_exactly_the_committed_entries(spark: Any, scenario: str) -> None:
     df = _load(spark, golden_root() / scenario / "dledger-n0")
-    assert df.columns == ["index", "term", "pos", "body"]
+    assert df.columns == ["index", "term", "pos", "body", "key", "value", "timestamp", "headers"]
     rows = sorted(df.collect(), key=lambda r: r["index"])
     expected = committed_entries(scenario)
     assert [(r["index"], r["term"], r["pos"]) for r in rows] == [(e["index"], e["term"], e["pos"]) for e in expected]
@@ -83,7 +83,8 @@ def test_schema_subset_skips_bodies(spark: Any) -> None:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("index long, value binary", "unknown column 'value'"),
+        ("index long, offset long", "unknown column 'offset'"),
+        ("index long, timestamp long", "column 'timestamp' must be timestamp"),
         ("index int", "column 'index' must be long"),
         ("body string", "column 'body' must be binary"),
     ],
@@ -119,7 +120,7 @@ def test_write_refusals(spark: Any) -> None:
         df.write.format("dledger").option("peers", "n0-127.0.0.1:1").mode("overwrite").save()
     with pytest.raises(Exception, match="live cluster"):
         df.write.format("dledger").mode("append").save(str(golden_root() / "basic"))
-    with pytest.raises(Exception, match="exactly one column, body"):
+    with pytest.raises(Exception, match="column 'value' must be binary or string, got bigint"):
         wrong = spark.createDataFrame([(1,)], "value long")
         wrong.write.format("dledger").option("peers", "n0-127.0.0.1:1").mode("append").save()
 
@@ -157,7 +158,7 @@ def test_noop_entries_are_left_out_unless_asked(spark: Any, tmp_path: Path) -> N
     rows = sorted(_load(spark, tmp_path / "n").collect(), key=lambda r: r["index"])
     assert [(r["index"], r["body"]) for r in rows] == [(0, b"a"), (1, b""), (3, b"c")]
     df = _load(spark, tmp_path / "n", includeNoops="true")
-    assert df.columns == ["index", "term", "pos", "body", "magic"]
+    assert df.columns == ["index", "term", "pos", "body", "key", "value", "timestamp", "headers", "magic"]
     assert sorted((r["index"], r["body"], r["magic"]) for r in df.collect()) == [
         (0, b"a", 1),
         (1, b"", 1),

@@ -13,7 +13,6 @@ from dledger.spark.options import (
     parse_read_options,
     parse_write_options,
     read_columns_of,
-    write_body_type,
 )
 from dledger.spark.planning import (
     MIN_SPLIT_BYTES,
@@ -34,6 +33,7 @@ from dledger.spark.planning import (
     resolve_start,
     split_even,
 )
+from dledger.spark.records import HEADERS_TYPE, WriteColumns, write_columns_of
 
 pytestmark = pytest.mark.unit
 
@@ -115,8 +115,15 @@ def test_write_options() -> None:
 def test_read_schema_subsets_and_errors() -> None:
     assert read_columns_of([("index", "bigint"), ("term", "bigint")]) == ("index", "term")
     assert read_columns_of([("BODY", "binary"), ("Index", "bigint")]) == ("body", "index")
-    with pytest.raises(OptionError, match=r"unknown column 'value'.*index long, term long, pos long, body binary"):
-        read_columns_of([("index", "bigint"), ("value", "binary")])
+    assert read_columns_of([("value", "binary"), ("headers", HEADERS_TYPE), ("timestamp", "timestamp")]) == (
+        "value",
+        "headers",
+        "timestamp",
+    )
+    with pytest.raises(OptionError, match=r"unknown column 'offset'.*index long, term long, pos long, body binary"):
+        read_columns_of([("index", "bigint"), ("offset", "bigint")])
+    with pytest.raises(OptionError, match="column 'timestamp' must be timestamp, got bigint"):
+        read_columns_of([("timestamp", "bigint")])
     with pytest.raises(OptionError, match="column 'body' must be binary, got string"):
         read_columns_of([("body", "string")])
     with pytest.raises(OptionError, match="must be long"):
@@ -128,14 +135,22 @@ def test_read_schema_subsets_and_errors() -> None:
 
 
 def test_write_schema() -> None:
-    assert write_body_type([("body", "binary")]) == "binary"
-    assert write_body_type([("body", "string")]) == "string"
-    with pytest.raises(OptionError, match="exactly one column, body"):
-        write_body_type([("value", "binary")])
-    with pytest.raises(OptionError, match="exactly one column, body"):
-        write_body_type([("index", "bigint"), ("body", "binary")])
-    with pytest.raises(OptionError, match="binary or string"):
-        write_body_type([("body", "int")])
+    assert write_columns_of([("body", "binary")]) == WriteColumns(0)
+    assert not write_columns_of([("value", "string")]).records
+    both = write_columns_of(
+        [("headers", HEADERS_TYPE), ("KEY", "string"), ("value", "binary"), ("timestamp", "bigint")]
+    )
+    assert both == WriteColumns(2, key=1, timestamp=3, headers=0, timestamp_type="bigint") and both.records
+    with pytest.raises(OptionError, match="needs a value column"):
+        write_columns_of([("key", "binary")])
+    with pytest.raises(OptionError, match="cannot write column 'index'"):
+        write_columns_of([("index", "bigint"), ("body", "binary")])
+    with pytest.raises(OptionError, match="given twice"):
+        write_columns_of([("value", "binary"), ("body", "binary")])
+    with pytest.raises(OptionError, match="must be binary or string"):
+        write_columns_of([("body", "int")])
+    with pytest.raises(OptionError, match="must be timestamp or long"):
+        write_columns_of([("body", "binary"), ("timestamp", "string")])
 
 
 # -- bounds, data loss, offsets
