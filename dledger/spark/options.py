@@ -28,16 +28,20 @@ COLUMNS: dict[str, str] = {
 `value` under its old name (a record's payload; a plain entry's body)."""
 
 SCHEMA_DDL = (
-    "index long, term long, pos long, body binary, key binary, value binary, timestamp timestamp, "
+    "key binary, value binary, index long, term long, pos long, timestamp timestamp, "
     "headers array<struct<key: string, value: binary>>"
 )
 """The default read schema as a DDL string (what `DataSource.schema()` returns): Kafka's
-record columns after the DLedger ones, `body` kept for compatibility (an explicit schema
-without it, or without `value`, reads each payload once)."""
+names where they mean the same thing (`value` is a plain entry's body; `index`, `term`,
+`pos` say where the entry is). `body`, the old name of `value`, is not in it (it would
+carry every payload twice): ask for it with an explicit schema
+(`index long, term long, pos long, body binary` is the old default)."""
 
 NOOP_SCHEMA_DDL = SCHEMA_DDL + ", magic int"
 """The default read schema with `includeNoops=true`: `magic` tells NOOP entries (2) from
 normal ones (1)."""
+ALL_COLUMNS_DDL = NOOP_SCHEMA_DDL + ", body binary"
+"""Every column a read schema may name (`body`: `value` under its old name)."""
 
 DEFAULT_GROUP = "default"
 DEFAULT_MAX_PARTITION_BYTES = 256 << 20
@@ -356,13 +360,13 @@ def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
         OptionError: an unknown or repeated column, or a wrong type.
     """
     if not fields:
-        raise OptionError(f"the read schema has no columns; the dledger source provides: {NOOP_SCHEMA_DDL}")
+        raise OptionError(f"the read schema has no columns; the dledger source provides: {ALL_COLUMNS_DDL}")
     seen: list[str] = []
     for name, type_name in fields:
         key = name.lower()
         if key not in COLUMNS:
             raise OptionError(
-                f"unknown column {name!r} in the read schema; the dledger source provides only: {NOOP_SCHEMA_DDL}"
+                f"unknown column {name!r} in the read schema; the dledger source provides only: {ALL_COLUMNS_DDL}"
             )
         if key in seen:
             raise OptionError(f"column {name!r} appears twice in the read schema")

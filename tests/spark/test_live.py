@@ -79,11 +79,11 @@ def read_bodies(spark: Any, cluster: LocalCluster, start: int, **options: str) -
     rows = sorted(reader.option("includeNoops", "true").load().collect(), key=lambda r: r["index"])
     indexes = [r["index"] for r in rows]
     assert indexes == list(range(start, start + len(rows)))  # contiguous, no duplicates
-    assert all(r["body"] == b"" for r in rows if r["magic"] == 2)
+    assert all(r["value"] == b"" for r in rows if r["magic"] == 2)
     end = start + len(rows)
     records = sorted(reader.option("endingIndex", str(end)).load().collect(), key=lambda r: r["index"])
-    assert [(r["index"], r["body"]) for r in records] == [(r["index"], r["body"]) for r in rows if r["magic"] == 1]
-    return [r["body"] for r in records]
+    assert [(r["index"], r["value"]) for r in records] == [(r["index"], r["value"]) for r in rows if r["magic"] == 1]
+    return [r["value"] for r in records]
 
 
 def test_batch_write_then_read(spark: Any, cluster: LocalCluster) -> None:
@@ -132,7 +132,7 @@ def test_stream_read_with_restart(spark: Any, cluster: LocalCluster, tmp_path: P
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     indexes = sorted(r["index"] for r in rows)
     assert len(set(indexes)) == len(indexes) and indexes[0] >= start  # no entry twice (NOOPs are left out)
-    assert sorted(r["body"] for r in rows) == sorted(b"s%d" % k for k in range(150))
+    assert sorted(r["value"] for r in rows) == sorted(b"s%d" % k for k in range(150))
 
 
 def test_stream_write_copies_a_local_log_into_the_cluster(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_stream_write_copies_a_local_log_into_the_cluster(spark: Any, cluster: L
     start = committed(cluster) + 1
     source = spark.readStream.format("dledger").option("startingIndex", "earliest").load(str(tmp_path / "local"))
     query = (
-        source.select("body")
+        source.select("value")
         .writeStream.format("dledger")
         .option("peers", cluster.peers)
         .option("group", GROUP)
@@ -179,8 +179,8 @@ def test_offline_read_of_a_running_members_directory(spark: Any, cluster: LocalC
     assert local and [r["index"] for r in local] == list(range(local[0]["index"], local[-1]["index"] + 1))
     remote = spark.read.format("dledger").option("peers", cluster.peers).option("group", GROUP)
     served = remote.option("startingIndex", str(local[0]["index"])).load().collect()
-    by_index = {r["index"]: (r["term"], r["pos"], r["body"]) for r in served}
-    assert all(by_index[r["index"]] == (r["term"], r["pos"], r["body"]) for r in local)
+    by_index = {r["index"]: (r["term"], r["pos"], r["value"]) for r in served}
+    assert all(by_index[r["index"]] == (r["term"], r["pos"], r["value"]) for r in local)
 
 
 def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cluster: LocalCluster) -> None:

@@ -58,7 +58,9 @@ def test_offline_reads_return_kafka_columns(spark: Any, tmp_path: Path) -> None:
         [("only", b"")],
     ]
     default = _rows(spark.read.format("dledger").load(str(tmp_path / "n")))
-    assert [r["body"] for r in default] == [r["value"] for r in default] == [b"plain", b"v1", b"v2", b""]
+    assert [r["value"] for r in default] == [b"plain", b"v1", b"v2", b""]
+    old = _rows(spark.read.format("dledger").schema("index long, body binary").load(str(tmp_path / "n")))
+    assert [r["body"] for r in old] == [b"plain", b"v1", b"v2", b""]  # body: value's old name
 
 
 def test_arrow_batches_match_spark_schema_without_spark() -> None:
@@ -66,7 +68,7 @@ def test_arrow_batches_match_spark_schema_without_spark() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
-    schema = to_arrow_schema(_parse_datatype_string(SCHEMA_DDL), timezone="UTC")
+    schema = to_arrow_schema(_parse_datatype_string(SCHEMA_DDL + ", body binary"), timezone="UTC")
     columns = [f.name for f in schema]
     bodies = [b"plain", encode_record(b"v", b"k", 2000, [("a", b"b")])]
     batch = ColumnBatch(
