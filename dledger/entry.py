@@ -12,6 +12,7 @@ MAGIC_BLANK = -1
 MAGIC_NORMAL = 1
 MAGIC_NOOP = 2
 MAGIC_RECORD = 16  # dledger-py: the body is a record (key, timestamp, headers, value)
+ENTRY_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD)  # every magic an entry may have
 MIN_BLANK_LEN = 8
 MAX_ENTRY_SIZE = 4 * 1024 * 1024
 

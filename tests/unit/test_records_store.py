@@ -78,12 +78,18 @@ def test_plain_batches_reuse_their_buffers(tmp_path: Path) -> None:
     assert list(batch.records.timestamps) == [-1, -1]
 
 
-def test_offline_view_reads_record_columns(tmp_path: Path) -> None:
+def test_a_log_that_starts_with_records_reopens_and_reads_offline(tmp_path: Path) -> None:
     with dledger.open_log(tmp_path, SMALL) as log:
-        _fill(log)
+        log.append_records([Record(b"v%d" % k, key=b"k", timestamp=k) for k in range(300)])  # rolls segments
     with StoreView.open(tmp_path) as view:
-        cols = view.read_columns(0, 10, 1 << 20, records=True).records
-    assert cols is not None and cols.key(1) == b"key"
+        assert view.committed_index == 299
+        cols = view.read_columns(0, 300, 1 << 20, records=True).records
+    assert cols is not None and cols.key(1) == b"k" and list(cols.timestamps[:3]) == [0, 1, 2]
+    with dledger.open_log(tmp_path, SMALL) as log:
+        assert log.end_index == 299
+        log.reset(149, 1)  # a prefix reset: the first entry left is a record too
+    with dledger.open_log(tmp_path, SMALL) as log:
+        assert (log.begin_index, log.get_record(150).value) == (150, b"v150")
 
 
 def test_java_compat_refuses_records_and_appends_nothing(tmp_path: Path) -> None:
