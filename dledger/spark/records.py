@@ -1,6 +1,7 @@
 """Kafka's columns in the `dledger` data source, without pyspark: the Arrow arrays of
 `key`, `value`, `timestamp` and `headers` built over a batch's record columns (no
-Python work per row), and the write side's schema check and row encoding.
+Python work per row), and the write side's row encoding (its schema check is
+`dledger.spark.options.write_columns_of`).
 
 Reads: `value` (and its alias `body`) is the payload, `key` null when the record has
 none, `timestamp` the record's event time (null for plain entries: DLedger stores no
@@ -9,8 +10,6 @@ time), `headers` a list<struct<key: string, value: binary>> (empty for plain ent
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
@@ -18,12 +17,10 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import encode_record, now_ms
-from dledger.spark.options import OptionError
+from dledger.spark.options import WriteColumns
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
 """Columns read from the record fields (`body` is the same data as `value`)."""
-HEADERS_TYPE = "array<struct<key:string,value:binary>>"
-"""Spark's simpleString of the headers column."""
 
 
 def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
@@ -59,73 +56,6 @@ def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
 
 
 # -- writes
-
-
-@dataclass(frozen=True)
-class WriteColumns:
-    """Which columns a write's rows carry (positions in the Arrow batches).
-
-    Attributes:
-        value: the payload column (`value` or its alias `body`).
-        key, timestamp, headers: -1 when absent. Without any of them the rows are
-            written as plain entries (as before records existed).
-        timestamp_type: "timestamp" (Spark TimestampType) or "bigint" (ms since the epoch).
-    """
-
-    value: int
-    key: int = -1
-    timestamp: int = -1
-    headers: int = -1
-    timestamp_type: str = "timestamp"
-
-    @property
-    def records(self) -> bool:
-        """True when the rows are written as records (magic 16)."""
-        return self.key >= 0 or self.timestamp >= 0 or self.headers >= 0
-
-
-_WRITE_TYPES = {
-    "key": ("binary", "string"),
-    "value": ("binary", "string"),
-    "body": ("binary", "string"),
-    "timestamp": ("timestamp", "bigint"),
-    "headers": (HEADERS_TYPE,),
-}
-
-
-def write_columns_of(fields: Sequence[tuple[str, str]]) -> WriteColumns:
-    """Validate a write schema given as (name, Spark simpleString type) pairs: `value`
-    (or its alias `body`; binary or string, required), and optionally `key` (binary or
-    string), `timestamp` (timestamp, or long ms) and `headers`
-    (array<struct<key:string,value:binary>>), in any order.
-
-    Raises:
-        OptionError: a missing value, another column, a repeated column or a wrong type.
-    """
-    at: dict[str, int] = {}
-    types: dict[str, str] = {}
-    for k, (name, type_name) in enumerate(fields):
-        key = name.lower()
-        if key not in _WRITE_TYPES:
-            raise OptionError(
-                f"cannot write column {name!r}: the dledger sink takes value (or body), key, timestamp, headers "
-                "(use df.select(...) to keep only those)"
-            )
-        if key in at or (key in ("value", "body") and ("value" in at or "body" in at)):
-            raise OptionError(f"column {name!r} is given twice (body is an alias of value)")
-        if type_name.lower().replace(" ", "") not in _WRITE_TYPES[key]:
-            wanted = " or ".join(_WRITE_TYPES[key])
-            raise OptionError(f"column {name!r} must be {wanted.replace('bigint', 'long')}, got {type_name}")
-        at[key], types[key] = k, type_name.lower()
-    value = at.get("value", at.get("body", -1))
-    if value < 0:
-        raise OptionError(
-            "writing to dledger needs a value column (or body), binary or string; "
-            f"got {[n for n, _ in fields] or 'none'}"
-        )
-    return WriteColumns(
-        value, at.get("key", -1), at.get("timestamp", -1), at.get("headers", -1), types.get("timestamp", "timestamp")
-    )
 
 
 def _binary(array: Any) -> Any:

@@ -9,10 +9,13 @@ import pytest
 
 from dledger.spark.options import (
     DEFAULT_ENTRIES_PER_PARTITION,
+    HEADERS_TYPE,
     OptionError,
+    WriteColumns,
     parse_read_options,
     parse_write_options,
     read_columns_of,
+    write_columns_of,
 )
 from dledger.spark.planning import (
     MIN_SPLIT_BYTES,
@@ -33,7 +36,6 @@ from dledger.spark.planning import (
     resolve_start,
     split_even,
 )
-from dledger.spark.records import HEADERS_TYPE, WriteColumns, write_columns_of
 
 pytestmark = pytest.mark.unit
 
