@@ -241,7 +241,7 @@ class LedgerService:
                         count = 0  # full
                         break
                     size += len(entry.body)
-                    entry_to_pb(entry, out.entries.add())
+                    entry_to_pb(entry, out.entries.add(), request.decode_records)
                 if len(entries) < want:
                     break
                 index += len(entries)

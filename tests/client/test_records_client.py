@@ -205,3 +205,30 @@ def test_cli_record_options_are_usage_errors(
     code, _, err = _cli(client, "append", *args, "body")
     assert code == 2 and message in err
     assert client.metadata().end_index == end
+
+
+def test_get_decodes_records_on_the_server_when_asked(group: tuple[list[DLedgerServer], DLedgerClient]) -> None:
+    _, client = group
+    plain = client.append(b"plain-get")
+    index = client.append_record(b"val", key=b"", timestamp=42, headers=[("a", b"1"), ("a", b"2")])
+    nokey = client.append_record(b"v2", timestamp=1)
+    channel = open_channel(client.discover().address)
+    try:
+        stub = pb_grpc.LedgerStub(channel)
+        raw = stub.Get(pb.GetRequest(group="g", index=plain, count=3), timeout=10)
+        decoded = stub.Get(pb.GetRequest(group="g", index=plain, count=3, decode_records=True), timeout=10)
+    finally:
+        channel.close()
+    assert raw.code == decoded.code == ResponseCode.SUCCESS
+    assert raw.entries[0].body == b"plain-get" and not raw.entries[1].HasField("record")
+    first, rec, bare = decoded.entries
+    assert (first.body, first.HasField("record")) == (b"plain-get", False)
+    assert (rec.index, rec.magic, rec.body) == (index, MAGIC_RECORD, b"")
+    assert (rec.record.HasField("key"), rec.record.key, rec.record.timestamp, rec.record.value) == (
+        True,
+        b"",
+        42,
+        b"val",
+    )
+    assert [(h.key, h.value) for h in rec.record.headers] == [("a", b"1"), ("a", b"2")]
+    assert (bare.index, bare.record.HasField("key"), bare.record.value) == (nokey, False, b"v2")
