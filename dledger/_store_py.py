@@ -42,7 +42,7 @@ from dledger._store_py_codec import (
 )
 from dledger._store_py_codec import crc_field as _crc_field  # noqa: F401 (tests compare header CRCs with it)
 from dledger._store_py_core import LogCore
-from dledger._store_py_record import decode_record, encode_record, split_records
+from dledger._store_py_record import check_records, decode_record, encode_record, split_records
 from dledger._store_py_table import MappedTable
 
 __all__ = [
@@ -70,6 +70,7 @@ __all__ = [
     "encode_record",
     "decode_record",
     "split_records",
+    "check_records",
     "Quota",
     "MappedTable",
     "LogCore",

@@ -119,6 +119,17 @@ def _parse(b: bytes) -> tuple[int, int, int, list[tuple[int, int, int, int]], in
     return timestamp, key_off, key_len, headers, at
 
 
+def check_records(bodies: Iterable[Any]) -> None:
+    """Validate record bodies without decoding them into objects: ValueError naming the
+    first bad one ("body k: bad record body ...")."""
+    for k, body in enumerate(bodies):
+        b = bytes(body)
+        try:
+            _parse(b)
+        except _Bad as bad:
+            raise ValueError(f"body {k}: {_error(bad, len(b))}") from None
+
+
 def _error(bad: _Bad, n: int) -> ValueError:
     return ValueError(f"bad record body ({n} bytes): {_ERRORS[bad.code]} at byte {bad.at}")
 

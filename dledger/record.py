@@ -124,11 +124,10 @@ def check_append(bodies: Sequence[bytes], magic: int, java_compat: bool) -> None
         raise DLedgerError(
             ResponseCode.UNSUPPORTED, "record entries are disabled (java_compat): Java DLedger cannot read them"
         )
-    for k, body in enumerate(bodies):
-        try:
-            impl.decode_record(body)
-        except ValueError as exc:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body {k}: {exc} (nothing was appended)") from None
+    try:
+        impl.check_records(bodies)
+    except ValueError as exc:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{exc} (nothing was appended)") from None
 
 
 split_records = impl.split_records

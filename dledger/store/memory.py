@@ -83,13 +83,10 @@ class MemoryLogStore:
         if magic not in (MAGIC_NORMAL, MAGIC_RECORD):
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"append_many cannot write magic {magic}")
         if magic == MAGIC_RECORD:
-            for i, body in enumerate(bodies):
-                try:
-                    impl.decode_record(body)
-                except ValueError as exc:
-                    raise DLedgerError(
-                        ResponseCode.UNEXPECTED_ARGUMENT, f"body {i}: {exc} (nothing was appended)"
-                    ) from None
+            try:
+                impl.check_records(bodies)
+            except ValueError as exc:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{exc} (nothing was appended)") from None
         with self._lock:
             first = self.end_index + 1
             for body in bodies:

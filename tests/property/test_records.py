@@ -136,3 +136,31 @@ def test_lying_lengths_name_the_fault(mod: Any) -> None:
         mod.decode_record(good[:9] + b"\xff\xff\xff\xff\x7f" + good[10:])
     with pytest.raises(ValueError, match="header key is not UTF-8"):
         mod.decode_record(mod.encode_record(b"", None, 0, [("ab", b"")]).replace(b"ab", b"\xc3\x28"))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.binary(max_size=8), st.binary(max_size=6))
+def test_header_keys_must_be_strict_utf8_alike(raw_key: bytes, value: bytes) -> None:
+    """A header key of arbitrary bytes: both accept exactly what Python's UTF-8 decoder
+    accepts (no overlongs, surrogates, or code points over U+10FFFF)."""
+    body = b"\x01" + bytes(8) + b"\x00\x01" + bytes([len(raw_key)]) + raw_key + bytes([len(value)]) + value + b"\x00"
+    outcomes = [_outcome(mod.decode_record, body) for mod in MODULES]
+    assert outcomes[0] == outcomes[1]
+    try:
+        name = raw_key.decode("utf-8")
+    except UnicodeDecodeError:
+        assert outcomes[0][0] == "ValueError" and "not UTF-8" in outcomes[0][1]
+    else:
+        assert outcomes[0] == (0, None, [(name, value)], b"")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(records.map(lambda r: impl.encode_record(*r)), st.binary(max_size=30)), max_size=5))
+def test_check_records_agrees_with_decoding(bodies: list[bytes]) -> None:
+    outcomes = [_outcome(mod.check_records, bodies) for mod in MODULES]
+    assert outcomes[0] == outcomes[1]
+    bad = [k for k, body in enumerate(bodies) if isinstance(_outcome(impl.decode_record, body)[0], str)]
+    if bad:
+        assert outcomes[0][0] == "ValueError" and outcomes[0][1].startswith(f"body {bad[0]}: bad record body")
+    else:
+        assert outcomes[0] is None
