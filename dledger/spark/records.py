@@ -1,7 +1,7 @@
 """Kafka's columns in the `dledger` data source, without pyspark: the Arrow arrays of
 `key`, `value`, `timestamp` and `headers` built over a batch's record columns (no
 Python work per row), and the write side's row encoding (its schema check is
-`dledger.spark.options.write_columns_of`).
+`dledger.spark.write_schema.write_columns_of`).
 
 Reads: `value` (and its alias `body`) is the payload, `key` null when the record has
 none, `timestamp` the record's event time (null for plain entries: DLedger stores no
@@ -17,7 +17,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import encode_record, now_ms
-from dledger.spark.options import WriteColumns
+from dledger.spark.write_schema import WriteColumns
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
 """Columns read from the record fields (`body` is the same data as `value`)."""

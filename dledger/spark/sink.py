@@ -14,8 +14,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.spark.live import ClientFactory, append_all, close_client, default_client_factory
-from dledger.spark.options import WriteColumns, WriteOptions, parse_write_options, write_columns_of
+from dledger.spark.options import WriteOptions, parse_write_options
 from dledger.spark.records import bodies_of_rows
+from dledger.spark.write_schema import WriteColumns, write_columns_of
 
 log = logging.getLogger(__name__)
 

@@ -255,13 +255,13 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class DLedgerDataSource(DataSource):
     """The `dledger` format. Register it with `dledger.spark.register(spark)`.
 
-    Read schema: `index long, term long, pos long, body binary, key binary, value
-    binary, timestamp timestamp, headers array<struct<key: string, value: binary>>`
-    (plus `magic int` with `includeNoops=true`; a user schema may pick a subset of these
-    or reorder them; `body` is `value` under its old name; with only index, term, pos
-    and magic no body is read). NOOP entries are left out unless `includeNoops`. Writes
-    take `value` (or `body`) and optionally `key`, `timestamp`, `headers`. Options are
-    documented in docs/SPARK.md.
+    Read schema: Kafka's names, `key binary, value binary, index long, term long, pos
+    long, timestamp timestamp, headers array<struct<key: string, value: binary>>` (plus
+    `magic int` with `includeNoops=true`); a user schema may pick a subset of these or
+    reorder them, and may name `body binary`, `value` under its old name; with only
+    index, term, pos and magic no body is read. NOOP entries are left out unless
+    `includeNoops`. Writes take `value` (or `body`) and optionally `key`, `timestamp`,
+    `headers`. Options are documented in docs/SPARK.md.
     """
 
     default_min_partitions: int | None = None

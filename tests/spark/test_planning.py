@@ -9,13 +9,10 @@ import pytest
 
 from dledger.spark.options import (
     DEFAULT_ENTRIES_PER_PARTITION,
-    HEADERS_TYPE,
     OptionError,
-    WriteColumns,
     parse_read_options,
     parse_write_options,
     read_columns_of,
-    write_columns_of,
 )
 from dledger.spark.planning import (
     MIN_SPLIT_BYTES,
@@ -36,6 +33,7 @@ from dledger.spark.planning import (
     resolve_start,
     split_even,
 )
+from dledger.spark.write_schema import HEADERS_TYPE
 
 pytestmark = pytest.mark.unit
 
@@ -135,25 +133,6 @@ def test_read_schema_subsets_and_errors() -> None:
         read_columns_of([("index", "bigint"), ("INDEX", "bigint")])
     with pytest.raises(OptionError, match="no columns"):
         read_columns_of([])
-
-
-def test_write_schema() -> None:
-    assert write_columns_of([("body", "binary")]) == WriteColumns(0)
-    assert not write_columns_of([("value", "string")]).records
-    both = write_columns_of(
-        [("headers", HEADERS_TYPE), ("KEY", "string"), ("value", "binary"), ("timestamp", "bigint")]
-    )
-    assert both == WriteColumns(2, key=1, timestamp=3, headers=0, timestamp_type="bigint") and both.records
-    with pytest.raises(OptionError, match="needs a value column"):
-        write_columns_of([("key", "binary")])
-    with pytest.raises(OptionError, match="cannot write column 'index'"):
-        write_columns_of([("index", "bigint"), ("body", "binary")])
-    with pytest.raises(OptionError, match="given twice"):
-        write_columns_of([("value", "binary"), ("body", "binary")])
-    with pytest.raises(OptionError, match="must be binary or string"):
-        write_columns_of([("body", "int")])
-    with pytest.raises(OptionError, match="must be timestamp or long"):
-        write_columns_of([("body", "binary"), ("timestamp", "string")])
 
 
 # -- bounds, data loss, offsets

@@ -18,8 +18,8 @@ import pyarrow as pa
 
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import decode_record, now_ms
-from dledger.spark.options import HEADERS_TYPE, write_columns_of
 from dledger.spark.records import bodies_of_rows
+from dledger.spark.write_schema import HEADERS_TYPE, write_columns_of
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
