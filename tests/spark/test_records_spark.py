@@ -66,9 +66,23 @@ def test_offline_reads_return_kafka_columns(spark: Any, tmp_path: Path) -> None:
 def test_arrow_batches_match_spark_schema_without_spark() -> None:
     """The pure-Arrow path: a batch of record and plain entries against the default schema."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        LongType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
 
-    schema = to_arrow_schema(_parse_datatype_string(SCHEMA_DDL + ", body binary"), timezone="UTC")
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    types = {"key": BinaryType(), "value": BinaryType(), "body": BinaryType(), "timestamp": TimestampType()}
+    types["headers"] = ArrayType(header)
+    names = [part.split()[0] for part in SCHEMA_DDL.split(", ") if not part.startswith("value: ")] + ["body"]
+    spark_schema = StructType([StructField(name, types.get(name, LongType())) for name in names])
+    assert spark_schema.simpleString().startswith("struct<key:binary,value:binary,index:bigint,term:bigint")
+    schema = to_arrow_schema(spark_schema, timezone="UTC")
     columns = [f.name for f in schema]
     bodies = [b"plain", encode_record(b"v", b"k", 2000, [("a", b"b")])]
     batch = ColumnBatch(
