@@ -5,6 +5,19 @@
 # _core_follow.pxi, the recovery walks in _core_scan.pxi.
 # Uses the C declarations of _store.pxd, the codecs of _codec.pxi and `MappedTable`.
 
+cdef int _check_append_magic(LogCore core, int magic) except -1:
+    """`append_many`'s magic: normal, or record unless records are off (java_compat)."""
+    if magic == DL_MAGIC_RECORD:
+        if not core.allow_records:
+            raise DLedgerError(ResponseCode.UNSUPPORTED,
+                               "record entries are disabled (java_compat): Java DLedger cannot read them")
+    elif magic != DL_MAGIC_NORMAL:
+        raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT,
+                           "append_many writes magic %d (normal) or %d (record), not %d"
+                           % (DL_MAGIC_NORMAL, DL_MAGIC_RECORD, magic))
+    return 0
+
+
 cdef class LogCore:
     """Appends and reads entries over a data table and an index table.
 
@@ -45,6 +58,7 @@ cdef class LogCore:
     cdef public int failpoint
     cdef public long long max_entry_size
     cdef public bint allow_noop
+    cdef public bint allow_records
     cdef public bint write_through
     cdef unsigned char *stage
     cdef Py_ssize_t stage_cap
@@ -71,6 +85,7 @@ cdef class LogCore:
         self.failpoint = FP_NONE
         self.max_entry_size = DL_MAX_ENTRY_SIZE
         self.allow_noop = True
+        self.allow_records = True
         self.write_through = False
         self.stage = NULL
         self.stage_cap = 0
@@ -298,26 +313,34 @@ cdef class LogCore:
         finally:
             self._unlock()
 
-    def append_many(self, bodies) -> int:
-        """Append several bodies as consecutive entries; returns the first index
+    def append_many(self, bodies, int magic=DL_MAGIC_NORMAL) -> int:
+        """Append several bodies as consecutive entries of `magic` (1 normal, 16
+        record: every body must then be a valid record body); returns the first index
         (or the next index when `bodies` is empty)."""
         cdef tuple items = tuple(bodies)
         cdef Py_ssize_t i, k = len(items)
         cdef long long first
+        cdef RecView r
+        cdef int err
         self._check_writable()
+        _check_append_magic(self, magic)
         for i in range(k):
             b = items[i]
             if type(b) is not bytes:
                 raise TypeError("bodies must be bytes")
             self._check_size(DL_HEADER_SIZE + PyBytes_GET_SIZE(b))
+            if magic == DL_MAGIC_RECORD:
+                err = _rec_parse(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), &r)
+                if err:
+                    raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "body %d: %s (nothing was appended)"
+                                       % (i, _rec_error(err, r.at, PyBytes_GET_SIZE(b))))
         self._lock()
         try:
             first = self.end_index + 1
             try:
                 for i in range(k):
                     b = items[i]
-                    self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b),
-                                     DL_MAGIC_NORMAL)
+                    self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), magic)
             finally:
                 _flush_stage(self)
             return first

@@ -18,7 +18,7 @@ cdef int _check_run(LogCore core, const unsigned char *r, Py_ssize_t total) exce
         magic = dl_get32(r + off + DL_OFF_MAGIC)
         size = dl_get32(r + off + DL_OFF_SIZE)
         bsize = dl_get32(r + off + DL_OFF_BODY_SIZE)
-        if magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP:
+        if magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP and magic != DL_MAGIC_RECORD:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "bad magic %d at run offset %d" % (magic, off))
         if size < DL_HEADER_SIZE or bsize + DL_HEADER_SIZE != size or off + size > total:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "bad size %d at run offset %d" % (size, off))

@@ -15,7 +15,7 @@ cdef int _entry_stop(const unsigned char *p, long long cur, long long rel, long 
     if rel + DL_HEADER_SIZE > fs:
         return STOP_BAD_HEADER
     bsize = dl_get32(p + DL_OFF_BODY_SIZE)
-    if (magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP) or size <= DL_MIN_ENTRY_SIZE_EXCL \
+    if (magic != DL_MAGIC_NORMAL and magic != DL_MAGIC_NOOP and magic != DL_MAGIC_RECORD) or size <= DL_MIN_ENTRY_SIZE_EXCL \
             or size < DL_HEADER_SIZE or bsize + DL_HEADER_SIZE != size or rel + size > fs:
         return STOP_BAD_HEADER
     idx = dl_get64(p + DL_OFF_INDEX)

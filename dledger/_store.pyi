@@ -60,6 +60,38 @@ def encode_index_unit(magic: int, pos: int, size: int, index: int, term: int) ->
 def decode_index_unit(data: ReadableBuffer, offset: int = 0) -> _IndexUnit:
     """Decode the index unit at `offset` (ValueError when it does not fit)."""
 
+_Record = tuple[int, bytes | None, list[tuple[str, bytes]], bytes]
+"""timestamp (ms), key (None: no key), headers ((key, value) pairs, in order), value."""
+_RecordColumns = tuple[
+    Any,
+    Any,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+    bytearray,
+]
+"""value offsets, values, key offsets, keys, key validity bitmap, timestamps (native int64, -1 when none),
+timestamp validity bitmap, header list offsets, header key offsets, header keys, header value offsets,
+header values (offsets native int32; bitmaps Arrow's, LSB first)."""
+
+def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iterable[tuple[str, bytes]] = ()) -> bytes:
+    """Encode a record body (docs/FORMAT.md "Records"); ValueError over a limit, TypeError for a wrong type."""
+
+def decode_record(body: ReadableBuffer) -> _Record:
+    """Decode a record body; ValueError when it is truncated, lies about a length or breaks a limit."""
+
+def check_records(bodies: Iterable[ReadableBuffer]) -> None:
+    """Validate record bodies without decoding them: ValueError naming the first bad one."""
+
+def split_records(count: int, offsets: ReadableBuffer, bodies: ReadableBuffer, magic: ReadableBuffer) -> _RecordColumns:
+    """The record columns of a column batch (plain entries: no key, no timestamp, no headers, the body as value)."""
+
 class Quota:
     """Per-second byte budget over a window of 5 one-second slots (DLedger's Quota)."""
 
@@ -150,6 +182,8 @@ class LogCore:
     """One of the FAIL_* codes."""
     max_entry_size: int
     allow_noop: bool
+    allow_records: bool
+    """False refuses record entries (java_compat)."""
     write_through: bool
     """Appends write through the segment file (pwrite) instead of the mapping."""
     @property
@@ -186,8 +220,10 @@ class LogCore:
     def append_noop(self) -> int:
         """Append an empty NOOP entry (magic 2) with the current `term`; returns its index."""
 
-    def append_many(self, bodies: Iterable[bytes]) -> int:
-        """Append several bodies as consecutive entries; returns the first index."""
+    def append_many(self, bodies: Iterable[bytes], magic: int = 1) -> int:
+        """Append several bodies as consecutive entries of `magic` (1 normal, 16 record:
+        each body must be a valid record body; UNSUPPORTED when `allow_records` is off);
+        returns the first index."""
 
     def append_encoded(self, run: ReadableBuffer) -> int:
         """Append a run of already-encoded entries verbatim once all are valid; returns the count."""

@@ -10,6 +10,7 @@ laid out like the compiled parts:
 
 - `_store_py_codec`: entry and index-unit codecs and the module's constants
   (`_codec.pxi`, `_store.pyx`);
+- `_store_py_record`: the record codec and `split_records` (`_record.pxi`);
 - `_store_py_table`: `MappedTable` (`_table.pxi`);
 - `_store_py_core`: `LogCore`: state, locking, appends and reads (`_core*.pxi`);
 - `_store_py_scan`: the recovery walks (`_core_scan.pxi`);
@@ -41,6 +42,7 @@ from dledger._store_py_codec import (
 )
 from dledger._store_py_codec import crc_field as _crc_field  # noqa: F401 (tests compare header CRCs with it)
 from dledger._store_py_core import LogCore
+from dledger._store_py_record import check_records, decode_record, encode_record, split_records
 from dledger._store_py_table import MappedTable
 
 __all__ = [
@@ -65,6 +67,10 @@ __all__ = [
     "decode_header",
     "encode_index_unit",
     "decode_index_unit",
+    "encode_record",
+    "decode_record",
+    "split_records",
+    "check_records",
     "Quota",
     "MappedTable",
     "LogCore",

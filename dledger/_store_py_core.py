@@ -26,6 +26,7 @@ from dledger._store_py_codec import (
     encode_entry,
     put_unit,
 )
+from dledger._store_py_record import check_append_magic, decode_record
 from dledger._store_py_scan import find_unit_conflicts, scan_entries, walk_entries
 from dledger._store_py_table import MappedTable, mapped_at
 from dledger.codes import DLedgerError, ResponseCode
@@ -35,6 +36,7 @@ from dledger.entry import (
     MAGIC_BLANK,
     MAGIC_NOOP,
     MAGIC_NORMAL,
+    MAGIC_RECORD,
     MAX_ENTRY_SIZE,
     MIN_BLANK_LEN,
     Entry,
@@ -62,6 +64,7 @@ class LogCore:
         self.failpoint = FAIL_NONE
         self.max_entry_size = MAX_ENTRY_SIZE
         self.allow_noop = True
+        self.allow_records = True
         self.write_through = False
         self._stage: list[bytes] = []
         self._stage_len = 0
@@ -231,19 +234,28 @@ class LogCore:
             finally:
                 self._flush_stage()
 
-    def append_many(self, bodies: Iterable[bytes]) -> int:
-        """Append several bodies as consecutive entries; returns the first index."""
+    def append_many(self, bodies: Iterable[bytes], magic: int = MAGIC_NORMAL) -> int:
+        """Append several bodies as consecutive entries of `magic` (1 normal, 16 record:
+        every body must then be a valid record body); returns the first index."""
         items = tuple(bodies)
         self._check_writable()
-        for b in items:
+        check_append_magic(magic, self.allow_records)
+        for i, b in enumerate(items):
             if type(b) is not bytes:
                 raise TypeError("bodies must be bytes")
             self._check_size(HEADER_SIZE + len(b))
+            if magic == MAGIC_RECORD:
+                try:
+                    decode_record(b)
+                except ValueError as exc:
+                    raise DLedgerError(
+                        ResponseCode.UNEXPECTED_ARGUMENT, f"body {i}: {exc} (nothing was appended)"
+                    ) from None
         with self._lock_obj:
             first = self.end_index + 1
             try:
                 for b in items:
-                    self._append_one(b, MAGIC_NORMAL)
+                    self._append_one(b, magic)
             finally:
                 self._flush_stage()
             return first
@@ -260,7 +272,7 @@ class LogCore:
                 if off + HEADER_SIZE > total:
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"run ends inside a header at {off}")
                 magic, size, e_idx, e_term, pos, _, _, crc, bsize = HEADER.unpack_from(data, off)
-                if magic not in (MAGIC_NORMAL, MAGIC_NOOP):
+                if magic not in (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad magic {magic} at run offset {off}")
                 if size < HEADER_SIZE or bsize + HEADER_SIZE != size or off + size > total:
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad size {size} at run offset {off}")

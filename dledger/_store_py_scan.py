@@ -23,7 +23,16 @@ from dledger._store_py_codec import (
     crc_field,
 )
 from dledger._store_py_table import MappedTable, mapped_at
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL, MIN_BLANK_LEN, ScanResult
+from dledger.entry import (
+    HEADER_SIZE,
+    INDEX_UNIT_SIZE,
+    MAGIC_BLANK,
+    MAGIC_NOOP,
+    MAGIC_NORMAL,
+    MAGIC_RECORD,
+    MIN_BLANK_LEN,
+    ScanResult,
+)
 
 
 def scan_entries(
@@ -65,7 +74,7 @@ def scan_entries(
             break
         _, _, idx, term, pos, _, _, crc, bsize = HEADER.unpack_from(view, at)
         if (
-            magic not in (MAGIC_NORMAL, MAGIC_NOOP)
+            magic not in (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD)
             or size <= 44
             or size < HEADER_SIZE
             or bsize + HEADER_SIZE != size

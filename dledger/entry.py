@@ -11,8 +11,15 @@ INDEX_UNIT_SIZE = 32
 MAGIC_BLANK = -1
 MAGIC_NORMAL = 1
 MAGIC_NOOP = 2
+MAGIC_RECORD = 16  # dledger-py: the body is a record (key, timestamp, headers, value)
+ENTRY_MAGICS = (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD)  # every magic an entry may have
 MIN_BLANK_LEN = 8
 MAX_ENTRY_SIZE = 4 * 1024 * 1024
+
+RECORD_VERSION = 1  # the first byte of a record body
+MAX_RECORD_KEY = 65536  # key bytes
+MAX_RECORD_HEADERS = 1024  # headers per record
+MAX_HEADER_KEY = 1024  # UTF-8 bytes of one header key
 
 OFF_MAGIC, OFF_SIZE, OFF_INDEX, OFF_TERM, OFF_POS = 0, 4, 8, 16, 24
 OFF_CHANNEL, OFF_CHAIN_CRC, OFF_BODY_CRC, OFF_BODY_SIZE = 32, 36, 40, 44
@@ -27,7 +34,8 @@ class Entry:
         index: Raft log index (0-based, contiguous).
         term: the leader term that created it.
         pos: absolute byte position in the data log.
-        magic: 1 for a normal entry, 2 for a NOOP.
+        magic: 1 for a normal entry, 2 for a NOOP, 16 for a record (the body is a
+            record body: see `dledger.record`).
         body: the payload.
         body_crc: the stored CRC-32 of the body (0 when not written, as Java does).
     """

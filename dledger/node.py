@@ -26,7 +26,7 @@ from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
-from dledger.entry import Entry
+from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_durable import SyncDurability
 from dledger.node_reads import NodeReads
@@ -37,6 +37,7 @@ from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore, TermStore
 from dledger.raft.member_state import Role
 from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
+from dledger.record import check_append
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.statemachine import StateMachine, StateMachineCaller
 from dledger.store.abort_marker import AbortMarker
@@ -56,6 +57,7 @@ SM_CALLER = "sm-caller"
 @dataclass(slots=True)
 class _ClientAppend:
     bodies: list[bytes]
+    magic: int = MAGIC_NORMAL  # or MAGIC_RECORD: the bodies are record bodies
     future: Future[int] | None = None  # set by whoever appends it
     error: DLedgerError | None = None
 
@@ -282,7 +284,7 @@ class DLedgerNode:
 
     # -- client operations
 
-    def append(self, bodies: Sequence[bytes]) -> Future[int]:
+    def append(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> Future[int]:
         """Append one client request (one or many bodies) as leader.
 
         Concurrent callers are coalesced into one store append; the pushes go out from
@@ -290,7 +292,8 @@ class DLedgerNode:
         see `dledger.raft.dispatcher`). Returns a future completing with the request's
         last index once committed (in `sync` mode the leader's copy is on disk before
         this returns, and the pushes to the followers went out before that flush began);
-        first index = last - len(bodies) + 1.
+        first index = last - len(bodies) + 1. `magic` MAGIC_RECORD appends record
+        bodies (each must decode; refused in java_compat mode).
 
         Raises:
             DLedgerError: NOT_LEADER, LEADER_TRANSFERRING, LEADER_PENDING_FULL,
@@ -301,8 +304,9 @@ class DLedgerNode:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
         if self._stopped:
             raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
+        check_append(bodies, magic, self.config.store.java_compat)
         start_us = perf_us()
-        request = _ClientAppend(bodies if isinstance(bodies, list) else list(bodies))
+        request = _ClientAppend(bodies if isinstance(bodies, list) else list(bodies), magic)
         self._appends.append(request)
         with self._step() as now:
             if self._drain_appends(now):
@@ -331,7 +335,9 @@ class DLedgerNode:
         if not batch:
             return False  # another caller appended ours already
         try:
-            futures = self.driver.append_requests([request.bodies for request in batch], now)
+            futures = self.driver.append_requests(
+                [request.bodies for request in batch], now, [request.magic for request in batch]
+            )
         except DLedgerError as exc:
             for request in batch:
                 request.error = exc

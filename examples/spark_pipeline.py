@@ -86,7 +86,7 @@ def aggregate(spark: Any, peers: str, group: str, checkpoint: Path, follow: bool
         .load()
     )
     orders = (
-        log.selectExpr(f"from_json(cast(body AS string), '{ORDER_SCHEMA}') AS o", "index")  # NOOPs are left out
+        log.selectExpr(f"from_json(cast(value AS string), '{ORDER_SCHEMA}') AS o", "index")  # NOOPs are left out
         .where("o IS NOT NULL AND o.order_id IS NOT NULL")
         .select("o.*", "index")
     )

@@ -28,9 +28,15 @@
 #define DL_MAGIC_BLANK   (-1)
 #define DL_MAGIC_NORMAL  1
 #define DL_MAGIC_NOOP    2   /* DLedger 0.4.0 */
+#define DL_MAGIC_RECORD  16  /* dledger-py: the body is a record (docs/FORMAT.md) */
 #define DL_MIN_BLANK_LEN 8
 
 /* Largest entry the Java leader can encode (4 MiB thread-local buffer). */
+/* Record bodies (magic 16): limits the encoder and the decoder enforce. */
+#define DL_REC_VERSION         1
+#define DL_REC_MAX_KEY         65536  /* key bytes */
+#define DL_REC_MAX_HEADERS     1024   /* headers per record */
+#define DL_REC_MAX_HEADER_KEY  1024   /* UTF-8 bytes of one header key */
 #define DL_MAX_ENTRY_SIZE (4 * 1024 * 1024)
 
 #endif

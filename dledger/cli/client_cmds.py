@@ -28,11 +28,13 @@ import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
+from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
 from dledger.cli.tls_options import client_tls, client_tls_options
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
-from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE, Entry
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
+from dledger.record import record_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -108,6 +110,8 @@ def entry_json(entry: Entry) -> dict[str, Any]:
         out["body"] = entry.body.decode("utf-8")
     except UnicodeDecodeError:
         out["body_b64"] = base64.b64encode(entry.body).decode("ascii")
+    if entry.magic == MAGIC_RECORD:
+        record_json(entry, out)
     return out
 
 
@@ -154,6 +158,7 @@ def _appended(appended: int, first: int, last: int) -> str:
     "-b", "--batch-size", type=click.IntRange(1, 65536), default=1000, show_default=True, help="Bodies per request."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@record_options
 @client_options
 def append(
     body: str | None,
@@ -163,6 +168,9 @@ def append(
     body_size: int | None,
     batch_size: int,
     as_json: bool,
+    key: str | None,
+    headers: tuple[str, ...],
+    timestamp: int | None,
     peers: str,
     group: str,
     timeout_s: float,
@@ -180,6 +188,10 @@ def append(
       dledger append --count 1000 --body-size 128
       seq 10 | dledger append -
       dledger append --file photo.jpg
+      dledger append --key user-7 --header source=web --timestamp 1700000000000 '{"clicks": 3}'
+
+    With --key, --header or --timestamp every body is appended as a record (magic 16:
+    key, event time, headers, value; refused by a java_compat group).
     """
     if body is not None and data is not None:
         raise click.UsageError("give the body as BODY or --data, not both")
@@ -192,14 +204,15 @@ def append(
         raise click.UsageError("nothing to append: give BODY, --file, - (stdin lines) or --count")
     if body_size is not None and (body is not None or files):
         raise click.UsageError("--body-size goes with generated bodies (--count without BODY or --file)")
+    spec = record_spec(key, headers, timestamp)
     first = last = -1
     appended = in_flight = 0
     with open_client(peers, group, timeout_s) as client:
         try:
-            for batch in _requests(body, files, count or 1, body_size, batch_size):
+            for batch, magic in record_batches(_requests(body, files, count or 1, body_size, batch_size), spec):
                 in_flight = len(batch)
                 try:
-                    result = client.append_batch(batch)
+                    result = client.append_batch(batch, magic)
                 except DLedgerError as exc:
                     if not appended:
                         raise
@@ -236,10 +249,12 @@ class _Printer:
     def __call__(self, entry: Entry) -> None:
         with _ctrl_c_after():  # an entry printed is an entry counted
             if self.out is not None:
-                self.out.write(entry.body + b"\n")
+                self.out.write(record_of(entry).value + b"\n")
                 self.out.flush()
             elif self.as_json:
                 click.echo(json.dumps(entry_json(entry)))
+            elif entry.magic == MAGIC_RECORD:
+                click.echo(record_line(record_of(entry), show_body))
             else:
                 noop = " (noop)" if entry.is_noop else ""
                 click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")

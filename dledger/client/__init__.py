@@ -6,6 +6,7 @@
 - `policy`: when a request may be sent again (the decision table, pure logic);
 - `producer`: `Producer`, client-side batching over AppendStream;
 - `reads`: Get, Metadata, ReadCommitted streams and `iterate`;
+- `records`: the record methods (`append_record`, `get_record`, ...);
 - `types`: value types (targets, results, metadata, futures).
 
 Example::

@@ -43,11 +43,12 @@ from dledger.client.reads import (
     member_status,
     read_committed,
 )
+from dledger.client.records import RecordMethods
 from dledger.client.types import AppendResult, NodeMetadata, ReadMode, Target
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
-from dledger.entry import Entry
+from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import PACKED, pb
 
@@ -119,7 +120,7 @@ def _refusal(method: str, target: Target, answer: Any, decision: Decision, appen
     return DLedgerError(answer.code, text + _nothing_appended(appends))
 
 
-class DLedgerClient:
+class DLedgerClient(RecordMethods):
     """A thread-safe client of one DLedger group.
 
     Args:
@@ -153,7 +154,7 @@ class DLedgerClient:
         multiplex: bool = True,
     ) -> None:
         self.members = Members(peers, group, timeout_s, clock, tls)
-        self._appends: Combiner[tuple[Sequence[bytes], int], AppendResult] | None = None
+        self._appends: Combiner[tuple[Sequence[bytes], int, int], AppendResult] | None = None
         self._gets: Combiner[tuple[int, int, str | None], list[Entry]] | None = None
         self._queries: Combiner[tuple[bytes, ReadMode, int], bytes] | None = None
         if multiplex:
@@ -284,8 +285,9 @@ class DLedgerClient:
             if not backoff.sleep(deadline):
                 raise last
 
-    def append_batch(self, bodies: Sequence[bytes]) -> AppendResult:
-        """Append `bodies` as one request: consecutive indexes, all or nothing.
+    def append_batch(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendResult:
+        """Append `bodies` as one request: consecutive indexes, all or nothing. `magic`
+        MAGIC_RECORD sends record bodies (see `append_records`).
 
         Raises:
             ValueError: `bodies` is empty.
@@ -299,12 +301,13 @@ class DLedgerClient:
         deadline = self.members.deadline_ms()
         size = sum(map(len, bodies))
         if self._appends is None or size >= ALONE_BYTES:
-            return self._append_request(bodies, deadline)
-        return self._appends.call((bodies, deadline), size=size, wait_s=self.timeout_s)
+            return self._append_request(bodies, deadline, magic)
+        lane = None if magic == MAGIC_NORMAL else magic  # one request carries one magic
+        return self._appends.call((bodies, deadline, magic), size=size, key=lane, wait_s=self.timeout_s)
 
-    def _append_request(self, bodies: Sequence[bytes], deadline: int) -> AppendResult:
+    def _append_request(self, bodies: Sequence[bytes], deadline: int, magic: int) -> AppendResult:
         """One Append request of `bodies` (errors: `append_batch`)."""
-        request = pb.AppendRequest(group=self.group, bodies=bodies)
+        request = pb.AppendRequest(group=self.group, bodies=bodies, magic=magic if magic != MAGIC_NORMAL else 0)
         answer = self._write("Append", request, deadline)
         count = answer.count or len(bodies)
         if count != len(bodies):
@@ -313,28 +316,29 @@ class DLedgerClient:
             )
         return AppendResult(answer.first_index, count, answer.term, answer.leader_id or "")
 
-    def _append_alone(self, bodies: Sequence[bytes], deadline: int) -> AppendResult | BaseException:
+    def _append_alone(self, bodies: Sequence[bytes], deadline: int, magic: int) -> AppendResult | BaseException:
         """`_append_request`, its error returned rather than raised."""
         try:
-            return self._append_request(bodies, deadline)
+            return self._append_request(bodies, deadline, magic)
         except DLedgerError as exc:
             return exc
 
-    def _send_shared_appends(self, calls: list[tuple[Sequence[bytes], int]]) -> list[AppendResult | BaseException]:
-        """The appends of concurrent calls as one request (all or nothing, like any
-        request): each call gets its own slice of the indexes, or its copy of the error,
-        within the earliest caller's deadline."""
-        bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _ in calls for body in call_bodies]
+    def _send_shared_appends(self, calls: list[tuple[Sequence[bytes], int, int]]) -> list[AppendResult | BaseException]:
+        """The appends of concurrent calls (of one magic: the combiner's lane) as one
+        request (all or nothing, like any request): each call gets its own slice of the
+        indexes, or its copy of the error, within the earliest caller's deadline."""
+        magic = calls[0][2]
+        bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _, _ in calls for body in call_bodies]
         try:
-            shared = self._append_request(bodies, min(deadline for _, deadline in calls))
+            shared = self._append_request(bodies, min(deadline for _, deadline, _ in calls), magic)
         except DLedgerError as exc:
             if len(calls) > 1 and type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT:
                 # refused as such (nothing appended), perhaps for one caller's bodies: each on its own
-                return [self._append_alone(call_bodies, deadline) for call_bodies, deadline in calls]
+                return [self._append_alone(call_bodies, deadline, magic) for call_bodies, deadline, _ in calls]
             return [exc, *(_same_error(exc) for _ in calls[1:])]
         results: list[AppendResult | BaseException] = []
         first = shared.first_index
-        for call_bodies, _ in calls:
+        for call_bodies, _, _ in calls:
             results.append(AppendResult(first, len(call_bodies), shared.term, shared.leader_id))
             first += len(call_bodies)
         return results

@@ -8,16 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AppendRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "bodies", "request_id")
+    __slots__ = ("group", "remote_id", "bodies", "request_id", "magic")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MAGIC_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     request_id: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ...) -> None: ...
+    magic: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ..., magic: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("code", "leader_id", "term", "leader_address", "first_index", "count", "request_id", "message")
@@ -40,34 +42,58 @@ class AppendResponse(_message.Message):
     def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., request_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "index", "count", "max_bytes")
+    __slots__ = ("group", "remote_id", "index", "count", "max_bytes", "decode_records")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DECODE_RECORDS_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     index: int
     count: int
     max_bytes: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    decode_records: bool
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., max_bytes: _Optional[int] = ..., decode_records: _Optional[bool] = ...) -> None: ...
+
+class RecordHeader(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class Record(_message.Message):
+    __slots__ = ("key", "timestamp", "headers", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    timestamp: int
+    headers: _containers.RepeatedCompositeFieldContainer[RecordHeader]
+    value: bytes
+    def __init__(self, key: _Optional[bytes] = ..., timestamp: _Optional[int] = ..., headers: _Optional[_Iterable[_Union[RecordHeader, _Mapping]]] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Entry(_message.Message):
-    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc")
+    __slots__ = ("index", "term", "pos", "magic", "body", "body_crc", "record")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     POS_FIELD_NUMBER: _ClassVar[int]
     MAGIC_FIELD_NUMBER: _ClassVar[int]
     BODY_FIELD_NUMBER: _ClassVar[int]
     BODY_CRC_FIELD_NUMBER: _ClassVar[int]
+    RECORD_FIELD_NUMBER: _ClassVar[int]
     index: int
     term: int
     pos: int
     magic: int
     body: bytes
     body_crc: int
-    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ...) -> None: ...
+    record: Record
+    def __init__(self, index: _Optional[int] = ..., term: _Optional[int] = ..., pos: _Optional[int] = ..., magic: _Optional[int] = ..., body: _Optional[bytes] = ..., body_crc: _Optional[int] = ..., record: _Optional[_Union[Record, _Mapping]] = ...) -> None: ...
 
 class GetResponse(_message.Message):
     __slots__ = ("code", "leader_id", "term", "leader_address", "entries", "committed_index", "message")

@@ -134,18 +134,22 @@ class RaftCore:
 
     # -- client side
 
-    def append(self, bodies: Sequence[bytes], now_ms: int) -> Future[int]:
+    def append(self, bodies: Sequence[bytes], now_ms: int, magic: int = 1) -> Future[int]:
         """Leader append of one client request; the future completes with the last index
         once committed. Raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING or
         LEADER_PENDING_FULL (the request is then not appended)."""
-        return self.append_requests([bodies], now_ms)[0]
+        return self.append_requests([bodies], now_ms, [magic])[0]
 
-    def append_requests(self, requests: Sequence[Sequence[bytes]], now_ms: int) -> list[Future[int]]:
-        """Leader append of several client requests at once (one store append): one
-        future per request, completing with that request's last index once committed.
-        All or nothing: raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING,
-        REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL (for the requests together) and
-        then appends none of them."""
+    def append_requests(
+        self, requests: Sequence[Sequence[bytes]], now_ms: int, magics: Sequence[int] | None = None
+    ) -> list[Future[int]]:
+        """Leader append of several client requests at once (one store append per run
+        of requests of the same magic): one future per request, completing with that
+        request's last index once committed. `magics` gives each request's entry magic
+        (1 normal, 16 record; omitted: all normal). All or nothing: raises DLedgerError
+        NOT_LEADER, LEADER_TRANSFERRING, REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL
+        (for the requests together) and then appends none of them; a store refusal of
+        one run (a bad record body) leaves the runs before it appended."""
         member = self.member_state
         if not member.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
@@ -157,7 +161,9 @@ class RaftCore:
         term = member.current_term
         self.quorum.check_not_full(term, sum(sizes))
         self.store.term = term
-        if len(requests) == 1:
+        if magics is not None and any(magic != 1 for magic in magics):
+            first = self._append_by_magic(requests, magics)
+        elif len(requests) == 1:
             first = self.store.append_many(requests[0])
         else:
             first = self.store.append_many([body for bodies in requests for body in bodies])
@@ -167,6 +173,17 @@ class RaftCore:
             futures.append(self.quorum.wait_ack(term, first, last, now_ms, nbytes))
             first = last + 1
         return futures
+
+    def _append_by_magic(self, requests: Sequence[Sequence[bytes]], magics: Sequence[int]) -> int:
+        """Append the requests, one store append per run of the same magic; returns the
+        first index."""
+        first = self.store.end_index + 1
+        start = 0
+        for k in range(1, len(requests) + 1):
+            if k == len(requests) or magics[k] != magics[start]:
+                self.store.append_many([body for bodies in requests[start:k] for body in bodies], magics[start])
+                start = k
+        return first
 
     def leadership_transfer(self, transferee_id: str, now_ms: int) -> Future[LeadershipTransferResponse]:
         """As the leader, hand leadership to `transferee_id` (the same as a

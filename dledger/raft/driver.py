@@ -201,12 +201,14 @@ class RaftDriver:
         """`append_requests` of one request."""
         return self.append_requests([bodies], now_ms)[0]
 
-    def append_requests(self, requests: Sequence[Sequence[bytes]], now_ms: int) -> list[Future[int]]:
+    def append_requests(
+        self, requests: Sequence[Sequence[bytes]], now_ms: int, magics: Sequence[int] | None = None
+    ) -> list[Future[int]]:
         """Leader append of client requests (see `RaftCore.append_requests`, whose
         errors it raises). No answer will come to a group of one: an eager driver
         commits its entries at once, otherwise the quorum pass is woken. The pushes go
         out with `dispatch_all` or the dispatcher passes."""
-        futures = self.core.append_requests(requests, now_ms)
+        futures = self.core.append_requests(requests, now_ms, magics)
         if len(self.core.member_state.peer_ids) == 1:
             if self.eager:
                 self.quorum_pass(now_ms)

@@ -50,8 +50,9 @@ class LogStore(Protocol):
         """Leader append of one body with `term`; returns the new index."""
         ...
 
-    def append_many(self, bodies: Sequence[bytes]) -> int:
-        """Leader append of several bodies; returns the first new index."""
+    def append_many(self, bodies: Sequence[bytes], magic: int = 1) -> int:
+        """Leader append of several bodies as entries of `magic` (1 normal, 16 record);
+        returns the first new index."""
         ...
 
     def append_noop(self) -> int:

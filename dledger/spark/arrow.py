@@ -2,8 +2,10 @@
 
 A `ColumnBatch` already has Arrow's layouts: native int64 arrays for index/term/pos,
 int32 for magic and, for the bodies, int32 offsets (count + 1) over one bytes buffer. The
-Arrow arrays are views of those buffers. NOOP entries (magic 2, written by a new leader)
-are left out unless asked for; only a batch that holds one is copied.
+Arrow arrays are views of those buffers. The record columns (key, value, timestamp,
+headers: `dledger.spark.records`) are views of the buffers `dledger.record.with_records`
+builds in C, made only when one of them is read. NOOP entries (magic 2, written by a new
+leader) are left out unless asked for; only a batch that holds one is copied.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NOOP
+from dledger.record import with_records
+from dledger.spark.records import RECORD_COLUMNS, record_array
 
 FIELD_TYPES: dict[str, Any] = {
     "index": pa.int64(),
@@ -22,6 +26,10 @@ FIELD_TYPES: dict[str, Any] = {
     "pos": pa.int64(),
     "body": pa.binary(),
     "magic": pa.int32(),
+    "key": pa.binary(),
+    "value": pa.binary(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "headers": pa.list_(pa.field("element", pa.struct([("key", pa.string()), ("value", pa.binary())]))),
 }
 
 
@@ -37,13 +45,20 @@ def to_record_batch(batch: ColumnBatch, columns: Sequence[str], schema: Any) -> 
 
     Args:
         batch: the entries.
-        columns: canonical column names (index, term, pos, body, magic), in output order.
+        columns: canonical column names (index, term, pos, body, magic, key, value,
+            timestamp, headers), in output order.
         schema: the Arrow schema to produce (see `arrow_schema`), matching `columns`.
     """
     n = batch.count
+    if batch.records is None and (
+        any(col in RECORD_COLUMNS for col in columns) or ("body" in columns and batch.record_count)
+    ):
+        batch = with_records(batch)  # `body` is `value`: a record's payload
     arrays = []
-    for col in columns:
-        if col == "body":
+    for k, col in enumerate(columns):
+        if col in RECORD_COLUMNS or (col == "body" and batch.records is not None):
+            arrays.append(record_array(batch, col, schema.field(k).type))
+        elif col == "body":
             arrays.append(
                 pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(batch.offsets), pa.py_buffer(batch.bodies)])
             )
@@ -66,14 +81,3 @@ def record_batches(
         kept = to_record_batch(batch, columns, schema).filter(pa.array(batch.magic != MAGIC_NOOP))
         if kept.num_rows:
             yield kept
-
-
-def bodies_of(batch: Any, column: int = 0) -> list[bytes]:
-    """The bodies in column `column` of an Arrow record batch (binary or string) as bytes,
-    for the writers; nulls are refused."""
-    array = batch.column(column)
-    if array.null_count:
-        raise ValueError("body must not be null")
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = array.cast(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
-    return list(array.to_pylist())

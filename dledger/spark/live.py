@@ -22,6 +22,7 @@ import numpy as np
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
+from dledger.entry import MAGIC_NORMAL
 from dledger.spark.options import ReadOptions, Target
 from dledger.spark.planning import (
     IndexRange,
@@ -61,6 +62,11 @@ class LedgerClient(Protocol):
     def append_many(self, bodies: list[bytes]) -> int:
         """Append the bodies through the leader, as one request; returns the index of the
         first (the batch occupies first..first+len(bodies)-1)."""
+        ...
+
+    def append_batch(self, bodies: list[bytes], magic: int) -> Any:
+        """Append the bodies as entries of `magic` (16: record bodies) in one request;
+        the result's `first_index` is the first one's index."""
         ...
 
     def metadata(self, node_id: str | None = None) -> Any:
@@ -334,8 +340,9 @@ class _Sender:
     """Sends batches with `append_many` in order from a thread of its own, so that the
     next batch is assembled (and Spark's next Arrow batch read) while one is in flight."""
 
-    def __init__(self, client: LedgerClient) -> None:
+    def __init__(self, client: LedgerClient, magic: int = MAGIC_NORMAL) -> None:
         self.client = client
+        self.magic = magic
         self.batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.first = self.last = -1
@@ -348,7 +355,10 @@ class _Sender:
             if self.error is not None:
                 continue  # drain: the writer learns of the error at its next put
             try:
-                first = int(self.client.append_many(batch))
+                if self.magic == MAGIC_NORMAL:
+                    first = int(self.client.append_many(batch))
+                else:
+                    first = int(self.client.append_batch(batch, self.magic).first_index)
             except BaseException as exc:
                 self.error = exc
                 continue
@@ -372,14 +382,21 @@ class _Sender:
         return Appended(self.first, self.last, self.count)
 
 
-def append_all(client: LedgerClient, bodies: Iterable[list[bytes]], batch_entries: int, batch_bytes: int) -> Appended:
+def append_all(
+    client: LedgerClient,
+    bodies: Iterable[list[bytes]],
+    batch_entries: int,
+    batch_bytes: int,
+    magic: int = MAGIC_NORMAL,
+) -> Appended:
     """Append every body, in order, in `append_many` calls of at most `batch_entries`
     bodies and about `batch_bytes` bytes (at least one body per call). One call is in
     flight at a time (so the log keeps the order) while the next batch is assembled.
+    `magic` MAGIC_RECORD appends record bodies (`append_batch(bodies, magic)`).
 
     At-least-once: a failed call raises, and entries appended before it stay in the log.
     """
-    sender = _Sender(client)
+    sender = _Sender(client, magic)
     pending: list[bytes] = []
     size = 0
     try:

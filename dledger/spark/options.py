@@ -14,15 +14,35 @@ from typing import Literal
 
 from dledger.config import MAX_BODIES_PER_APPEND, ConfigError, parse_peers
 
-COLUMNS: dict[str, str] = {"index": "bigint", "term": "bigint", "pos": "bigint", "body": "binary", "magic": "int"}
-"""Every column a read can return: column name -> Spark type (simpleString)."""
+COLUMNS: dict[str, str] = {
+    "index": "bigint",
+    "term": "bigint",
+    "pos": "bigint",
+    "body": "binary",
+    "key": "binary",
+    "value": "binary",
+    "timestamp": "timestamp",
+    "headers": "array<struct<key:string,value:binary>>",  # HEADERS_TYPE
+    "magic": "int",
+}
+"""Every column a read can return: column name -> Spark type (simpleString). `body` is
+`value` under its old name (a record's payload; a plain entry's body)."""
 
-SCHEMA_DDL = "index long, term long, pos long, body binary"
-"""The default read schema as a DDL string (what `DataSource.schema()` returns)."""
+SCHEMA_DDL = (
+    "key binary, value binary, index long, term long, pos long, timestamp timestamp, "
+    "headers array<struct<key: string, value: binary>>"
+)
+"""The default read schema as a DDL string (what `DataSource.schema()` returns): Kafka's
+names where they mean the same thing (`value` is a plain entry's body; `index`, `term`,
+`pos` say where the entry is). `body`, the old name of `value`, is not in it (it would
+carry every payload twice): ask for it with an explicit schema
+(`index long, term long, pos long, body binary` is the old default)."""
 
 NOOP_SCHEMA_DDL = SCHEMA_DDL + ", magic int"
 """The default read schema with `includeNoops=true`: `magic` tells NOOP entries (2) from
 normal ones (1)."""
+ALL_COLUMNS_DDL = NOOP_SCHEMA_DDL + ", body binary"
+"""Every column a read schema may name (`body`: `value` under its old name)."""
 
 DEFAULT_GROUP = "default"
 DEFAULT_MAX_PARTITION_BYTES = 256 << 20
@@ -413,7 +433,7 @@ def read_schema_ddl(options: Mapping[str, str]) -> str:
 
 def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
     """Validate a read schema given as (name, Spark simpleString type) pairs: a subset
-    or reordering of `index long, term long, pos long, body binary, magic int`.
+    or reordering of the columns of `COLUMNS`.
 
     Returns:
         The canonical column names, in the requested order.
@@ -422,13 +442,13 @@ def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
         OptionError: an unknown or repeated column, or a wrong type.
     """
     if not fields:
-        raise OptionError(f"the read schema has no columns; the dledger source provides: {NOOP_SCHEMA_DDL}")
+        raise OptionError(f"the read schema has no columns; the dledger source provides: {ALL_COLUMNS_DDL}")
     seen: list[str] = []
     for name, type_name in fields:
         key = name.lower()
         if key not in COLUMNS:
             raise OptionError(
-                f"unknown column {name!r} in the read schema; the dledger source provides only: {NOOP_SCHEMA_DDL}"
+                f"unknown column {name!r} in the read schema; the dledger source provides only: {ALL_COLUMNS_DDL}"
             )
         if key in seen:
             raise OptionError(f"column {name!r} appears twice in the read schema")
@@ -440,21 +460,3 @@ def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
             )
         seen.append(key)
     return tuple(seen)
-
-
-def write_body_type(fields: Sequence[tuple[str, str]]) -> Literal["binary", "string"]:
-    """Validate a write schema: exactly one column, `body`, binary or string (UTF-8).
-
-    Raises:
-        OptionError: no body column, another column, or a body of another type.
-    """
-    names = [name for name, _ in fields]
-    if [n.lower() for n in names] != ["body"]:
-        raise OptionError(
-            f"writing to dledger needs exactly one column, body (binary or string); got {names or 'none'} "
-            "(use df.select(col(...).alias('body')))"
-        )
-    type_name = fields[0][1].lower()
-    if type_name not in ("binary", "string"):
-        raise OptionError(f"column body must be binary or string, got {fields[0][1]}")
-    return "binary" if type_name == "binary" else "string"

@@ -107,7 +107,8 @@ class _ReadPlan:
 
     @property
     def with_bodies(self) -> bool:
-        return "body" in self.columns
+        """Whether a read needs the bodies (every column but index, term, pos, magic)."""
+        return any(col not in ("index", "term", "pos", "magic") for col in self.columns)
 
     def local_partitions(self, start: int | None, end: int | None) -> list[InputPartition]:
         """Tasks over the store directory: [start, end), or the batch options' range."""
@@ -299,10 +300,13 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class DLedgerDataSource(DataSource):
     """The `dledger` format. Register it with `dledger.spark.register(spark)`.
 
-    Read schema: `index long, term long, pos long, body binary` (plus `magic int` with
-    `includeNoops=true`; a user schema may pick a subset of these five or reorder them;
-    without `body` no body is read). NOOP entries are left out unless `includeNoops`.
-    Options are documented in docs/SPARK.md.
+    Read schema: Kafka's names, `key binary, value binary, index long, term long, pos
+    long, timestamp timestamp, headers array<struct<key: string, value: binary>>` (plus
+    `magic int` with `includeNoops=true`); a user schema may pick a subset of these or
+    reorder them, and may name `body binary`, `value` under its old name; with only
+    index, term, pos and magic no body is read. NOOP entries are left out unless
+    `includeNoops`. Writes take `value` (or `body`) and optionally `key`, `timestamp`,
+    `headers`. Options are documented in docs/SPARK.md.
     """
 
     default_min_partitions: int | None = None
@@ -320,9 +324,9 @@ class DLedgerDataSource(DataSource):
         return default_client_factory
 
     def schema(self) -> str:
-        """The read schema: `index long, term long, pos long, body binary`, plus
-        `magic int` with `includeNoops=true`. Called by `load()`, so the options are
-        checked here, where a bad one fails at once (not at a stream's `start()`)."""
+        """The read schema (see the class), plus `magic int` with `includeNoops=true`.
+        Called by `load()`, so the options are checked here, where a bad one fails at
+        once (not at a stream's `start()`)."""
         check_options_at_load(dict(self.options))
         return read_schema_ddl(dict(self.options))
 

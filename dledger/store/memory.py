@@ -11,7 +11,7 @@ import numpy as np
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
-from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAX_ENTRY_SIZE, Entry
+from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
 from dledger.service_thread import PeriodicPass
 
 
@@ -79,11 +79,18 @@ class MemoryLogStore:
         with self._lock:
             return self._append_body(body, MAGIC_NORMAL)
 
-    def append_many(self, bodies: Sequence[bytes]) -> int:
+    def append_many(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> int:
+        if magic not in (MAGIC_NORMAL, MAGIC_RECORD):
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"append_many cannot write magic {magic}")
+        if magic == MAGIC_RECORD:
+            try:
+                impl.check_records(bodies)
+            except ValueError as exc:
+                raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{exc} (nothing was appended)") from None
         with self._lock:
             first = self.end_index + 1
             for body in bodies:
-                self._append_body(body, MAGIC_NORMAL)
+                self._append_body(body, magic)
             return first
 
     def append_noop(self) -> int:
@@ -99,7 +106,7 @@ class MemoryLogStore:
                 if off + HEADER_SIZE > len(view):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"run ends inside a header at {off}")
                 magic, size, e_idx, e_term, pos, _, _, crc, bsize = impl.decode_header(view, off)
-                if magic not in (MAGIC_NORMAL, MAGIC_NOOP):
+                if magic not in (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad magic {magic} at run offset {off}")
                 if bsize + HEADER_SIZE != size or size < HEADER_SIZE or off + size > len(view):
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"bad size {size} at run offset {off}")

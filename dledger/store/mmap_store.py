@@ -22,7 +22,7 @@ from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig as StoreConfig  # its home is dledger.config; re-exported
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_NORMAL, Entry
 from dledger.service_thread import PeriodicPass
 from dledger.store import failpoints, kvfile, truncate
 from dledger.store.checkpoint import load_checkpoint
@@ -82,7 +82,7 @@ class MmapLogStore(impl.LogCore, Durability):
         self.write_crc = cfg.write_crc
         self.verify_crc = cfg.verify_crc
         self.max_entry_size = cfg.max_entry_size
-        self.allow_noop = not cfg.java_compat
+        self.allow_noop = self.allow_records = not cfg.java_compat  # Java reads neither
         self.write_through = cfg.write_through and not cfg.read_only
         if "after_data_before_index" in failpoints.active():
             self.failpoint = impl.FAIL_AFTER_DATA_BEFORE_INDEX
@@ -282,7 +282,7 @@ class MmapLogStore(impl.LogCore, Durability):
     # -- reads
 
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:  # type: ignore[override]
-        """Entries from `from_index` column-wise (see ColumnBatch)."""
+        """Entries from `from_index` column-wise (see ColumnBatch; `dledger.record.with_records` adds records)."""
         return ColumnBatch.from_raw(super().read_columns(from_index, max_count, max_bytes))
 
     def get_range(self, from_index: int, to_index: int) -> list[Entry]:
@@ -484,8 +484,8 @@ class SyncMmapLogStore(MmapLogStore):
         self.wait_durable()
         return index
 
-    def append_many(self, bodies: Iterable[bytes]) -> int:
-        first = int(super().append_many(bodies))
+    def append_many(self, bodies: Iterable[bytes], magic: int = MAGIC_NORMAL) -> int:
+        first = int(super().append_many(bodies, magic))
         self.wait_durable()
         return first
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, ScanResult
+from dledger.entry import ENTRY_MAGICS, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, ScanResult
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def first_entry_header(table: Any, seg_start: int, check_blank: bool = True) -> 
         skip = 0
     header = impl.decode_header(table.read(seg_start + skip, HEADER_SIZE))
     magic, size, index, _, pos, *_, body_size = header
-    valid = magic in (1, 2) and body_size + HEADER_SIZE == size and HEADER_SIZE <= size <= table.file_size - skip
+    valid = magic in ENTRY_MAGICS and body_size + HEADER_SIZE == size and HEADER_SIZE <= size <= table.file_size - skip
     if not valid or index < 0 or pos != seg_start + skip:
         return None
     return tuple(header)
@@ -288,7 +288,7 @@ class Recovery:
             return bool(pos >= self.data.table.end_offset)
         if header[0] == 0 and header[1] == 0:
             return True
-        return header[0] in (1, 2) and header[2] == self.reset_before_begin + 1
+        return header[0] in ENTRY_MAGICS and header[2] == self.reset_before_begin + 1
 
     def _first_unit_conflict(
         self, first: int, last: int, mismatch: int, mismatch_pos: int

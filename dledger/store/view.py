@@ -29,6 +29,7 @@ from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, Entry
+from dledger.record import with_records
 from dledger.store import kvfile
 from dledger.store.checkpoint import load_checkpoint
 from dledger.store.layout import DATA_DIR, INDEX_DIR, RESET_FILE, is_segment_name
@@ -243,9 +244,11 @@ class StoreView:
         entry: Entry = self._core.get(index)
         return entry
 
-    def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
-        """Committed entries from `from_index` column-wise (see ColumnBatch)."""
-        return ColumnBatch.from_raw(self._core.read_columns(from_index, max_count, max_bytes))
+    def read_columns(self, from_index: int, max_count: int, max_bytes: int, records: bool = False) -> ColumnBatch:
+        """Committed entries from `from_index` column-wise (see ColumnBatch); with
+        `records`, their record columns too (`ColumnBatch.records`)."""
+        batch = ColumnBatch.from_raw(self._core.read_columns(from_index, max_count, max_bytes))
+        return with_records(batch) if records else batch
 
     def read_meta(self, start: int, count: int) -> ColumnBatch:
         """index, term, pos and magic of entries [start, start+count) straight from the

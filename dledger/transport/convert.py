@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
-from dledger.entry import MAGIC_NORMAL, Entry
+from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
@@ -33,6 +34,7 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
+from dledger.record import decode_record
 
 if TYPE_CHECKING:
     # The generated stubs do not pass `mypy --strict` (dledger/proto is excluded from it);
@@ -196,16 +198,33 @@ def from_pb(message: Any) -> RequestOrResponse:
 # ------------------------------------------------------------------------- entries
 
 
-def entry_to_pb(entry: Entry, out: Any | None = None) -> Any:
-    """`entry` as a `dledger.v1.Entry` (filled into `out` when given)."""
+def entry_to_pb(entry: Entry, out: Any | None = None, decode_records: bool = False) -> Any:
+    """`entry` as a `dledger.v1.Entry` (filled into `out` when given); with
+    `decode_records` a record entry carries its decoded `record` instead of its body.
+
+    Raises:
+        DLedgerError: DISK_ERROR when `decode_records` and a record body does not decode.
+    """
     if out is None:
         out = pb.Entry()
     out.index = entry.index
     out.term = entry.term
     out.pos = entry.pos
     out.magic = entry.magic
-    out.body = entry.body
     out.body_crc = entry.body_crc & 0xFFFFFFFF
+    if decode_records and entry.magic == MAGIC_RECORD:
+        try:
+            timestamp, key, headers, value = decode_record(entry.body)
+        except ValueError as exc:
+            raise DLedgerError(ResponseCode.DISK_ERROR, f"entry {entry.index}: {exc}") from None
+        if key is not None:
+            out.record.key = key
+        out.record.timestamp = timestamp
+        out.record.value = value
+        for name, data in headers:
+            out.record.headers.add(key=name, value=data)
+    else:
+        out.body = entry.body
     return out
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
+from dledger.entry import HEADER_SIZE, MAGIC_NORMAL, MAX_ENTRY_SIZE
 from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
 from dledger.transport.ledger_query import answer_query
 from dledger.transport.service_core import (
@@ -131,7 +131,7 @@ class LedgerService:
         if refusal is not None:
             return self._append_error(request, *refusal)
         try:
-            return self.node.append(bodies)
+            return self.node.append(bodies, request.magic or MAGIC_NORMAL)
         except DLedgerError as exc:
             return self._append_error(request, exc.code, exc.message)
         except Exception as exc:
@@ -242,7 +242,7 @@ class LedgerService:
                         count = 0  # full
                         break
                     size += len(entry.body)
-                    entry_to_pb(entry, out.entries.add())
+                    entry_to_pb(entry, out.entries.add(), request.decode_records)
                 if len(entries) < want:
                     break
                 index += len(entries)

@@ -36,7 +36,16 @@ from typing import Any, NamedTuple
 
 from dledger.codes import ReadMode, ResponseCode
 from dledger.config import DLedgerConfig
-from dledger.entry import HEADER_SIZE, MAGIC_NOOP, MAGIC_NORMAL, MAX_ENTRY_SIZE, OFF_INDEX, OFF_SIZE, OFF_TERM
+from dledger.entry import (
+    HEADER_SIZE,
+    MAGIC_NOOP,
+    MAGIC_NORMAL,
+    MAGIC_RECORD,
+    MAX_ENTRY_SIZE,
+    OFF_INDEX,
+    OFF_SIZE,
+    OFF_TERM,
+)
 from dledger.raft.messages import (
     MAX_INDEX,
     MAX_TERM,
@@ -234,7 +243,9 @@ class RequestValidator:
         size = int.from_bytes(entries[OFF_SIZE : OFF_SIZE + 4], "big", signed=True)
         index = int.from_bytes(entries[OFF_INDEX : OFF_INDEX + 8], "big", signed=True)
         term = int.from_bytes(entries[OFF_TERM : OFF_TERM + 8], "big", signed=True)
-        if magic not in (MAGIC_NORMAL, MAGIC_NOOP) or not HEADER_SIZE <= size <= min(len(entries), MAX_ENTRY_SIZE):
+        if magic not in (MAGIC_NORMAL, MAGIC_NOOP, MAGIC_RECORD) or not HEADER_SIZE <= size <= min(
+            len(entries), MAX_ENTRY_SIZE
+        ):
             return _unexpected(f"the first entry's header is not an entry (magic {magic}, size {size})")
         if index != req.first_index or not max(req.prev_term, 0) <= term <= req.last_term:
             return _unexpected(f"the first entry is index {index} term {term}, the push says {req.first_index}")

@@ -168,11 +168,11 @@ def test_ctrl_c_during_append_reports_what_was_appended(fake: FakeCluster, monke
     real = DLedgerClient.append_batch
     calls = threading.local()
 
-    def interrupted_third(self: DLedgerClient, bodies: Any) -> Any:
+    def interrupted_third(self: DLedgerClient, bodies: Any, *magic: Any) -> Any:
         calls.n = getattr(calls, "n", 0) + 1
         if calls.n == 3:
             raise KeyboardInterrupt
-        return real(self, bodies)
+        return real(self, bodies, *magic)
 
     monkeypatch.setattr(DLedgerClient, "append_batch", interrupted_third)
     code, out, err = run("append", "--count", "50", "-b", "10", "-p", fake.peers)

@@ -4,6 +4,7 @@ streaming reads with a restart, a streaming write, and a read surviving a dead m
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,11 +79,11 @@ def read_bodies(spark: Any, cluster: LocalCluster, start: int, **options: str) -
     rows = sorted(reader.option("includeNoops", "true").load().collect(), key=lambda r: r["index"])
     indexes = [r["index"] for r in rows]
     assert indexes == list(range(start, start + len(rows)))  # contiguous, no duplicates
-    assert all(r["body"] == b"" for r in rows if r["magic"] == 2)
+    assert all(r["value"] == b"" for r in rows if r["magic"] == 2)
     end = start + len(rows)
     records = sorted(reader.option("endingIndex", str(end)).load().collect(), key=lambda r: r["index"])
-    assert [(r["index"], r["body"]) for r in records] == [(r["index"], r["body"]) for r in rows if r["magic"] == 1]
-    return [r["body"] for r in records]
+    assert [(r["index"], r["value"]) for r in records] == [(r["index"], r["value"]) for r in rows if r["magic"] == 1]
+    return [r["value"] for r in records]
 
 
 def test_batch_write_then_read(spark: Any, cluster: LocalCluster) -> None:
@@ -131,7 +132,7 @@ def test_stream_read_with_restart(spark: Any, cluster: LocalCluster, tmp_path: P
     rows = spark.read.parquet(str(tmp_path / "out")).collect()
     indexes = sorted(r["index"] for r in rows)
     assert len(set(indexes)) == len(indexes) and indexes[0] >= start  # no entry twice (NOOPs are left out)
-    assert sorted(r["body"] for r in rows) == sorted(b"s%d" % k for k in range(150))
+    assert sorted(r["value"] for r in rows) == sorted(b"s%d" % k for k in range(150))
 
 
 def test_stream_write_copies_a_local_log_into_the_cluster(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_stream_write_copies_a_local_log_into_the_cluster(spark: Any, cluster: L
     start = committed(cluster) + 1
     source = spark.readStream.format("dledger").option("startingIndex", "earliest").load(str(tmp_path / "local"))
     query = (
-        source.select("body")
+        source.select("value")
         .writeStream.format("dledger")
         .option("peers", cluster.peers)
         .option("group", GROUP)
@@ -178,5 +179,29 @@ def test_offline_read_of_a_running_members_directory(spark: Any, cluster: LocalC
     assert local and [r["index"] for r in local] == list(range(local[0]["index"], local[-1]["index"] + 1))
     remote = spark.read.format("dledger").option("peers", cluster.peers).option("group", GROUP)
     served = remote.option("startingIndex", str(local[0]["index"])).load().collect()
-    by_index = {r["index"]: (r["term"], r["pos"], r["body"]) for r in served}
-    assert all(by_index[r["index"]] == (r["term"], r["pos"], r["body"]) for r in local)
+    by_index = {r["index"]: (r["term"], r["pos"], r["value"]) for r in served}
+    assert all(by_index[r["index"]] == (r["term"], r["pos"], r["value"]) for r in local)
+
+
+def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cluster: LocalCluster) -> None:
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    df = spark.createDataFrame(
+        [("a", b"k", when, [("h", b"1")]), ("b", None, None, None)],
+        "value string, key binary, timestamp timestamp, headers array<struct<key: string, value: binary>>",
+    )
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        start = client.metadata().committed_index + 1
+        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
+            "group", GROUP
+        ).save()
+        records = [r for r in client.get_records(start, 10) if r.value in (b"a", b"b")]
+    assert [(r.value, r.key, r.headers) for r in records] == [(b"a", b"k", (("h", b"1"),)), (b"b", None, ())]
+    assert records[0].timestamp == int(when.timestamp() * 1000) and records[1].timestamp is not None
+    kafka = (
+        "key binary, value binary, timestamp timestamp, headers array<struct<key: string, value: binary>>, index long"
+    )
+    read = spark.read.format("dledger").schema(kafka).option("peers", cluster.peers).option("group", GROUP)
+    rows = {r["index"]: r for r in read.option("startingIndex", str(start)).load().collect()}
+    assert rows[records[0].index]["key"] == b"k" and rows[records[0].index]["value"] == b"a"
+    assert [(h["key"], h["value"]) for h in rows[records[0].index]["headers"]] == [("h", b"1")]
+    assert rows[records[1].index]["key"] is None

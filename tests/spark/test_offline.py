@@ -32,11 +32,11 @@ def _error(exc: BaseException) -> str:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_golden_store_returns_exactly_the_committed_entries(spark: Any, scenario: str) -> None:
     df = _load(spark, golden_root() / scenario / "dledger-n0")
-    assert df.columns == ["index", "term", "pos", "body"]
+    assert df.columns == ["key", "value", "index", "term", "pos", "timestamp", "headers"]
     rows = sorted(df.collect(), key=lambda r: r["index"])
     expected = committed_entries(scenario)
     assert [(r["index"], r["term"], r["pos"]) for r in rows] == [(e["index"], e["term"], e["pos"]) for e in expected]
-    assert [hashlib.sha256(r["body"]).hexdigest() for r in rows] == [e["bodySha256"] for e in expected]
+    assert [hashlib.sha256(r["value"]).hexdigest() for r in rows] == [e["bodySha256"] for e in expected]
 
 
 def test_store_base_dir_and_one_partition_per_segment(spark: Any) -> None:
@@ -83,7 +83,8 @@ def test_schema_subset_skips_bodies(spark: Any) -> None:
 @pytest.mark.parametrize(
     ("schema", "message"),
     [
-        ("index long, value binary", "unknown column 'value'"),
+        ("index long, offset long", "unknown column 'offset'"),
+        ("index long, timestamp long", "column 'timestamp' must be timestamp"),
         ("index int", "column 'index' must be long"),
         ("body string", "column 'body' must be binary"),
     ],
@@ -119,7 +120,7 @@ def test_write_refusals(spark: Any) -> None:
         df.write.format("dledger").option("peers", "n0-127.0.0.1:1").mode("overwrite").save()
     with pytest.raises(Exception, match="live cluster"):
         df.write.format("dledger").mode("append").save(str(golden_root() / "basic"))
-    with pytest.raises(Exception, match="exactly one column, body"):
+    with pytest.raises(Exception, match="column 'value' must be binary or string, got bigint"):
         wrong = spark.createDataFrame([(1,)], "value long")
         wrong.write.format("dledger").option("peers", "n0-127.0.0.1:1").mode("append").save()
 
@@ -134,7 +135,7 @@ def test_large_range_spreads_over_default_parallelism(spark: Any, tmp_path: Path
     assert _load(spark, node, minPartitions="5").rdd.getNumPartitions() == 5
     assert _load(spark, node, "index long", endingIndex="10").rdd.getNumPartitions() == 1
     row = _load(spark, node, startingIndex="12345", endingIndex="12346").first()
-    assert row["index"] == 12345 and row["body"].startswith(b"12345.")
+    assert row["index"] == 12345 and row["value"].startswith(b"12345.")
 
 
 def test_store_config_is_read_from_files(spark: Any, tmp_path: Path) -> None:
@@ -155,10 +156,10 @@ def test_noop_entries_are_left_out_unless_asked(spark: Any, tmp_path: Path) -> N
         log.append_noop()  # what a new leader appends
         log.append(b"c")
     rows = sorted(_load(spark, tmp_path / "n").collect(), key=lambda r: r["index"])
-    assert [(r["index"], r["body"]) for r in rows] == [(0, b"a"), (1, b""), (3, b"c")]
+    assert [(r["index"], r["value"]) for r in rows] == [(0, b"a"), (1, b""), (3, b"c")]
     df = _load(spark, tmp_path / "n", includeNoops="true")
-    assert df.columns == ["index", "term", "pos", "body", "magic"]
-    assert sorted((r["index"], r["body"], r["magic"]) for r in df.collect()) == [
+    assert df.columns == ["key", "value", "index", "term", "pos", "timestamp", "headers", "magic"]
+    assert sorted((r["index"], r["value"], r["magic"]) for r in df.collect()) == [
         (0, b"a", 1),
         (1, b"", 1),
         (2, b"", 2),

@@ -14,7 +14,6 @@ from dledger.spark.options import (
     parse_read_options,
     parse_write_options,
     read_columns_of,
-    write_body_type,
 )
 from dledger.spark.planning import (
     MIN_SPLIT_BYTES,
@@ -36,6 +35,7 @@ from dledger.spark.planning import (
     resolve_start,
     split_even,
 )
+from dledger.spark.write_schema import HEADERS_TYPE
 
 pytestmark = pytest.mark.unit
 
@@ -161,8 +161,16 @@ def test_write_options() -> None:
 def test_read_schema_subsets_and_errors() -> None:
     assert read_columns_of([("index", "bigint"), ("term", "bigint")]) == ("index", "term")
     assert read_columns_of([("BODY", "binary"), ("Index", "bigint")]) == ("body", "index")
-    with pytest.raises(OptionError, match=r"unknown column 'value'.*index long, term long, pos long, body binary"):
-        read_columns_of([("index", "bigint"), ("value", "binary")])
+    assert read_columns_of([("value", "binary"), ("headers", HEADERS_TYPE), ("timestamp", "timestamp")]) == (
+        "value",
+        "headers",
+        "timestamp",
+    )
+    provided = r"key binary, value binary, index long.*magic int, body binary"
+    with pytest.raises(OptionError, match=rf"unknown column 'offset'.*{provided}"):
+        read_columns_of([("index", "bigint"), ("offset", "bigint")])
+    with pytest.raises(OptionError, match="column 'timestamp' must be timestamp, got bigint"):
+        read_columns_of([("timestamp", "bigint")])
     with pytest.raises(OptionError, match="column 'body' must be binary, got string"):
         read_columns_of([("body", "string")])
     with pytest.raises(OptionError, match="must be long"):
@@ -171,17 +179,6 @@ def test_read_schema_subsets_and_errors() -> None:
         read_columns_of([("index", "bigint"), ("INDEX", "bigint")])
     with pytest.raises(OptionError, match="no columns"):
         read_columns_of([])
-
-
-def test_write_schema() -> None:
-    assert write_body_type([("body", "binary")]) == "binary"
-    assert write_body_type([("body", "string")]) == "string"
-    with pytest.raises(OptionError, match="exactly one column, body"):
-        write_body_type([("value", "binary")])
-    with pytest.raises(OptionError, match="exactly one column, body"):
-        write_body_type([("index", "bigint"), ("body", "binary")])
-    with pytest.raises(OptionError, match="binary or string"):
-        write_body_type([("body", "int")])
 
 
 # -- bounds, data loss, offsets

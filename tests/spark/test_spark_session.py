@@ -26,6 +26,6 @@ def test_local_session_reuses_the_active_session_on_loopback_with_the_format_reg
         with dledger.open_log(tmp_path / "log") as log:
             log.append_many([b"a", b"b"])
         rows = session.read.format("dledger").load(str(tmp_path / "log")).collect()
-        assert [bytes(row["body"]) for row in rows] == [b"a", b"b"]
+        assert [bytes(row["value"]) for row in rows] == [b"a", b"b"]
     finally:
         session.conf.set("spark.sql.shuffle.partitions", "2")

@@ -64,7 +64,7 @@ class Collector:
         self.batches: list[tuple[int, list[tuple[int, bytes]]]] = []
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        self.batches.append((batch_id, sorted((r["index"], r["body"]) for r in df.collect())))
+        self.batches.append((batch_id, sorted((r["index"], r["value"]) for r in df.collect())))
 
     def run(self, df: Any, checkpoint: Path) -> Any:
         query = df.writeStream.foreachBatch(self).option("checkpointLocation", str(checkpoint))
@@ -130,7 +130,7 @@ def test_available_now_into_parquet(spark: Any, tmp_path: Path) -> None:
     run_available_now(df, checkpoint, out)
     rows = spark.read.parquet(str(out)).collect()
     assert sorted(r["index"] for r in rows) == list(range(130))
-    assert all(r["body"] == body(r["index"]) for r in rows)
+    assert all(r["value"] == body(r["index"]) for r in rows)
 
 
 def test_processing_time_trigger_follows_the_committed_index(spark: Any, tmp_path: Path) -> None:

@@ -85,12 +85,12 @@ class FakeNode:
     def committed_index(self) -> int:
         return self.store.committed_index
 
-    def append(self, bodies: list[bytes]) -> Future[int]:
+    def append(self, bodies: list[bytes], magic: int = 1) -> Future[int]:
         if not self.leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, "not me")
         future: Future[int] = Future()
         with self._cond:
-            first = self.store.append_many(bodies)
+            first = self.store.append_many(bodies, magic)
             last = first + len(bodies) - 1
             if self.hold:
                 self.held.append(future)

@@ -1,0 +1,445 @@
+# Included by dledger/_store.pyx (one extension module): the record codec (the body of
+# a magic-16 entry: version, timestamp, key, headers, value; docs/FORMAT.md "Records")
+# and `split_records`, which turns a column batch's bodies into Arrow-layout record
+# columns in C. Every read is bounds-checked against the body's length: a truncated or
+# lying record is a ValueError, never an over-read.
+# Uses the C declarations of _store.pxd.
+
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
+
+cdef enum:
+    REC_OK = 0
+    REC_E_TRUNCATED = 1
+    REC_E_VERSION = 2
+    REC_E_TIMESTAMP = 3
+    REC_E_VARINT = 4
+    REC_E_KEY = 5
+    REC_E_HEADERS = 6
+    REC_E_HEADER_KEY = 7
+    REC_E_UTF8 = 8
+    REC_E_TRAILING = 9
+
+cdef enum:
+    REC_FIXED = 9  # version byte + int64 timestamp
+
+_REC_ERRORS = (
+    "",
+    "truncated",
+    "unsupported record version",
+    "negative timestamp",
+    "bad varint (over 2^31 - 1, or not minimal)",
+    "key over %d bytes" % DL_REC_MAX_KEY,
+    "more than %d headers" % DL_REC_MAX_HEADERS,
+    "header key over %d bytes" % DL_REC_MAX_HEADER_KEY,
+    "header key is not UTF-8",
+    "bytes after the value",
+)
+
+
+cdef struct RecView:
+    int64_t timestamp
+    Py_ssize_t key_off      # -1: no key
+    Py_ssize_t key_len
+    Py_ssize_t hcount
+    Py_ssize_t headers_off  # where the first header starts
+    Py_ssize_t hkey_bytes   # header key bytes, all headers
+    Py_ssize_t hval_bytes   # header value bytes, all headers
+    Py_ssize_t value_off    # the value runs from here to the end of the body
+    Py_ssize_t at           # where parsing stopped (the error position)
+
+
+cdef inline int _varint(const unsigned char *b, Py_ssize_t n, Py_ssize_t *at, Py_ssize_t *out) noexcept nogil:
+    """Unsigned LEB128 at b[at[0]], at most 5 bytes, value <= 2^31 - 1, minimal."""
+    cdef uint32_t v = 0
+    cdef int shift = 0
+    cdef unsigned char c
+    cdef Py_ssize_t i = at[0]
+    while True:
+        if i >= n:
+            return REC_E_TRUNCATED
+        c = b[i]
+        i += 1
+        if shift == 28 and c > 7:
+            return REC_E_VARINT
+        v |= (<uint32_t>(c & 0x7F)) << shift
+        if c < 0x80:
+            if c == 0 and shift > 0:
+                return REC_E_VARINT
+            break
+        shift += 7
+    at[0] = i
+    out[0] = <Py_ssize_t>v
+    return REC_OK
+
+
+cdef inline int _utf8_ok(const unsigned char *s, Py_ssize_t n) noexcept nogil:
+    """1 when s[0:n] is strict UTF-8 (no overlongs, surrogates or code points over
+    U+10FFFF: what Python's bytes.decode accepts)."""
+    cdef Py_ssize_t i = 0
+    cdef unsigned char c, c1
+    cdef int extra
+    while i < n:
+        c = s[i]
+        if c < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= c <= 0xDF:
+            extra = 1
+        elif 0xE0 <= c <= 0xEF:
+            extra = 2
+        elif 0xF0 <= c <= 0xF4:
+            extra = 3
+        else:
+            return 0
+        if i + extra >= n:
+            return 0
+        c1 = s[i + 1]
+        if (c1 & 0xC0) != 0x80:
+            return 0
+        if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F) or (c == 0xF0 and c1 < 0x90) \
+                or (c == 0xF4 and c1 > 0x8F):
+            return 0
+        if extra >= 2 and (s[i + 2] & 0xC0) != 0x80:
+            return 0
+        if extra == 3 and (s[i + 3] & 0xC0) != 0x80:
+            return 0
+        i += extra + 1
+    return 1
+
+
+cdef inline int _rec_header(const unsigned char *b, Py_ssize_t n, Py_ssize_t *at, Py_ssize_t *koff,
+                            Py_ssize_t *klen, Py_ssize_t *voff, Py_ssize_t *vlen) noexcept nogil:
+    """Parse one header at b[at[0]]; checks bounds, the key limit and UTF-8."""
+    cdef int err = _varint(b, n, at, klen)
+    if err:
+        return err
+    if klen[0] > DL_REC_MAX_HEADER_KEY:
+        return REC_E_HEADER_KEY
+    if klen[0] > n - at[0]:
+        return REC_E_TRUNCATED
+    if not _utf8_ok(b + at[0], klen[0]):
+        return REC_E_UTF8
+    koff[0] = at[0]
+    at[0] += klen[0]
+    err = _varint(b, n, at, vlen)
+    if err:
+        return err
+    if vlen[0] > n - at[0]:
+        return REC_E_TRUNCATED
+    voff[0] = at[0]
+    at[0] += vlen[0]
+    return REC_OK
+
+
+cdef int _rec_parse(const unsigned char *b, Py_ssize_t n, RecView *r) noexcept nogil:
+    """Parse and validate the record body b[0:n] into `r` (REC_OK or an error code;
+    `r.at` is where parsing stopped)."""
+    cdef Py_ssize_t k, i, koff, klen, voff, vlen
+    cdef int err
+    r.at = 0
+    if n < 1:
+        return REC_E_TRUNCATED
+    if b[0] != DL_REC_VERSION:
+        return REC_E_VERSION
+    if n < REC_FIXED:
+        return REC_E_TRUNCATED
+    r.timestamp = dl_get64(b + 1)
+    if r.timestamp < 0:
+        return REC_E_TIMESTAMP
+    r.at = REC_FIXED
+    err = _varint(b, n, &r.at, &k)
+    if err:
+        return err
+    r.key_off = -1
+    r.key_len = 0
+    if k > 0:
+        if k - 1 > DL_REC_MAX_KEY:
+            return REC_E_KEY
+        if k - 1 > n - r.at:
+            return REC_E_TRUNCATED
+        r.key_off = r.at
+        r.key_len = k - 1
+        r.at += k - 1
+    err = _varint(b, n, &r.at, &r.hcount)
+    if err:
+        return err
+    if r.hcount > DL_REC_MAX_HEADERS:
+        return REC_E_HEADERS
+    r.headers_off = r.at
+    r.hkey_bytes = 0
+    r.hval_bytes = 0
+    for i in range(r.hcount):
+        err = _rec_header(b, n, &r.at, &koff, &klen, &voff, &vlen)
+        if err:
+            return err
+        r.hkey_bytes += klen
+        r.hval_bytes += vlen
+    err = _varint(b, n, &r.at, &vlen)
+    if err:
+        return err
+    if vlen > n - r.at:
+        return REC_E_TRUNCATED
+    if vlen < n - r.at:
+        return REC_E_TRAILING
+    r.value_off = r.at
+    return REC_OK
+
+
+cdef inline Py_ssize_t _varint_size(Py_ssize_t v) noexcept nogil:
+    cdef Py_ssize_t s = 1
+    while v >= 0x80:
+        v >>= 7
+        s += 1
+    return s
+
+
+cdef inline Py_ssize_t _put_varint(unsigned char *p, Py_ssize_t v) noexcept nogil:
+    cdef Py_ssize_t i = 0
+    while v >= 0x80:
+        p[i] = <unsigned char>((v & 0x7F) | 0x80)
+        v >>= 7
+        i += 1
+    p[i] = <unsigned char>v
+    return i + 1
+
+
+def encode_record(bytes value not None, key, long long timestamp, headers=()) -> bytes:
+    """Encode a record body: version 1, `timestamp` (ms, >= 0), `key` (bytes or None),
+    `headers` (a sequence of (str, bytes) pairs; repeats allowed, order kept) and
+    `value`. ValueError when a field breaks a limit, TypeError for a wrong type."""
+    cdef Py_ssize_t klen = 0, size, at, i, hcount, hklen
+    cdef const char *hk
+    cdef tuple hs = tuple(headers)
+    cdef list hkeys = []
+    cdef unsigned char *p
+    if timestamp < 0:
+        raise ValueError("record timestamp must be >= 0, got %d" % timestamp)
+    if key is not None:
+        if type(key) is not bytes:
+            raise TypeError("record key must be bytes or None, not %s" % type(key).__name__)
+        klen = PyBytes_GET_SIZE(key)
+        if klen > DL_REC_MAX_KEY:
+            raise ValueError("record key is %d bytes, over the limit of %d" % (klen, DL_REC_MAX_KEY))
+    hcount = len(hs)
+    if hcount > DL_REC_MAX_HEADERS:
+        raise ValueError("record has %d headers, over the limit of %d" % (hcount, DL_REC_MAX_HEADERS))
+    size = REC_FIXED + _varint_size(klen + 1 if key is not None else 0) + klen + _varint_size(hcount)
+    for i in range(hcount):
+        pair = hs[i]
+        if type(pair) is not tuple or len(<tuple>pair) != 2:
+            raise TypeError("a record header must be a (str, bytes) pair")
+        name, val = <tuple>pair
+        if type(name) is not str or type(val) is not bytes:
+            raise TypeError("a record header must be a (str, bytes) pair, not (%s, %s)"
+                            % (type(name).__name__, type(val).__name__))
+        hk = PyUnicode_AsUTF8AndSize(name, &hklen)
+        if hklen > DL_REC_MAX_HEADER_KEY:
+            raise ValueError("record header key is %d bytes, over the limit of %d" % (hklen, DL_REC_MAX_HEADER_KEY))
+        hkeys.append(hk[:hklen])
+        size += _varint_size(hklen) + hklen + _varint_size(PyBytes_GET_SIZE(val)) + PyBytes_GET_SIZE(val)
+    size += _varint_size(PyBytes_GET_SIZE(value)) + PyBytes_GET_SIZE(value)
+    out = PyBytes_FromStringAndSize(NULL, size)
+    p = <unsigned char *>PyBytes_AS_STRING(out)
+    p[0] = DL_REC_VERSION
+    dl_put64(p + 1, timestamp)
+    at = REC_FIXED
+    at += _put_varint(p + at, klen + 1 if key is not None else 0)
+    if klen:
+        memcpy(p + at, PyBytes_AS_STRING(key), klen)
+        at += klen
+    at += _put_varint(p + at, hcount)
+    for i in range(hcount):
+        name_bytes = <bytes>hkeys[i]
+        val = (<tuple>hs[i])[1]
+        at += _put_varint(p + at, PyBytes_GET_SIZE(name_bytes))
+        memcpy(p + at, PyBytes_AS_STRING(name_bytes), PyBytes_GET_SIZE(name_bytes))
+        at += PyBytes_GET_SIZE(name_bytes)
+        at += _put_varint(p + at, PyBytes_GET_SIZE(val))
+        memcpy(p + at, PyBytes_AS_STRING(val), PyBytes_GET_SIZE(val))
+        at += PyBytes_GET_SIZE(val)
+    at += _put_varint(p + at, PyBytes_GET_SIZE(value))
+    memcpy(p + at, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
+    return out
+
+
+cdef _rec_error(int err, Py_ssize_t at, Py_ssize_t n):
+    return ValueError("bad record body (%d bytes): %s at byte %d" % (n, _REC_ERRORS[err], at))
+
+
+def decode_record(body) -> tuple:
+    """Decode a record body: (timestamp, key or None, [(header key, value), ...], value).
+    ValueError when it is truncated, lies about a length or breaks a limit."""
+    cdef Py_buffer view
+    cdef RecView r
+    cdef int err
+    cdef const unsigned char *b
+    cdef Py_ssize_t i, at, koff = 0, klen = 0, voff = 0, vlen = 0
+    PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+    try:
+        b = <const unsigned char *>view.buf
+        err = _rec_parse(b, view.len, &r)
+        if err:
+            raise _rec_error(err, r.at, view.len)
+        key = None if r.key_off < 0 else PyBytes_FromStringAndSize(<const char *>b + r.key_off, r.key_len)
+        headers = []
+        at = r.headers_off
+        for i in range(r.hcount):
+            _rec_header(b, view.len, &at, &koff, &klen, &voff, &vlen)
+            headers.append((PyUnicode_DecodeUTF8(<const char *>b + koff, klen, NULL),
+                            PyBytes_FromStringAndSize(<const char *>b + voff, vlen)))
+        value = PyBytes_FromStringAndSize(<const char *>b + r.value_off, view.len - r.value_off)
+        return (r.timestamp, key, headers, value)
+    finally:
+        PyBuffer_Release(&view)
+
+
+cdef inline void _set_bit(unsigned char *bits, Py_ssize_t k) noexcept nogil:
+    bits[k >> 3] |= <unsigned char>(1 << (k & 7))
+
+
+def split_records(Py_ssize_t count, offsets, bodies, magic) -> tuple:
+    """Record columns of a column batch, in Arrow's layouts, built in C.
+
+    `offsets` (count + 1 native int32), `bodies` and `magic` (count native int32, or
+    empty: every entry normal) are a batch's columns. Returns (value offsets, values,
+    key offsets, keys, key validity bitmap, timestamps (native int64, -1 for entries
+    that are not records), timestamp validity bitmap, header list offsets (count + 1),
+    header key offsets, header keys, header value offsets, header values); bitmaps are
+    Arrow's (LSB first, 1 = present). A plain entry reads as a record with no key, no
+    timestamp, no headers and its body as value; without record entries the values are
+    `offsets` and `bodies` themselves. ValueError names the first bad record.
+    """
+    cdef Py_buffer vo, vb, vm
+    cdef const int32_t *off
+    cdef const unsigned char *bb
+    cdef const int32_t *mg
+    cdef Py_ssize_t k, nrec = 0, tv = 0, tk = 0, th = 0, thk = 0, thv = 0, n
+    cdef Py_ssize_t nbits = (count + 7) >> 3
+    cdef RecView r
+    cdef int err
+    PyObject_GetBuffer(offsets, &vo, PyBUF_SIMPLE)
+    PyObject_GetBuffer(bodies, &vb, PyBUF_SIMPLE)
+    PyObject_GetBuffer(magic, &vm, PyBUF_SIMPLE)
+    try:
+        if count < 0 or vo.len < (count + 1) * 4 or (vm.len != 0 and vm.len < count * 4):
+            raise ValueError("split_records: columns shorter than %d entries" % count)
+        off = <const int32_t *>vo.buf
+        bb = <const unsigned char *>vb.buf
+        mg = <const int32_t *>vm.buf if vm.len else NULL
+        for k in range(count + 1):
+            if off[k] < 0 or off[k] > vb.len or (k > 0 and off[k] < off[k - 1]):
+                raise ValueError("split_records: offset %d out of order or past the bodies" % k)
+        # pass 1: validate, and size the columns
+        for k in range(count):
+            n = off[k + 1] - off[k]
+            if mg == NULL or mg[k] != DL_MAGIC_RECORD:
+                tv += n
+                continue
+            err = _rec_parse(bb + off[k], n, &r)
+            if err:
+                raise ValueError("entry %d of the batch: %s" % (k, _rec_error(err, r.at, n)))
+            nrec += 1
+            tv += n - r.value_off
+            if r.key_off >= 0:
+                tk += r.key_len
+            th += r.hcount
+            thk += r.hkey_bytes
+            thv += r.hval_bytes
+        key_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
+        keys = PyByteArray_FromStringAndSize(NULL, tk)
+        key_valid = PyByteArray_FromStringAndSize(NULL, nbits)
+        stamps = PyByteArray_FromStringAndSize(NULL, count * 8)
+        stamp_valid = PyByteArray_FromStringAndSize(NULL, nbits)
+        hdr_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
+        hk_off = PyByteArray_FromStringAndSize(NULL, (th + 1) * 4)
+        hkeys = PyByteArray_FromStringAndSize(NULL, thk)
+        hv_off = PyByteArray_FromStringAndSize(NULL, (th + 1) * 4)
+        hvals = PyByteArray_FromStringAndSize(NULL, thv)
+        if nrec:
+            val_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
+            vals = PyByteArray_FromStringAndSize(NULL, tv)
+        else:
+            val_off = offsets
+            vals = bodies
+        _fill_records(count, off, bb, mg, nrec,
+                      <int32_t *>PyByteArray_AS_STRING(val_off) if nrec else NULL,
+                      <unsigned char *>PyByteArray_AS_STRING(vals) if nrec else NULL,
+                      <int32_t *>PyByteArray_AS_STRING(key_off), <unsigned char *>PyByteArray_AS_STRING(keys),
+                      <unsigned char *>PyByteArray_AS_STRING(key_valid), <int64_t *>PyByteArray_AS_STRING(stamps),
+                      <unsigned char *>PyByteArray_AS_STRING(stamp_valid), <int32_t *>PyByteArray_AS_STRING(hdr_off),
+                      <int32_t *>PyByteArray_AS_STRING(hk_off), <unsigned char *>PyByteArray_AS_STRING(hkeys),
+                      <int32_t *>PyByteArray_AS_STRING(hv_off), <unsigned char *>PyByteArray_AS_STRING(hvals))
+        return (val_off, vals, key_off, keys, key_valid, stamps, stamp_valid, hdr_off, hk_off, hkeys, hv_off, hvals)
+    finally:
+        PyBuffer_Release(&vm)
+        PyBuffer_Release(&vb)
+        PyBuffer_Release(&vo)
+
+
+cdef void _fill_records(Py_ssize_t count, const int32_t *off, const unsigned char *bb, const int32_t *mg,
+                        Py_ssize_t nrec, int32_t *val_off, unsigned char *vals, int32_t *key_off,
+                        unsigned char *keys, unsigned char *key_valid, int64_t *stamps,
+                        unsigned char *stamp_valid, int32_t *hdr_off, int32_t *hk_off, unsigned char *hkeys,
+                        int32_t *hv_off, unsigned char *hvals) noexcept nogil:
+    """Pass 2 of `split_records`, over records pass 1 validated: copy the fields out."""
+    cdef Py_ssize_t k, i, n, at, koff = 0, klen = 0, voff = 0, vlen = 0, tv = 0, tk = 0, th = 0, thk = 0, thv = 0
+    cdef const unsigned char *b
+    cdef RecView r
+    memset(key_valid, 0, (count + 7) >> 3)
+    memset(stamp_valid, 0, (count + 7) >> 3)
+    key_off[0] = 0
+    hdr_off[0] = 0
+    hk_off[0] = 0
+    hv_off[0] = 0
+    if nrec:
+        val_off[0] = 0
+    for k in range(count):
+        b = bb + off[k]
+        n = off[k + 1] - off[k]
+        if mg == NULL or mg[k] != DL_MAGIC_RECORD:
+            stamps[k] = -1
+            if nrec:
+                memcpy(vals + tv, b, n)
+                tv += n
+        else:
+            _rec_parse(b, n, &r)
+            stamps[k] = r.timestamp
+            _set_bit(stamp_valid, k)
+            if r.key_off >= 0:
+                memcpy(keys + tk, b + r.key_off, r.key_len)
+                tk += r.key_len
+                _set_bit(key_valid, k)
+            at = r.headers_off
+            for i in range(r.hcount):
+                _rec_header(b, n, &at, &koff, &klen, &voff, &vlen)
+                memcpy(hkeys + thk, b + koff, klen)
+                thk += klen
+                memcpy(hvals + thv, b + voff, vlen)
+                thv += vlen
+                th += 1
+                hk_off[th] = <int32_t>thk
+                hv_off[th] = <int32_t>thv
+            memcpy(vals + tv, b + r.value_off, n - r.value_off)
+            tv += n - r.value_off
+        key_off[k + 1] = <int32_t>tk
+        hdr_off[k + 1] = <int32_t>th
+        if nrec:
+            val_off[k + 1] = <int32_t>tv
+
+
+def check_records(bodies) -> None:
+    """Validate record bodies without decoding them into objects: ValueError naming the
+    first bad one ("body k: bad record body ...")."""
+    cdef Py_buffer view
+    cdef RecView r
+    cdef int err
+    cdef Py_ssize_t k = 0
+    for body in bodies:
+        PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
+        try:
+            err = _rec_parse(<const unsigned char *>view.buf, view.len, &r)
+            if err:
+                raise ValueError("body %d: %s" % (k, _rec_error(err, r.at, view.len)))
+        finally:
+            PyBuffer_Release(&view)
+        k += 1

@@ -1,0 +1,88 @@
+"""The sink's row encoding without Spark (pyarrow only): a value alone gives plain bodies,
+key/timestamp/headers give record bodies, and bad rows are clear errors."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+
+import pytest
+
+if importlib.util.find_spec("pyarrow") is None:  # as tests/spark/conftest.py: required under CI
+    if os.environ.get("CI"):
+        raise ImportError("pyarrow is not installed (pip install -e '.[spark]')")
+    pytest.skip("pyarrow is not installed", allow_module_level=True)
+
+import pyarrow as pa
+
+from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
+from dledger.record import decode_record, now_ms
+from dledger.spark.records import bodies_of_rows
+from dledger.spark.write_schema import HEADERS_TYPE, write_columns_of
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def test_a_value_alone_writes_plain_bodies() -> None:
+    batch = pa.record_batch([pa.array(["a", "b"])], names=["body"])
+    assert bodies_of_rows(batch, write_columns_of([("body", "string")])) == ([b"a", b"b"], MAGIC_NORMAL)
+
+
+def test_record_columns_write_record_bodies() -> None:
+    when = datetime.datetime(2024, 1, 2, tzinfo=datetime.UTC)
+    batch = pa.record_batch(
+        [
+            pa.array([b"k", None]),
+            pa.array([b"v1", b"v2"]),
+            pa.array([when, None], pa.timestamp("us", tz="UTC")),
+            pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": None}], None], HEADERS),
+        ],
+        names=["key", "value", "timestamp", "headers"],
+    )
+    columns = write_columns_of(
+        [("key", "binary"), ("value", "binary"), ("timestamp", "timestamp"), ("headers", HEADERS_TYPE)]
+    )
+    before = now_ms()
+    bodies, magic = bodies_of_rows(batch, columns)
+    assert magic == MAGIC_RECORD
+    assert decode_record(bodies[0]) == (int(when.timestamp() * 1000), b"k", [("h", b"1"), ("h", b"")], b"v1")
+    stamp, key, headers, value = decode_record(bodies[1])
+    assert (key, headers, value) == (None, [], b"v2") and stamp >= before  # null timestamp: the write time
+
+
+def test_long_timestamps_are_milliseconds() -> None:
+    batch = pa.record_batch([pa.array([b"v"]), pa.array([1234], pa.int64())], names=["value", "timestamp"])
+    bodies, _ = bodies_of_rows(batch, write_columns_of([("value", "binary"), ("timestamp", "bigint")]))
+    assert decode_record(bodies[0])[0] == 1234
+
+
+@pytest.mark.parametrize(
+    ("arrays", "names", "fields", "message"),
+    [
+        ([pa.array([None], pa.binary())], ["value"], [("value", "binary")], "must not be null"),
+        (
+            [pa.array([b"v"]), pa.array([-5], pa.int64())],
+            ["value", "timestamp"],
+            [("value", "binary"), ("timestamp", "bigint")],
+            "timestamp must be >= 0",
+        ),
+        (
+            [pa.array([b"v"]), pa.array([b"k" * 65537])],
+            ["value", "key"],
+            [("value", "binary"), ("key", "binary")],
+            "over the limit of 65536",
+        ),
+        (
+            [pa.array([b"v"]), pa.array([[{"key": None, "value": b"x"}]], HEADERS)],
+            ["value", "headers"],
+            [("value", "binary"), ("headers", HEADERS_TYPE)],
+            "header key must not be null",
+        ),
+    ],
+)
+def test_bad_rows_are_clear_errors(
+    arrays: list[pa.Array], names: list[str], fields: list[tuple[str, str]], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        bodies_of_rows(pa.record_batch(arrays, names=names), write_columns_of(fields))
