@@ -25,7 +25,12 @@ from concurrent.futures import Future
 
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import Outbound
-from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, RequestOrResponse
+from dledger.raft.messages import (
+    InstallSnapshotRequest,
+    LeadershipTransferResponse,
+    PushEntryRequest,
+    RequestOrResponse,
+)
 
 ELECTOR = "elector"
 """The state maintainer's pass: votes, heartbeats, leadership transfer."""
@@ -177,7 +182,9 @@ class RaftDriver:
         next push at once); any other answer is the elector's business.
         """
         acked = self.core.on_response(target_id, request, response, now_ms)
-        if not isinstance(request, PushEntryRequest):
+        if isinstance(request, InstallSnapshotRequest):
+            self._wake(dispatch_pass(target_id))
+        elif not isinstance(request, PushEntryRequest):
             self._wake(ELECTOR)
         elif not self.eager:
             self._wake(dispatch_pass(target_id))
