@@ -223,3 +223,27 @@ def test_follower_behind_a_compacted_log_is_brought_back_by_install(
     append_values(leader, range(60, 70))  # the log continues after the install
     wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="pushes after the install")
     assert sm.state() == machine(cluster, leader.config.self_id).state() == (sum(range(70)), 70)
+
+
+def test_reset_but_keep_some_keeps_the_last_entries_before_the_snapshot(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=7,
+        **SNAP,
+    )
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.store.begin_index > 0, what="compaction")
+    assert node.snapshots is not None
+    assert node.store.begin_index == node.snapshots.last_index - 7 + 1
+    assert node.get(node.store.begin_index)[0].body == str(node.store.begin_index).encode()
+    with pytest.raises(DLedgerError) as gone:
+        node.get(node.store.begin_index - 1)
+    assert gone.value.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    cluster.stop("n0")
+    again = cluster.start("n0")  # the kept entries stay kept across a restart
+    assert again.store.begin_index == node.snapshots.last_index - 7 + 1
