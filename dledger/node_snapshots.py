@@ -107,6 +107,7 @@ class NodeSnapshots:
                 caller.after_apply = self.manager.after_apply
         elif config.enable_snapshot:
             log.warning("enableSnapshot is on but the state machine cannot take snapshots: none are taken")
+        self.chunk_bytes = CHUNK_BYTES
         self._load_lock = threading.Lock()
         self._senders: dict[str, threading.Thread] = {}
         self._stopped = False
@@ -232,9 +233,31 @@ class NodeSnapshots:
         self.node._on_response(target_id, request, answer)
 
     def _stream(self, target_id: str, request: InstallSnapshotRequest) -> InstallSnapshotResponse | None:
-        newest = self.store.snapshots(limit=1)
+        prepared = self.prepare_stream(request)
         transport = self.node.transport
-        if not newest or transport is None:
+        if prepared is None or transport is None:
+            return None
+        snapshot, header = prepared
+        start = 0
+        for _attempt in range(2):
+            future = transport.send(target_id, self.stream_from(target_id, snapshot, header, start))
+            answer = future.result(timeout=INSTALL_SNAPSHOT_TIMEOUT_MS / 1000)
+            if not isinstance(answer, InstallSnapshotResponse):
+                return None
+            resume, size = answer.next_offset, header.total_size
+            if answer.code == ResponseCode.INSTALL_SNAPSHOT_ERROR and resume != start and 0 < resume <= size:
+                log.info("install on %s resumes at offset %d of %d", target_id, resume, size)
+                start = resume
+                continue
+            return answer
+        return None
+
+    def prepare_stream(self, request: InstallSnapshotRequest) -> tuple[Snapshot, InstallSnapshotRequest] | None:
+        """The newest snapshot and the header every chunk of its stream repeats (the
+        dispatcher's request with the snapshot's index, term, size, CRC and the leader's
+        next position); None without a snapshot."""
+        newest = self.store.snapshots(limit=1)
+        if not newest:
             return None
         snapshot = newest[0]
         crc, size = snapshot.meta.crc32, snapshot.meta.size
@@ -248,27 +271,20 @@ class NodeSnapshots:
             total_crc32=crc,
             next_pos=next_position(self.node.store, snapshot.index),
         )
-        start = 0
-        for _attempt in range(2):
-            stream = InstallSnapshotStream(
-                group=request.group,
-                remote_id=request.remote_id,
-                local_id=request.local_id,
-                leader_id=request.leader_id,
-                term=request.term,
-                chunks=self._chunks(target_id, snapshot, header, start),
-            )
-            future = transport.send(target_id, stream)
-            answer = future.result(timeout=INSTALL_SNAPSHOT_TIMEOUT_MS / 1000)
-            if not isinstance(answer, InstallSnapshotResponse):
-                return None
-            resume = answer.next_offset
-            if answer.code == ResponseCode.INSTALL_SNAPSHOT_ERROR and resume != start and 0 < resume <= size:
-                log.info("install on %s resumes at offset %d of %d", target_id, resume, size)
-                start = resume
-                continue
-            return answer
-        return None
+        return snapshot, header
+
+    def stream_from(
+        self, target_id: str, snapshot: Snapshot, header: InstallSnapshotRequest, start: int
+    ) -> InstallSnapshotStream:
+        """The InstallSnapshot stream of `snapshot` to `target_id` from offset `start`."""
+        return InstallSnapshotStream(
+            group=header.group,
+            remote_id=header.remote_id,
+            local_id=header.local_id,
+            leader_id=header.leader_id,
+            term=header.term,
+            chunks=self._chunks(target_id, snapshot, header, start),
+        )
 
     def _chunks(
         self, target_id: str, snapshot: Snapshot, header: InstallSnapshotRequest, start: int
@@ -282,7 +298,7 @@ class NodeSnapshots:
         with open(snapshot.data_path, "rb") as data:
             data.seek(start)
             offset = start
-            while not self._stopped and (piece := data.read(CHUNK_BYTES)):
+            while not self._stopped and (piece := data.read(self.chunk_bytes)):
                 if quota is not None:
                     while quota.validate_now(clock.now_ms()):
                         time.sleep(max(quota.left_now_ms(clock.now_ms()), 1) / 1000)
