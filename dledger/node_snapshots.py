@@ -263,13 +263,15 @@ class NodeSnapshots:
         crc, size = snapshot.meta.crc32, snapshot.meta.size
         if crc is None or size is None:  # a Java meta: no checksum of ours
             crc, size = data_checksum(snapshot.data_path)
+        with self.node._lock:  # no compaction meanwhile
+            next_pos = next_position(self.node.store, snapshot.index)
         header = dataclasses.replace(
             request,
             last_included_index=snapshot.index,
             last_included_term=snapshot.term,
             total_size=size,
             total_crc32=crc,
-            next_pos=next_position(self.node.store, snapshot.index),
+            next_pos=next_pos,
         )
         return snapshot, header
 
