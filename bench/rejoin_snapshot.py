@@ -82,8 +82,8 @@ def one_round(base: Path, entries: int, snapshots: bool, threshold: int) -> floa
             preferred_leader_ids="n0",
             enable_snapshot=snapshots,
             snapshot_threshold=threshold,
-            heart_beat_time_interval_ms=200,  # the rejoining member hears the leader soon
-            max_heart_beat_leak=3,
+            heart_beat_time_interval_ms=300,  # the rejoining member hears the leader soon,
+            max_heart_beat_leak=10,  # and a busy leader is not deposed while the log fills
             **changes,
         )
 
