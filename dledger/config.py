@@ -247,6 +247,11 @@ def member_store_config(**settings: Any) -> StoreConfig:
     return StoreConfig(**settings)
 
 
+SNAPSHOT_RESET_STRATEGIES = ("RESET_ALL_SYNC", "RESET_BUT_KEEP_SOME_SYNC")
+"""DLedger 0.4.0's `snapshotEntryResetStrategy` values supported (the *_ASYNC and
+*_LATER ones are not)."""
+
+
 @dataclass
 class DLedgerConfig:
     """Settings of one DLedger node (DLedger's `DLedgerConfig`, same defaults).
@@ -257,9 +262,10 @@ class DLedgerConfig:
     `store.flush_mode="sync"` acknowledges an entry once a majority has it on disk.
 
     The snapshot settings (`enable_snapshot`, `snapshot_threshold`: entries applied since
-    the last snapshot, `max_snapshot_reserved_num`: snapshots kept) carry DLedger's YAML
-    names and defaults but are not used by the node yet: it takes no snapshots so far
-    (`dledger.statemachine.snapshot.SnapshotStore` is the storage they will drive).
+    the last snapshot, `max_snapshot_reserved_num`: snapshots kept,
+    `snapshot_entry_reset_strategy` with `reset_snapshot_entries_but_keep_last_entries_num`:
+    what the log keeps after one) carry DLedger's YAML names and defaults; they take
+    effect with a `SnapshottingStateMachine` (docs/OPERATIONS.md, "Snapshots").
     """
 
     group: str = "default"
@@ -336,12 +342,18 @@ class DLedgerConfig:
     tls_key: str | None = field(default=None, metadata={"yaml": "tlsKey"})
     tls_ca: str | None = field(default=None, metadata={"yaml": "tlsCa"})
 
-    # snapshots (DLedger 0.3.2+ names and defaults). Not used by the node yet: only the
-    # snapshot store (dledger.statemachine.snapshot) exists so far; the node takes no
-    # snapshots, compacts nothing and answers InstallSnapshot with UNSUPPORTED
+    # snapshots (DLedger 0.3.2+ / 0.4.0 names and defaults; dledger.node_snapshots). The
+    # reset strategies are the *_SYNC ones: after a snapshot the log prefix up to it
+    # (RESET_ALL_SYNC) or up to it minus the last N entries (RESET_BUT_KEEP_SOME_SYNC) goes
     enable_snapshot: bool = field(default=False, metadata={"yaml": "enableSnapshot"})
     snapshot_threshold: int = field(default=1000, metadata={"yaml": "snapshotThreshold"})  # entries applied
     max_snapshot_reserved_num: int = field(default=3, metadata={"yaml": "maxSnapshotReservedNum"})
+    snapshot_entry_reset_strategy: str = field(
+        default="RESET_ALL_SYNC", metadata={"yaml": "snapshotEntryResetStrategy"}
+    )
+    reset_snapshot_entries_but_keep_last_entries_num: int = field(
+        default=10, metadata={"yaml": "resetSnapshotEntriesButKeepLastEntriesNum"}
+    )
 
     # dledger-py: the state machine the member applies committed entries to: `kv` (the
     # key-value store of dledger.kv) or `package.module:factory`; None: a plain log
@@ -385,6 +397,14 @@ class DLedgerConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+        if self.snapshot_entry_reset_strategy not in SNAPSHOT_RESET_STRATEGIES:
+            raise ConfigError(
+                f"snapshot_entry_reset_strategy must be one of {', '.join(SNAPSHOT_RESET_STRATEGIES)}, "
+                f"not {self.snapshot_entry_reset_strategy!r}"
+            )
+        keep = self.reset_snapshot_entries_but_keep_last_entries_num
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise ConfigError(f"reset_snapshot_entries_but_keep_last_entries_num must be >= 0, not {keep!r}")
         for name in ("standby_push_ms", "push_gather_ms", "lease_drift_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")

@@ -30,13 +30,21 @@ from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_durable import SyncDurability
 from dledger.node_reads import NodeReads
+from dledger.node_snapshots import NodeSnapshots, receive_install
 from dledger.node_status import NodeStatus
-from dledger.node_store import member_core, open_node_store
+from dledger.node_store import collect_status, member_core, open_node_store
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
 from dledger.raft.elector import Outbound
 from dledger.raft.log import LogStore, TermStore
 from dledger.raft.member_state import Role
-from dledger.raft.messages import LeadershipTransferResponse, PushEntryRequest, PushType, RequestOrResponse
+from dledger.raft.messages import (
+    InstallSnapshotRequest,
+    InstallSnapshotStream,
+    LeadershipTransferResponse,
+    PushEntryRequest,
+    PushType,
+    RequestOrResponse,
+)
 from dledger.record import check_append
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.statemachine import StateMachine, StateMachineCaller
@@ -121,9 +129,10 @@ class DLedgerNode:
             if state_machine is not None
             else None
         )
+        self._stopped = False
+        self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
         self._role = self.core.member_state.role
         self._started = False
-        self._stopped = False
         self._threads: dict[str, ServiceThread] = {}  # by pass name (dledger.raft.driver)
         self._store_threads: list[ServiceThread] = []
         self._push_sent_us: dict[tuple[str, int], float] = {}
@@ -164,6 +173,8 @@ class DLedgerNode:
         self._stopped = True
         for thread in self._threads.values():
             thread.stop()
+        if self.snapshots is not None:
+            self.snapshots.stop()
         with self._lock:
             self.core.quorum.on_role_change(-1, Role.CANDIDATE)  # pending requests end with TERM_CHANGED
             self.core.reads.on_role_change(-1, Role.CANDIDATE, -1)  # pending reads end with NOT_LEADER
@@ -245,6 +256,9 @@ class DLedgerNode:
             return
         for item in out:
             request = item.request
+            if isinstance(request, InstallSnapshotRequest) and self.snapshots is not None:
+                self.snapshots.send(item.target_id, request)  # streamed on a thread of its own
+                continue
             if _is_append_push(request):
                 self._push_sent_us[(item.target_id, request.first_index)] = perf_us()
             try:
@@ -271,7 +285,10 @@ class DLedgerNode:
             self.driver.on_response(target_id, request, response, now)
 
     def handle_peer_request(self, request: RequestOrResponse) -> Future[RequestOrResponse]:
-        """Answer a Vote, HeartBeat, Push or LeadershipTransfer request from a peer."""
+        """Answer a Vote, HeartBeat, Push, LeadershipTransfer or InstallSnapshot (a whole
+        stream, taken in the calling thread) request from a peer."""
+        if isinstance(request, InstallSnapshotStream):
+            return receive_install(self.snapshots, request)
         with self._step() as now:
             answer = self.driver.deliver(request, now)
         if self._durable is None or not _is_append_push(request):
@@ -471,21 +488,6 @@ class DLedgerNode:
 
     def status(self) -> NodeStatus:
         """A consistent snapshot of this member's state."""
+        snapshot = self.snapshots.last_index if self.snapshots is not None else -1
         with self._lock:
-            member = self.core.member_state
-            marks = self.core.quorum.water_marks.get(member.current_term, {}) if member.is_leader else {}
-            return NodeStatus(
-                group=member.group,
-                self_id=member.self_id,
-                role=member.role.name,
-                term=member.current_term,
-                leader_id=member.leader_id,
-                peers=self.config.peer_map,
-                begin_index=self.store.begin_index,
-                end_index=self.store.end_index,
-                end_term=self.store.end_term,
-                committed_index=member.committed_index,
-                applied_index=self.applied_index,
-                peer_match={peer: marks.get(peer, -1) for peer in member.peer_ids} if member.is_leader else {},
-                vote_hold=self.core.elector.vote_hold.state,
-            )
+            return collect_status(self.core, self.store, self.config.peer_map, self.applied_index, snapshot)

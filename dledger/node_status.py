@@ -20,6 +20,7 @@ class NodeStatus:
         peer_match: on the leader, each member's match index in the current term.
         vote_hold: "" when the member votes freely, else why it holds its vote
             ("unclean", "rejoin" or "floor": see dledger.raft.vote_hold).
+        snapshot_index: lastIncludedIndex of the member's newest snapshot (-1: none).
     """
 
     group: str
@@ -35,3 +36,4 @@ class NodeStatus:
     applied_index: int
     peer_match: dict[str, int] = field(default_factory=dict)
     vote_hold: str = ""
+    snapshot_index: int = -1

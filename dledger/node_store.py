@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.node_status import NodeStatus
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore, TermStore
@@ -179,3 +180,27 @@ def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) 
             f"{node_dir} is a store of group {identity.group!r}, not {config.group!r}: move it away and start "
             "the member with an empty directory and --initial-cluster-state existing",
         )
+
+
+def collect_status(core: RaftCore, store: LogStore, peers: dict[str, str], applied: int, snapshot: int) -> NodeStatus:
+    """The NodeStatus of a member from its core and store (the caller holds the node
+    lock, so that the fields agree with each other)."""
+    member = core.member_state
+    leading = member.is_leader
+    marks = core.quorum.water_marks.get(member.current_term, {}) if leading else {}
+    return NodeStatus(
+        group=member.group,
+        self_id=member.self_id,
+        role=member.role.name,
+        term=member.current_term,
+        leader_id=member.leader_id,
+        peers=peers,
+        begin_index=store.begin_index,
+        end_index=store.end_index,
+        end_term=store.end_term,
+        committed_index=member.committed_index,
+        applied_index=applied,
+        peer_match={peer: marks.get(peer, -1) for peer in member.peer_ids} if leading else {},
+        vote_hold=core.elector.vote_hold.state,
+        snapshot_index=snapshot,
+    )

@@ -376,6 +376,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "end_index": m.end_index,
                 "committed_index": m.committed_index,
                 "applied_index": m.applied_index,
+                "snapshot_index": m.snapshot_index if m.reachable else -1,
                 "vote_hold": m.vote_hold if m.reachable else "",
                 "lag": lag,
                 "error": m.error,
@@ -406,9 +407,11 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
         for name, key in (("id", "id"), ("address", "address"), ("role", "role")):
             width = max(len(name), *(len(str(r[key])) for r in rows))
             table.add_column(name, no_wrap=True, min_width=width)
-        numbers = ["term", "begin_index", "end_index", "committed_index", "applied_index", "lag"]
+        numbers = ["term", "begin_index", "end_index", "committed_index", "applied_index", "snapshot_index", "lag"]
         if all(r["applied_index"] in (-1, None) for r in rows):
             numbers.remove("applied_index")  # no state machine anywhere
+        if all(r["snapshot_index"] in (-1, None) for r in rows):
+            numbers.remove("snapshot_index")  # no snapshot anywhere
         for key in numbers:
             table.add_column(key.removesuffix("_index"), justify="right", no_wrap=True)
         style = {"LEADER": "bold green", "FOLLOWER": "cyan", "CANDIDATE": "yellow", "UNREACHABLE": "red"}

@@ -40,12 +40,14 @@ class AppendResult:
 
 @dataclass(frozen=True)
 class MemberInfo:
-    """One member as the answering member sees it (match_index only from a leader)."""
+    """One member as the answering member sees it (match_index only from a leader;
+    snapshot_index, the newest snapshot's last index, only for the answering member)."""
 
     node_id: str
     address: str
     role: str
     match_index: int
+    snapshot_index: int = -1
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,12 @@ class NodeMetadata:
     peers: dict[str, str] = field(default_factory=dict)
     members: tuple[MemberInfo, ...] = ()
 
+    @property
+    def snapshot_index(self) -> int:
+        """The member's newest snapshot's last index (-1: none, or not told)."""
+        own = [m.snapshot_index for m in self.members if m.node_id == self.node_id]
+        return own[0] if own else -1
+
 
 class LedgerStubs:
     """The `dledger.v1.Ledger` methods on one channel (callables as a generated stub has)."""
@@ -111,7 +119,7 @@ class LedgerStubs:
 
 def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
     """A `NodeMetadata` from a MetadataResponse answered by `target`."""
-    members = tuple(MemberInfo(m.id, m.address, m.role, m.match_index) for m in message.members)
+    members = tuple(MemberInfo(m.id, m.address, m.role, m.match_index, m.snapshot_index) for m in message.members)
     return NodeMetadata(
         node_id=message.self_id or target.node_id,
         address=target.address,

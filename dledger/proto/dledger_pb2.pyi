@@ -192,16 +192,18 @@ class MetadataRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("id", "address", "role", "match_index")
+    __slots__ = ("id", "address", "role", "match_index", "snapshot_index")
     ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_INDEX_FIELD_NUMBER: _ClassVar[int]
     id: str
     address: str
     role: str
     match_index: int
-    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ...) -> None: ...
+    snapshot_index: int
+    def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
     __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message", "vote_hold")
@@ -521,7 +523,7 @@ class PushEntryResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., index: _Optional[int] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., count: _Optional[int] = ..., x_term: _Optional[int] = ..., x_index: _Optional[int] = ...) -> None: ...
 
 class InstallSnapshotRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "last_included_index", "last_included_term", "data")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "last_included_index", "last_included_term", "data", "group_id", "incarnation", "total_size", "total_crc32", "offset", "chunk_crc32", "next_pos")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -531,6 +533,13 @@ class InstallSnapshotRequest(_message.Message):
     LAST_INCLUDED_INDEX_FIELD_NUMBER: _ClassVar[int]
     LAST_INCLUDED_TERM_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CRC32_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_CRC32_FIELD_NUMBER: _ClassVar[int]
+    NEXT_POS_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -540,23 +549,38 @@ class InstallSnapshotRequest(_message.Message):
     last_included_index: int
     last_included_term: int
     data: bytes
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., last_included_index: _Optional[int] = ..., last_included_term: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    group_id: str
+    incarnation: str
+    total_size: int
+    total_crc32: int
+    offset: int
+    chunk_crc32: int
+    next_pos: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., last_included_index: _Optional[int] = ..., last_included_term: _Optional[int] = ..., data: _Optional[bytes] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., total_size: _Optional[int] = ..., total_crc32: _Optional[int] = ..., offset: _Optional[int] = ..., chunk_crc32: _Optional[int] = ..., next_pos: _Optional[int] = ...) -> None: ...
 
 class InstallSnapshotResponse(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "next_offset", "last_included_index", "last_included_term", "end_index")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
     CODE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_INCLUDED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    LAST_INCLUDED_TERM_FIELD_NUMBER: _ClassVar[int]
+    END_INDEX_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
     code: int
     leader_id: str
     term: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+    next_offset: int
+    last_included_index: int
+    last_included_term: int
+    end_index: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., next_offset: _Optional[int] = ..., last_included_index: _Optional[int] = ..., last_included_term: _Optional[int] = ..., end_index: _Optional[int] = ...) -> None: ...
 
 class ReadIndexRequest(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")

@@ -403,7 +403,7 @@ class PeerStub:
                 request_serializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferRequest.SerializeToString,
                 response_deserializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferResponse.FromString,
                 _registered_method=True)
-        self.InstallSnapshot = channel.unary_unary(
+        self.InstallSnapshot = channel.stream_unary(
                 '/dledger.v1.Peer/InstallSnapshot',
                 request_serializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.SerializeToString,
                 response_deserializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotResponse.FromString,
@@ -445,8 +445,9 @@ class PeerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def InstallSnapshot(self, request, context):
-        """Reserved: answers UNSUPPORTED (303) for now.
+    def InstallSnapshot(self, request_iterator, context):
+        """The leader streams a snapshot to a follower whose log is behind its first entry,
+        in chunks (each with its offset and CRC); one answer for the whole stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -482,7 +483,7 @@ def add_PeerServicer_to_server(servicer, server):
                     request_deserializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferRequest.FromString,
                     response_serializer=dledger_dot_proto_dot_dledger__pb2.LeadershipTransferResponse.SerializeToString,
             ),
-            'InstallSnapshot': grpc.unary_unary_rpc_method_handler(
+            'InstallSnapshot': grpc.stream_unary_rpc_method_handler(
                     servicer.InstallSnapshot,
                     request_deserializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.FromString,
                     response_serializer=dledger_dot_proto_dot_dledger__pb2.InstallSnapshotResponse.SerializeToString,
@@ -614,7 +615,7 @@ class Peer:
             _registered_method=True)
 
     @staticmethod
-    def InstallSnapshot(request,
+    def InstallSnapshot(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -624,8 +625,8 @@ class Peer:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/dledger.v1.Peer/InstallSnapshot',
             dledger_dot_proto_dot_dledger__pb2.InstallSnapshotRequest.SerializeToString,

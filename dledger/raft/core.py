@@ -27,6 +27,8 @@ from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushEntryRequest,
@@ -86,12 +88,22 @@ class RaftCore:
             config, self.member_state, rng, unclean_restart and config.store.flush_mode == "async", rejoin_index
         )
         self.quorum = QuorumAckChecker(config, self.member_state)
+        self.latest_snapshot: tuple[int, int] | None = None
+        """(lastIncludedIndex, lastIncludedTerm) of this member's newest snapshot (set by
+        the shell that takes, loads or installs them): what a follower below the log's
+        first entry is sent, and where retention stops waiting for followers."""
         self.incoming_appends: Callable[[], int] = _nothing_incoming
         """How many client appends are on their way to this member (set by the service
         layer; dispatchers gather small backlogs while some are: see dledger.raft.dispatcher)."""
         self.dispatchers = {
             p: EntryDispatcher(
-                config, self.member_state, p, self.quorum, self._keeping_up_ahead, self._incoming_appends
+                config,
+                self.member_state,
+                p,
+                self.quorum,
+                self._keeping_up_ahead,
+                self._incoming_appends,
+                self._latest_snapshot,
             )
             for p in self.member_state.other_peer_ids
         }
@@ -101,6 +113,9 @@ class RaftCore:
         """Linearizable reads: ReadIndex rounds and the lease (dledger.raft.read_index)."""
         self.elector.on_quorum_round = self.reads.on_quorum_heartbeat
         self.elector.listeners.append(self._on_role_change)
+
+    def _latest_snapshot(self) -> tuple[int, int] | None:
+        return self.latest_snapshot
 
     def _incoming_appends(self) -> int:
         return self.incoming_appends()
@@ -244,6 +259,22 @@ class RaftCore:
         result.set_result(reply)
         return result
 
+    def check_install(self, req: InstallSnapshotRequest) -> ResponseCode | None:
+        """None when an InstallSnapshot chunk may be taken: addressed to this member of
+        this group (and group id), from members, its term in range and this member
+        follows `req.leader_id` in `req.term`; else the code to answer (EXPIRED_TERM for
+        a stale term; NOT_FOLLOWER, INCONSISTENT_TERM or INCONSISTENT_LEADER while this
+        member does not follow that leader yet: it will after the next heartbeat)."""
+        member = self.member_state
+        bad = self.elector.check_addressing(req)
+        if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
+            bad = ResponseCode.UNKNOWN_MEMBER
+        if bad is None and term_out_of_range(req):
+            bad = ResponseCode.UNEXPECTED_ARGUMENT
+        if bad is None and req.term < member.current_term:
+            bad = ResponseCode.EXPIRED_TERM
+        return bad if bad is not None else self.handler.check_leader(req)
+
     # -- the service passes
 
     def tick_elector(self, now_ms: int) -> list[Outbound]:
@@ -293,6 +324,13 @@ class RaftCore:
                 return False
             self.quorum.check(now_ms)
             return True
+        if isinstance(req, InstallSnapshotRequest):
+            answer = resp if isinstance(resp, InstallSnapshotResponse) else None
+            if answer is not None and answer.term > self.member_state.current_term and self.member_state.is_leader:
+                self.elector.change_role_to_candidate(answer.term)
+            elif (installer := self.dispatchers.get(target_id)) is not None:
+                installer.on_install_response(req, answer, now_ms)
+            return False
         if isinstance(req, HeartBeatRequest):
             hb = resp if isinstance(resp, HeartBeatResponse) else None
             self.elector.on_heartbeat_response(target_id, req, hb, now_ms)
@@ -364,13 +402,16 @@ class RaftCore:
         """The lowest log index some member may still need; retention must keep it
         (`store.set_retention_floor`). On the leader: the smallest follower match index
         + 1 (a follower not matched yet in this term counts as needing everything), never
-        above committed + 1; elsewhere: committed + 1."""
+        above committed + 1; elsewhere: committed + 1. A follower below the newest
+        snapshot is not waited for: it gets the snapshot (it needs only the entries
+        after the snapshot's last index)."""
         member = self.member_state
         floor = member.committed_index + 1
+        covered = self.latest_snapshot[0] + 1 if self.latest_snapshot is not None else 0
         if member.is_leader:
             for dispatcher in self.dispatchers.values():
                 match = dispatcher.match_index if dispatcher.term == member.current_term else -1
-                floor = min(floor, match + 1)
+                floor = min(floor, max(match + 1, covered))
         return max(floor, 0)
 
     def get_committed(self, index: int) -> bytes:

@@ -4,7 +4,9 @@ COMPARE finds the last index where the follower's log matches (prev index/term c
 with the follower's conflict hint), TRUNCATE cuts the follower's uncommitted tail after
 it, APPEND streams runs of already-encoded entries (several in flight, bounded), and
 COMMIT carries the commit index when the peer is idle. Any inconsistency, a leader or
-term change sends the dispatcher back to COMPARE.
+term change sends the dispatcher back to COMPARE. A follower needing entries the
+leader's log no longer holds (compacted after a snapshot) gets the snapshot in
+INSTALL_SNAPSHOT (dledger.raft.snapshot_dispatch).
 
 Commit pushes: every APPEND carries the leader's commit index, so a COMMIT push is only
 for a follower that no APPEND has told of the latest commit: at least
@@ -43,13 +45,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import TypeVar
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.quota import new_quota
 from dledger.raft.member_state import MemberState
-from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
+from dledger.raft.messages import (
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+)
 from dledger.raft.quorum_ack import QuorumAckChecker
+from dledger.raft.snapshot_dispatch import InstallSnapshotMixin, SnapshotSource
 
 UNREACHABLE_RETRY_MS = 100
 """Pause before a COMPARE / TRUNCATE goes again after the peer could not be reached."""
@@ -67,6 +77,10 @@ class DispatchState(Enum):
     COMPARE = "COMPARE"
     TRUNCATE = "TRUNCATE"
     APPEND = "APPEND"
+    INSTALL_SNAPSHOT = "INSTALL_SNAPSHOT"
+
+
+_Control = TypeVar("_Control", PushEntryRequest, InstallSnapshotRequest)
 
 
 @dataclass(slots=True)
@@ -76,7 +90,13 @@ class _InFlight:
     resent: bool = False
 
 
-class EntryDispatcher:
+@dataclass(slots=True)
+class _ControlInFlight:
+    request: PushEntryRequest | InstallSnapshotRequest
+    send_ms: int
+
+
+class EntryDispatcher(InstallSnapshotMixin):
     """Replication to one follower.
 
     Args:
@@ -88,6 +108,8 @@ class EntryDispatcher:
             keep up (the group's other dispatchers); None: never a standby.
         incoming_appends: `()` -> how many client appends are on their way to this
             leader; None: never gather.
+        latest_snapshot: `()` -> the leader's newest snapshot (index, term) or None
+            (None: never install).
     """
 
     def __init__(
@@ -98,6 +120,7 @@ class EntryDispatcher:
         quorum: QuorumAckChecker,
         keeping_up_ahead: Callable[[str, int], int] | None = None,
         incoming_appends: Callable[[], int] | None = None,
+        latest_snapshot: SnapshotSource | None = None,
     ) -> None:
         self.config = config
         self.member_state = member_state
@@ -112,7 +135,7 @@ class EntryDispatcher:
         self.peer_end_index = -1
         self.pending: dict[int, _InFlight] = {}  # APPEND requests in flight, by first index, in index order
         self.pending_bytes = 0  # their encoded entries
-        self._control: _InFlight | None = None  # the COMPARE / TRUNCATE in flight (COMMITs are not awaited)
+        self._control: _ControlInFlight | None = None  # the COMPARE / TRUNCATE / install in flight (not COMMITs)
         self.last_push_commit_ms = -1
         self.last_pushed_commit_index = -1
         self._commit_seen_ms = -1  # when a commit index not pushed yet was first seen
@@ -122,6 +145,8 @@ class EntryDispatcher:
         self._incoming_appends = incoming_appends
         self._held_since_ms = -1  # when a standby began to hold its small backlog
         self._gathering_since_ms = -1  # when the backlog began to wait for incoming appends
+        self._latest_snapshot = latest_snapshot
+        self.installing: tuple[int, int] | None = None  # the snapshot asked for in INSTALL_SNAPSHOT
 
     # -- state changes
 
@@ -133,6 +158,7 @@ class EntryDispatcher:
         self.write_index = self.store.end_index + 1
         self._clear_pending()
         self._control = None
+        self.installing = None
         self._held_since_ms = self._gathering_since_ms = -1
         self._reset_search()
 
@@ -155,6 +181,9 @@ class EntryDispatcher:
         elif state is DispatchState.COMPARE:
             self._reset_search()
 
+    def _enter_install(self) -> None:
+        self._change_state(DispatchState.INSTALL_SNAPSHOT)
+
     def _base(self, push_type: PushType) -> PushEntryRequest:
         return PushEntryRequest(
             **self.member_state.request_header(self.peer_id),
@@ -163,12 +192,9 @@ class EntryDispatcher:
             commit_index=self.member_state.committed_index,
         )
 
-    def _term_at(self, index: int) -> int:
-        return -1 if index < 0 else self.store.term_at(index)
-
     # -- the dispatcher pass
 
-    def tick(self, now_ms: int) -> list[PushEntryRequest]:
+    def tick(self, now_ms: int) -> list[PushEntryRequest | InstallSnapshotRequest]:
         """One pass: the push requests to send now."""
         member = self.member_state
         if not member.is_leader:
@@ -176,11 +202,18 @@ class EntryDispatcher:
         if self.term != member.current_term:
             self.reset(member.current_term)
         ctl = self._control
-        if ctl is not None and now_ms - ctl.send_ms < self.config.max_push_timeout_ms:
+        if ctl is not None and now_ms - ctl.send_ms < self.control_timeout_ms(ctl.request):
             return []
         if now_ms < self._retry_at_ms:
             return []
         self._control = None
+        if self.state is DispatchState.APPEND and self.write_index < self.readable_from():
+            self._start_install(now_ms)  # compacted under a lagging follower
+            if self.state is DispatchState.APPEND:
+                self._change_state(DispatchState.COMPARE)
+            return []
+        if self.state is DispatchState.INSTALL_SNAPSHOT:
+            return [self._send_control(self._install_request(), now_ms)]
         if self.state is DispatchState.COMPARE:
             return [self._send_control(self._compare_request(), now_ms)]
         if self.state is DispatchState.TRUNCATE:
@@ -188,15 +221,16 @@ class EntryDispatcher:
             req.first_index = self.match_index + 1
             req.prev_index, req.prev_term = self.match_index, self._term_at(self.match_index)
             return [self._send_control(req, now_ms)]
-        return self._append(now_ms)
+        return list(self._append(now_ms))
 
-    def _send_control(self, req: PushEntryRequest, now_ms: int) -> PushEntryRequest:
-        self._control = _InFlight(req, now_ms)
+    def _send_control(self, req: _Control, now_ms: int) -> _Control:
+        self._control = _ControlInFlight(req, now_ms)
         return req
 
     def _compare_request(self) -> PushEntryRequest:
-        # compare at write_index - 1; never below the leader's first entry
-        self.write_index = max(min(self.write_index, self.store.end_index + 1), max(self.store.begin_index, 0))
+        # compare at write_index - 1; never below the floor (the leader's first entry, or
+        # the one before it when its term is known)
+        self.write_index = max(min(self.write_index, self.store.end_index + 1), self.floor_index() + 1)
         req = self._base(PushType.COMPARE)
         req.prev_index = self.write_index - 1
         req.prev_term = self._term_at(req.prev_index)
@@ -222,6 +256,23 @@ class EntryDispatcher:
             return True
         oldest = self.pending[next(iter(self.pending))]
         return not oldest.resent and now_ms - oldest.send_ms < self.config.standby_push_ms
+
+    def on_install_response(
+        self, req: InstallSnapshotRequest, resp: InstallSnapshotResponse | None, now_ms: int
+    ) -> None:
+        """Handle the answer to an install (None: no answer); see snapshot_dispatch."""
+        if req.term != self.term or not self.member_state.is_leader or self.member_state.current_term != self.term:
+            return
+        ctl = self._control
+        if ctl is None or ctl.request is not req or self.state is not DispatchState.INSTALL_SNAPSHOT:
+            return
+        if resp is not None and resp.term > self.term:
+            return  # the elector steps down on the higher term
+        installed = self._on_install(resp, now_ms)
+        self._change_state(DispatchState.COMPARE)
+        if installed is not None:
+            self.peer_end_index = resp.end_index if resp is not None else -1
+            self.write_index = installed + 1
 
     def _standing_by(self, now_ms: int) -> bool:
         """Whether this follower's small backlog waits now (see the module docstring)."""
@@ -357,7 +408,7 @@ class EntryDispatcher:
             return
         self.peer_end_index = resp.end_index
         if req.type is PushType.COMPARE:
-            self._on_compare(req, resp)
+            self._on_compare(req, resp, now_ms)
         elif req.type is PushType.TRUNCATE:
             if resp.code == ResponseCode.SUCCESS:
                 self._matched(req.prev_index)
@@ -380,7 +431,7 @@ class EntryDispatcher:
             self.match_index = index
         self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
 
-    def _on_compare(self, req: PushEntryRequest, resp: PushEntryResponse) -> None:
+    def _on_compare(self, req: PushEntryRequest, resp: PushEntryResponse, now_ms: int) -> None:
         """Search the last index where the follower matches the leader.
 
         Log matching makes "matches at i" monotone in i, so each answer narrows
@@ -396,6 +447,8 @@ class EntryDispatcher:
         else:
             self._mismatch_high = min(self._mismatch_high, probe)
         low, high = self._match_low, self._mismatch_high
+        if high <= self.floor_index() and self._start_install(now_ms):
+            return  # the follower's match point is below the floor: those entries are gone
         if high <= low + 1:
             self.match_index = low
             self.quorum.update_peer_water_mark(self.term, self.peer_id, low)

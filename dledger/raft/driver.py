@@ -27,6 +27,7 @@ from dledger.raft.core import RaftCore
 from dledger.raft.elector import Outbound
 from dledger.raft.messages import (
     HeartBeatRequest,
+    InstallSnapshotRequest,
     LeadershipTransferResponse,
     PushEntryRequest,
     ReadIndexRequest,
@@ -187,7 +188,9 @@ class RaftDriver:
         acked = self.core.on_response(target_id, request, response, now_ms)
         if isinstance(request, HeartBeatRequest):
             self._emit(self.core.tick_reads(now_ms))  # the next round, for reads that came meanwhile
-        if not isinstance(request, PushEntryRequest):
+        if isinstance(request, InstallSnapshotRequest):
+            self._wake(dispatch_pass(target_id))
+        elif not isinstance(request, PushEntryRequest):
             self._wake(ELECTOR)
         elif not self.eager:
             self._wake(dispatch_pass(target_id))

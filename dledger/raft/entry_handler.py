@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.member_state import MemberState
-from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
+from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse
 
 MAX_CONTROL_QUEUE = 1024
 
@@ -129,7 +129,8 @@ class EntryHandler:
     def pending_count(self) -> int:
         return len(self.write_requests) + len(self.control_queue)
 
-    def _check_leader(self, req: PushEntryRequest) -> ResponseCode | None:
+    def check_leader(self, req: RequestOrResponse) -> ResponseCode | None:
+        """None when this member follows `req.leader_id` in `req.term`, else the code."""
         if not self.member_state.is_follower:
             return ResponseCode.NOT_FOLLOWER
         if req.term != self.member_state.current_term:
@@ -145,7 +146,7 @@ class EntryHandler:
             return True
         if index > self.store.end_index:
             return False
-        if index < self.store.begin_index:
+        if index < self.store.begin_index or self.store.begin_index < 0:  # before the log (a reset)
             return index <= self.member_state.committed_index
         return self.store.term_at(index) == term
 
@@ -155,7 +156,7 @@ class EntryHandler:
         self.member_state.update_committed_index(min(req.commit_index, proven_index))
 
     def _process(self, req: PushEntryRequest) -> PushEntryResponse:
-        bad = self._check_leader(req)
+        bad = self.check_leader(req)
         if bad is not None:
             return self._reply(req, bad)
         try:

@@ -94,9 +94,11 @@ class LogStore(Protocol):
         responsibility (the Raft layer never truncates them)."""
         ...
 
-    def reset(self, before_begin_index: int, before_begin_term: int) -> int:
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         """Delete the prefix up to and including `before_begin_index` (snapshots,
-        retention); returns the new begin index."""
+        retention); returns the new begin index. When every entry goes, the next one
+        lands at `next_pos` if given (an installed snapshot: where the leader's entry
+        after it starts), else where the log ended."""
         ...
 
     def update_committed_index(self, index: int) -> None:

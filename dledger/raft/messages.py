@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import TypedDict
 
@@ -219,3 +220,53 @@ class ReadIndexResponse(RequestOrResponse):
     it applied that far."""
 
     index: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class InstallSnapshotRequest(RequestOrResponse):
+    """One chunk of a snapshot the leader streams to a follower (client-streaming
+    InstallSnapshot; DLedger 0.4.0 sent the whole `data` in one message).
+
+    Every chunk repeats the snapshot's `last_included_index` / `last_included_term`, the
+    whole `data` file's `total_size` and `total_crc32`; `offset` is where `data` (this
+    chunk's bytes, CRC-32 `chunk_crc32`) starts in it. The dispatcher's request (what
+    asks the node to stream a snapshot) carries no data. `group_id` / `incarnation` as
+    in VoteRequest.
+    """
+
+    last_included_index: int = -1
+    last_included_term: int = -1
+    total_size: int = 0
+    total_crc32: int = 0
+    offset: int = 0
+    chunk_crc32: int = 0
+    data: bytes = b""
+    group_id: str = ""
+    incarnation: str = ""
+    next_pos: int = -1
+    """Where the leader's entry after the snapshot starts in its data files (-1:
+    unknown): the follower's emptied log continues there, so that the leader's entries
+    land at their own positions."""
+
+
+@dataclass(slots=True, kw_only=True)
+class InstallSnapshotResponse(RequestOrResponse):
+    """The answer to a whole InstallSnapshot stream: `next_offset` is the offset the
+    follower expects next (the whole size after SUCCESS; where a broken stream resumes
+    otherwise); `last_included_index` / `last_included_term` the snapshot the stream
+    was about, and `end_index` the follower's ledger end."""
+
+    next_offset: int = 0
+    last_included_index: int = -1
+    last_included_term: int = -1
+    end_index: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class InstallSnapshotStream(RequestOrResponse):
+    """A whole InstallSnapshot stream as one peer message: `chunks` yields the
+    `InstallSnapshotRequest`s in order (read lazily by the receiver). The transports
+    pass it to the target's handler as it is (in process) or as a client-streaming call
+    (gRPC)."""
+
+    chunks: Iterator[InstallSnapshotRequest] = field(default_factory=lambda: iter(()))

@@ -3,8 +3,11 @@
 The caller applies committed entries in log order, a batch at a time, on its own thread:
 `run_once()` reads `applied_index + 1 .. committed_index` from the store, hands the user
 entries (NOOP entries of new leaders are filtered out) to `on_apply`, then records the
-applied index. Snapshots will hook in here (save after apply, load before the first
-apply), which is why the applied index and term are kept.
+applied index and term. Snapshots hook in after a batch (`after_apply`: the node's
+`dledger.statemachine.snapshot_manager.SnapshotManager` captures the state there when
+enough entries were applied since the last snapshot, and saves it on its own thread);
+a snapshot load (at startup, or an installed one) holds `apply_lock` so that no batch
+runs meanwhile.
 """
 
 from __future__ import annotations
@@ -63,25 +66,42 @@ class QueryableStateMachine(StateMachine, Protocol):
 
 @runtime_checkable
 class SnapshottingStateMachine(StateMachine, Protocol):
-    """A StateMachine that can be snapshotted (DLedger's `onSnapshotSave` / `onSnapshotLoad`).
+    """A StateMachine that can be snapshotted (DLedger's `onSnapshotSave` / `onSnapshotLoad`),
+    in two phases so that saving never stops apply.
 
-    Optional: a plain `StateMachine` stays valid. No caller uses these hooks yet (the
-    node takes no snapshots so far); `dledger.statemachine.snapshot.SnapshotStore` is
-    the storage they will be called with.
+    Optional: a plain `StateMachine` stays valid. With `DLedgerConfig.enable_snapshot`
+    the node calls, once `snapshot_threshold` entries were applied since the last
+    snapshot, `on_snapshot_capture()` on the apply thread between two `on_apply` calls,
+    then `on_snapshot_save(writer)` on a snapshot thread while `on_apply` keeps running;
+    at most one capture/save pair is in flight. The saved snapshot is published under
+    the applied index and term of the capture (`dledger.statemachine.snapshot`).
     """
 
-    def on_snapshot_save(self, writer: BinaryIO) -> None:
-        """Write the state as of the last applied entry to `writer` (a binary file, the
-        snapshot's `data`). The caller then commits it under that entry's index and term.
+    def on_snapshot_capture(self) -> None:
+        """Capture a point-in-time view of the state, exactly as of the last applied entry
+        (apply thread; no `on_apply` runs meanwhile). Must be cheap: copy-on-write, a
+        frozen or persistent map, a reference to an immutable structure...
 
-        An exception drops the snapshot; nothing already saved is touched.
+        An exception drops this snapshot (logged); apply continues.
+        """
+        ...
+
+    def on_snapshot_save(self, writer: BinaryIO) -> None:
+        """Write the view captured by the last `on_snapshot_capture` to `writer` (a
+        binary file, the snapshot's `data`). Called on the snapshot thread, concurrently
+        with `on_apply`: it must not read the live state. The caller then commits it
+        under the captured index and term.
+
+        An exception drops the snapshot (logged); nothing already saved is touched.
         """
         ...
 
     def on_snapshot_load(self, reader: BinaryIO) -> None:
         """Replace the whole state with the one read from `reader` (a snapshot's `data`,
         already checked against its checksum when it has one). Entries after the
-        snapshot's last index are applied afterwards.
+        snapshot's last index are applied afterwards. Called at startup before the first
+        `on_apply`, or when a snapshot was installed from the leader; nothing else runs
+        on the machine meanwhile (no `on_apply`, no save in flight).
 
         An exception means the snapshot could not be loaded.
         """
@@ -115,12 +135,21 @@ class StateMachineCaller:
         self.applied_term = -1
         self.error: BaseException | None = None
         self.observer: Callable[[float, int], None] | None = None  # (latency µs, entries) per batch
+        self.after_apply: Callable[[int, int], None] | None = None
+        """Called on the apply thread after each batch with the applied (index, term),
+        under `apply_lock` (the snapshot trigger)."""
+        self.apply_lock = threading.Lock()
+        """Held while a batch is applied; a snapshot load holds it to keep apply out."""
         self._cond = threading.Condition()
         self.answers = AnswerBox(lambda: self.applied_index)
         """The `on_apply` answers of entries someone waits for (RAFT_LOG queries)."""
 
     def run_once(self) -> bool:
         """Apply one batch; returns True when something was applied."""
+        with self.apply_lock:
+            return self._apply_batch()
+
+    def _apply_batch(self) -> bool:
         if self.error is not None:
             return False
         committed = self._committed_index()
@@ -145,10 +174,17 @@ class StateMachineCaller:
             with self._cond:
                 self._cond.notify_all()
             return False
-        with self._cond:
-            self.applied_index, self.applied_term = entries[-1].index, entries[-1].term
-            self._cond.notify_all()
+        self.set_applied(entries[-1].index, entries[-1].term)
+        if self.after_apply is not None:
+            self.after_apply(self.applied_index, self.applied_term)
         return True
+
+    def set_applied(self, index: int, term: int) -> None:
+        """Record (index, term) as applied (after a batch, or a snapshot load) and wake
+        `wait_applied` callers."""
+        with self._cond:
+            self.applied_index, self.applied_term = index, term
+            self._cond.notify_all()
 
     def run_until_idle(self) -> None:
         """Apply everything committed so far (the caller thread's body)."""

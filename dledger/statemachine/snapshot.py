@@ -1,8 +1,7 @@
 """SnapshotStore: a node's snapshots on disk, in DLedger's layout (docs/FORMAT.md, "Snapshots").
 
-The storage foundation only: the node does not take, load, compact by or install
-snapshots yet (the settings `enable_snapshot`, `snapshot_threshold` and
-`max_snapshot_reserved_num` exist but nothing drives this store).
+The storage only: `dledger.statemachine.snapshot_manager` decides when to save and what
+to load, `dledger.node_snapshots` compacts the log and installs snapshots with it.
 
 - Saving: `begin_save()` gives a `SnapshotWriter`, a binary file (what
   `SnapshottingStateMachine.on_snapshot_save(writer)` gets) writing `tmp/data`; its owner

@@ -1,6 +1,5 @@
 """Receiving a snapshot chunk by chunk into `install_tmp/` (the follower's half of the
-chunked InstallSnapshot, which does not exist yet: the node answers InstallSnapshot with
-UNSUPPORTED).
+chunked InstallSnapshot: dledger.node_snapshots feeds it the chunks it gets).
 
 Each chunk carries its offset in `data` and zlib's CRC-32 of its bytes. A chunk is
 written only when its CRC matches and its offset is the next expected one; otherwise it

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import StoreConfig
 
 DATA_DIR = "data"
 INDEX_DIR = "index"
@@ -84,3 +85,20 @@ def infer_segment_sizes(node_dir: str | os.PathLike[str]) -> tuple[int | None, i
         files = sorted(directory.glob("[0-9]" * NAME_DIGITS)) if directory.is_dir() else []
         sizes.append(max(f.stat().st_size for f in files) if files else None)
     return sizes[0], sizes[1]
+
+
+def sized_config(
+    node_dir: str | os.PathLike[str],
+    data_file_size: int | None = None,
+    index_file_size: int | None = None,
+    read_only: bool = False,
+) -> StoreConfig:
+    """The default options with the segment sizes given, else those of the files already
+    in `node_dir` (an existing store must be opened with its own sizes), else the defaults."""
+    data_size, index_size = infer_segment_sizes(node_dir)
+    defaults = StoreConfig()
+    return StoreConfig(
+        data_file_size=data_file_size or data_size or defaults.data_file_size,
+        index_file_size=index_file_size or index_size or defaults.index_file_size,
+        read_only=read_only,
+    )

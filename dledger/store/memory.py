@@ -209,7 +209,7 @@ class MemoryLogStore:
             del self._positions[k:]
             self._committed = min(self._committed, self.end_index)
 
-    def reset(self, before_begin_index: int, before_begin_term: int) -> int:
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         with self._lock:
             if before_begin_index <= self._before_begin_index:
                 return self._before_begin_index + 1
@@ -218,6 +218,8 @@ class MemoryLogStore:
             del self._positions[:drop]
             self._before_begin_index = before_begin_index
             self._before_begin_term = before_begin_term
+            if not self._encoded and next_pos is not None:
+                self._next_pos = next_pos
             return before_begin_index + 1
 
     def update_committed_index(self, index: int) -> None:

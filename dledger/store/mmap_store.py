@@ -28,7 +28,8 @@ from dledger.store import failpoints, kvfile, truncate
 from dledger.store.checkpoint import load_checkpoint
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
-from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, holds_store, infer_segment_sizes
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, holds_store
+from dledger.store.layout import sized_config as sized_config  # re-exported: its old home
 from dledger.store.lock import StoreLock
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
 from dledger.store.segment_list import SegmentList
@@ -38,23 +39,6 @@ if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 log = logging.getLogger(__name__)
-
-
-def sized_config(
-    node_dir: str | os.PathLike[str],
-    data_file_size: int | None = None,
-    index_file_size: int | None = None,
-    read_only: bool = False,
-) -> StoreConfig:
-    """The default options with the segment sizes given, else those of the files already
-    in `node_dir` (an existing store must be opened with its own sizes), else the defaults."""
-    data_size, index_size = infer_segment_sizes(node_dir)
-    defaults = StoreConfig()
-    return StoreConfig(
-        data_file_size=data_file_size or data_size or defaults.data_file_size,
-        index_file_size=index_file_size or index_size or defaults.index_file_size,
-        read_only=read_only,
-    )
 
 
 class MmapLogStore(impl.LogCore, Durability):
@@ -369,11 +353,12 @@ class MmapLogStore(impl.LogCore, Durability):
             return -1
         return int(impl.decode_index_unit(self.index_list.table.read(index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))[4])
 
-    def reset(self, before_begin_index: int, before_begin_term: int) -> int:
+    def reset(self, before_begin_index: int, before_begin_term: int, next_pos: int | None = None) -> int:
         """Delete the prefix up to `before_begin_index` (DLedger 0.4.0 reset): whole
         segments are deleted and a blank record covers the dead part of the first kept
         data segment (up to the end of the log when every entry goes, so the next entry
-        still lands at the log's end position). Returns the new begin index.
+        still lands at the log's end position, or at `next_pos` when given: the position
+        of the leader's entry after an installed snapshot). Returns the new begin index.
 
         Raises:
             DLedgerError: UNSUPPORTED in `java_compat` mode: Java DLedger <= 0.3 cannot
@@ -389,15 +374,19 @@ class MmapLogStore(impl.LogCore, Durability):
         self._check_writable_py()
         self._acquire()
         try:
-            if self.begin_index < 0 or before_begin_index < self.begin_index:
+            moved = next_pos not in (None, self.write_pos)  # an empty log placed at another position
+            if before_begin_index < self.begin_index or (
+                self.begin_index < 0 and (before_begin_index, moved) < (self.end_index, True)
+            ):
                 return int(max(self.begin_index, 0))
             kvfile.write_atomic(
                 self.node_dir / RESET_FILE,
                 {"beforeBeginIndex": str(before_begin_index), "beforeBeginTerm": str(before_begin_term)},
             )
             if before_begin_index >= self.end_index:
-                end_pos = int(self.write_pos)
-                truncate.empty_data_at(self.data_list, end_pos, end_pos)
+                end_pos = int(self.write_pos) if next_pos is None else next_pos
+                truncate.empty_data_at(self.data_list, end_pos, max(end_pos, int(self.write_pos)))
+                truncate.place_empty_at(self.data_list, end_pos)
                 self.index_list.drop_all()
                 self._set_state(-1, before_begin_index, before_begin_term, end_pos)
                 self._after_shrink()

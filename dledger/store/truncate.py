@@ -73,3 +73,14 @@ def empty_data_at(segments: SegmentList, pos: int, old_end: int) -> None:
     while table.count > 1:
         segments.drop_first()
     write_head_blank(segments, pos)
+
+
+def place_empty_at(segments: SegmentList, pos: int) -> None:
+    """After `empty_data_at` left no segment: create the one holding `pos` with a head
+    blank up to `pos`, so that the next entry lands there (an emptied log placed where
+    the leader's next entry starts, after an installed snapshot). Nothing to do when a
+    segment is mapped or `pos` starts one."""
+    if segments.table.count or pos % segments.file_size == 0:
+        return
+    segments.roll(pos - pos % segments.file_size)
+    write_head_blank(segments, pos)

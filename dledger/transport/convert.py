@@ -22,6 +22,8 @@ from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushEntryRequest,
@@ -106,6 +108,25 @@ _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
     LeadershipTransferResponse: ("LeadershipTransferResponse", ()),
     ReadIndexRequest: ("ReadIndexRequest", ()),
     ReadIndexResponse: ("ReadIndexResponse", ("index",)),
+    InstallSnapshotRequest: (
+        "InstallSnapshotRequest",
+        (
+            "last_included_index",
+            "last_included_term",
+            "data",
+            "group_id",
+            "incarnation",
+            "total_size",
+            "total_crc32",
+            "offset",
+            "chunk_crc32",
+            "next_pos",
+        ),
+    ),
+    InstallSnapshotResponse: (
+        "InstallSnapshotResponse",
+        ("next_offset", "last_included_index", "last_included_term", "end_index"),
+    ),
 }
 _BY_PB_NAME: dict[str, tuple[type[RequestOrResponse], tuple[str, ...]]] = {
     name: (cls, extra) for cls, (name, extra) in _PEER_MESSAGES.items()
@@ -355,6 +376,8 @@ class StatusLike(Protocol):
     def peer_match(self) -> Mapping[str, int]: ...
     @property
     def vote_hold(self) -> str: ...
+    @property
+    def snapshot_index(self) -> int: ...
 
 
 def _member_role(status: StatusLike, member_id: str) -> str:
@@ -384,6 +407,7 @@ def status_to_metadata(status: StatusLike, out: Any | None = None) -> Any:
             address=address,
             role=_member_role(status, member_id),
             match_index=status.peer_match.get(member_id, -1),
+            snapshot_index=status.snapshot_index if member_id == status.self_id else -1,
         )
     out.begin_index = status.begin_index
     out.end_index = status.end_index

@@ -21,12 +21,14 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.messages import (
     HeartBeatRequest,
+    InstallSnapshotStream,
     LeadershipTransferRequest,
     PushEntryRequest,
     ReadIndexRequest,
     RequestOrResponse,
     VoteRequest,
 )
+from dledger.raft.snapshot_dispatch import INSTALL_SNAPSHOT_TIMEOUT_MS
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import MalformedMessage, from_pb, pb_grpc, to_pb
 
@@ -191,11 +193,17 @@ class GrpcTransport:
         """
         result: Future[RequestOrResponse] = Future()
         method = _METHODS.get(type(request))
+        if isinstance(request, InstallSnapshotStream):
+            method = "InstallSnapshot"
         if method is None:
             result.set_exception(DLedgerError(ResponseCode.UNSUPPORTED, f"cannot send {type(request).__name__}"))
             return result
         try:
-            call = getattr(self._stub(target_id), method).future(to_pb(request), timeout=self.deadline_s)
+            if isinstance(request, InstallSnapshotStream):
+                chunks = (to_pb(chunk) for chunk in request.chunks)  # read lazily, on gRPC's thread
+                call = self._stub(target_id).InstallSnapshot.future(chunks, timeout=INSTALL_SNAPSHOT_TIMEOUT_MS / 1000)
+            else:
+                call = getattr(self._stub(target_id), method).future(to_pb(request), timeout=self.deadline_s)
         except DLedgerError as exc:
             result.set_exception(exc)
             return result

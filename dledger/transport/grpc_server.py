@@ -36,6 +36,7 @@ from dledger.raft.messages import RequestOrResponse
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
 from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
+from dledger.transport.grpc_install import install_handler
 from dledger.transport.guard import Guard
 from dledger.transport.ledger_service import LEDGER_SERVICE, LedgerService
 from dledger.transport.service_core import (
@@ -78,7 +79,8 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 class PeerService:
     """`dledger.v1.Peer`: hands Vote, HeartBeat, Push, LeadershipTransfer and ReadIndex requests that
     pass `dledger.transport.validate` to the node (the others get the refusal's code);
-    InstallSnapshot answers UNSUPPORTED (after the same checks).
+    InstallSnapshot streams go to it chunk by chunk, each checked the same way
+    (`dledger.transport.grpc_install`).
 
     Args:
         core: the shared service state.
@@ -133,32 +135,6 @@ class PeerService:
             term=-1,
         )
 
-    def _install_snapshot(self, raw: bytes, context: Any) -> Any:
-        if self.guard is not None:
-            caller = self.guard.peer_caller(context)
-        request = parse(pb.InstallSnapshotRequest, raw, context)
-        if self.guard is not None:
-            self.guard.check_speaks_as(caller, RequestOrResponse(local_id=request.local_id), context)
-        core = self.core
-        header = RequestOrResponse(
-            group=request.group,
-            remote_id=request.remote_id,
-            local_id=request.local_id,
-            leader_id=request.leader_id if request.HasField("leader_id") else None,
-            term=request.term,
-        )
-        refusal = core.refuse("InstallSnapshot", core.validator.peer_request(header, core.node.term), context)
-        out = pb.InstallSnapshotResponse(
-            group=core.config.group,
-            remote_id=request.local_id,
-            local_id=core.config.self_id,
-            code=int(ResponseCode.UNSUPPORTED if refusal is None else refusal.code),
-        )
-        leader = core.node.leader_id
-        if leader is not None:
-            out.leader_id = leader
-        return out
-
     def generic_handler(self) -> Any:
         """The gRPC handler of the service."""
 
@@ -174,7 +150,11 @@ class PeerService:
                 "LeadershipTransfer": unary(
                     self._handler("LeadershipTransfer", "LeadershipTransferRequest", "LeadershipTransferResponse")
                 ),
-                "InstallSnapshot": unary(guard_unary("Peer.InstallSnapshot", self._install_snapshot)),
+                "InstallSnapshot": grpc.stream_unary_rpc_method_handler(
+                    guard_unary("Peer.InstallSnapshot", install_handler(self.core, self.guard)),
+                    request_deserializer=None,
+                    response_serializer=serialize,
+                ),
                 "ReadIndex": unary(self._handler("ReadIndex", "ReadIndexRequest", "ReadIndexResponse")),
             },
         )

@@ -50,6 +50,7 @@ from dledger.raft.messages import (
     MAX_INDEX,
     MAX_TERM,
     HeartBeatRequest,
+    InstallSnapshotRequest,
     LeadershipTransferRequest,
     PushEntryRequest,
     PushType,
@@ -94,13 +95,30 @@ MAX_IDENTITY_CHARS = 64
 """The longest group id or incarnation a request may carry (ours are 16 hex digits)."""
 
 
-def _identity(request: VoteRequest | HeartBeatRequest | PushEntryRequest) -> Refusal | None:
+def _identity(request: VoteRequest | HeartBeatRequest | PushEntryRequest | InstallSnapshotRequest) -> Refusal | None:
     """A request's group id and incarnation: short ASCII words."""
     for name in ("group_id", "incarnation"):
         value: str = getattr(request, name)
         if len(value) > MAX_IDENTITY_CHARS or not (value.isascii() and (value.isalnum() or not value)):
             return _unexpected(f"{name} {value[:MAX_IDENTITY_CHARS]!r} is not a short alphanumeric id")
     return None
+
+
+def _install_chunk(req: InstallSnapshotRequest) -> Refusal | None:
+    """One InstallSnapshot chunk: the snapshot's index and term, the file's size, the
+    chunk's place in it (the CRCs are uint32 on the wire; the store checks them)."""
+    return _first_failure(
+        (
+            _within("last_included_index", req.last_included_index, 0, MAX_INDEX),
+            _within("last_included_term", req.last_included_term, 0, req.term),
+            _within("total_size", req.total_size, 0, MAX_INDEX),
+            _within("offset", req.offset, 0, req.total_size),
+            _within("offset + chunk size", req.offset + len(req.data), 0, req.total_size),
+            _within("total_crc32", req.total_crc32, 0, 0xFFFFFFFF),
+            _within("chunk_crc32", req.chunk_crc32, 0, 0xFFFFFFFF),
+            _within("next_pos", req.next_pos, -1, MAX_INDEX),
+        )
+    )
 
 
 def _first_failure(checks: Iterable[Refusal | None]) -> Refusal | None:
@@ -173,8 +191,8 @@ class RequestValidator:
             return refusal
         if isinstance(request, LeadershipTransferRequest):
             return self._peer_transfer(request)
-        if not isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest)):
-            return None  # InstallSnapshot, ReadIndex: the base fields only
+        if not isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest, InstallSnapshotRequest)):
+            return None  # ReadIndex: the base fields only
         if request.leader_id != request.local_id:
             role = "candidate" if isinstance(request, VoteRequest) else "leader"
             return Refusal(
@@ -192,6 +210,8 @@ class RequestValidator:
             )
         if isinstance(request, HeartBeatRequest):
             return _within("ledger_end_index", request.ledger_end_index, -1, MAX_INDEX)
+        if isinstance(request, InstallSnapshotRequest):
+            return _install_chunk(request)
         return self._push(request)
 
     def _peer_transfer(self, request: LeadershipTransferRequest) -> Refusal | None:

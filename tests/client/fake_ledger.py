@@ -74,6 +74,7 @@ class FakeMember(pb_grpc.LedgerServicer):
 
     def __init__(self, log: FakeLog, node_id: str, page: int = 1000) -> None:
         self.vote_hold = ""  # what Metadata says this member holds its vote for
+        self.snapshot_index = -1  # what Metadata says of its newest snapshot
         self.log = log
         self.node_id = node_id
         self.page = page
@@ -248,7 +249,10 @@ class FakeMember(pb_grpc.LedgerServicer):
         for member_id, address in self.log.members.items():
             out.peers[member_id] = address
             out.members.add(
-                id=member_id, address=address, role="LEADER" if member_id == self.log.leader else "FOLLOWER"
+                id=member_id,
+                address=address,
+                role="LEADER" if member_id == self.log.leader else "FOLLOWER",
+                snapshot_index=self.snapshot_index if member_id == self.node_id else -1,
             )
         with self.log.cond:
             out.end_index = out.committed_index = len(self.log.bodies) - 1

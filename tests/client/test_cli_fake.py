@@ -100,6 +100,17 @@ def test_status_shows_a_member_that_holds_its_vote(fake: FakeCluster) -> None:
     assert (rows["n2"]["vote_hold"], rows["n0"]["vote_hold"]) == ("rejoin", "")
 
 
+def test_status_shows_each_members_last_snapshot_index(fake: FakeCluster) -> None:
+    code, out, _ = run(fake, "status")
+    assert code == 0 and "snapshot" not in out  # no snapshot anywhere: no column
+    fake["n0"].snapshot_index, fake["n2"].snapshot_index = 4242, 4100
+    code, out, _ = run(fake, "status")
+    assert code == 0 and "snapshot" in out and "4242" in out and "4100" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert [rows[n]["snapshot_index"] for n in ("n0", "n1", "n2")] == [4242, -1, 4100]
+
+
 def test_leadership_transfer(fake: FakeCluster) -> None:
     assert run(fake, "leadership-transfer", "--to", "n2") == (0, "n2 leads now (term 2)\n", "")
     code, _, err = run(fake, "leadership-transfer", "-t", "n7")

@@ -83,7 +83,8 @@ def test_proto3_defaults_get_defined_answers(cluster: E2ECluster) -> None:
     assert peer.Vote(pb.VoteRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
     assert peer.HeartBeat(pb.HeartBeatRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
     assert peer.LeadershipTransfer(pb.LeadershipTransferRequest(), timeout=RPC_S).code != 200
-    assert peer.InstallSnapshot(pb.InstallSnapshotRequest(), timeout=RPC_S).code == ResponseCode.UNKNOWN_MEMBER
+    answer = peer.InstallSnapshot(iter([pb.InstallSnapshotRequest()]), timeout=RPC_S)  # a stream of one chunk
+    assert answer.code == ResponseCode.UNKNOWN_MEMBER
     with pytest.raises(grpc.RpcError) as info:
         peer.Push(pb.PushEntryRequest(), timeout=RPC_S)  # no type
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

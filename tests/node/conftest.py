@@ -50,14 +50,15 @@ class Recorder:
 class NodeCluster:
     """n nodes n0..n{n-1} sharing one LocalNetwork."""
 
-    def __init__(self, base: Path, n: int = 3, **overrides: Any) -> None:
+    def __init__(self, base: Path, n: int = 3, machine_factory: Callable[[], Any] = Recorder, **overrides: Any) -> None:
         self.base = base
+        self.machine_factory = machine_factory
         self.net = LocalNetwork()
         self.ids = [f"n{i}" for i in range(n)]
         self.peers = ";".join(f"{i}-127.0.0.1:{30000 + k}" for k, i in enumerate(self.ids))
         self.options = {**TIMINGS, **overrides}
         self.nodes: dict[str, DLedgerNode] = {}
-        self.machines: dict[str, Recorder] = {}
+        self.machines: dict[str, Any] = {}
         for node_id in self.ids:
             self.start(node_id)
 
@@ -71,7 +72,7 @@ class NodeCluster:
 
     def start(self, node_id: str, *, repair: bool = False, **changes: Any) -> DLedgerNode:
         """Start `node_id` (its config changed by `changes`; `repair`: see DLedgerNode)."""
-        self.machines[node_id] = Recorder()
+        self.machines[node_id] = self.machine_factory()
         config = dataclasses.replace(self.config(node_id), **changes)
         node = DLedgerNode(config, self.net.transport(node_id), state_machine=self.machines[node_id], repair=repair)
         self.nodes[node_id] = node

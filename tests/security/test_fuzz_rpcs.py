@@ -212,7 +212,7 @@ def test_fuzz_peer_leadership_transfer(live: Any, data: st.DataObject, target: s
 def test_fuzz_install_snapshot(live: Any, data: st.DataObject, target: str) -> None:
     extra = {"last_included_index": I64, "last_included_term": I64, "data": st.binary(max_size=256)}
     request = pb.InstallSnapshotRequest(**header(data, target, extra))
-    answer = call(lambda: live[0].peer_stub(target).InstallSnapshot(request, timeout=30))
+    answer = call(lambda: live[0].peer_stub(target).InstallSnapshot(iter([request]), timeout=30))
     assert answer is None or answer.code != 200
     check_member(live, target)
 

@@ -109,7 +109,7 @@ def test_a_client_certificate_cannot_call_the_peer_service(group: TlsGroup, clie
         ("InstallSnapshot", pb.InstallSnapshotRequest(group=GROUP, local_id=client)),
     ]:
         with pytest.raises(grpc.RpcError) as info:
-            getattr(stub, method)(request, timeout=5)
+            getattr(stub, method)(iter([request]) if method == "InstallSnapshot" else request, timeout=5)
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "only members" in info.value.details()
 

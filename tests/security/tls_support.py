@@ -13,7 +13,7 @@ from dledger.client import DLedgerClient
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.security.certs import CertPlan, write_dev_certs
 from dledger.security.tls import TlsConfig
-from dledger.server import DLedgerServer
+from dledger.server import DLedgerServer, NodeFactory
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import free_ports
@@ -52,26 +52,42 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
 class TlsGroup:
     """Three in-process members with mutual TLS (certificates from `certs`)."""
 
-    def __init__(self, base: Path, certs: Path, n: int = 3) -> None:
+    def __init__(
+        self, base: Path, certs: Path, n: int = 3, node_factory: NodeFactory | None = None, **overrides: Any
+    ) -> None:
+        self.base = base
         self.certs = certs
+        self.node_factory = node_factory
+        self.overrides = overrides
         ports = free_ports(n)
         self.ids = [f"n{k}" for k in range(n)]
         self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, ports, strict=True))
         self.servers: dict[str, DLedgerServer] = {}
         for node_id in self.ids:
-            tls = TlsConfig.in_directory(certs, node_id)
-            config = DLedgerConfig(
-                group=GROUP,
-                self_id=node_id,
-                peers=self.peers,
-                store_base_dir=str(base),
-                store=member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096),
-                tls_cert=tls.cert,
-                tls_key=tls.key,
-                tls_ca=tls.ca,
-                **TIMINGS,
-            )
-            self.servers[node_id] = DLedgerServer(config).start()
+            self.start(node_id)
+
+    def config(self, node_id: str) -> DLedgerConfig:
+        tls = TlsConfig.in_directory(self.certs, node_id)
+        return DLedgerConfig(
+            group=GROUP,
+            self_id=node_id,
+            peers=self.peers,
+            store_base_dir=str(self.base),
+            store=member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096),
+            tls_cert=tls.cert,
+            tls_key=tls.key,
+            tls_ca=tls.ca,
+            **{**TIMINGS, **self.overrides},
+        )
+
+    def start(self, node_id: str) -> DLedgerServer:
+        """Start (or restart) member `node_id`."""
+        server = DLedgerServer(self.config(node_id), node_factory=self.node_factory).start()
+        self.servers[node_id] = server
+        return server
+
+    def stop(self, node_id: str) -> None:
+        self.servers.pop(node_id).shutdown(0.5)
 
     def address(self, node_id: str) -> str:
         return self.servers[node_id].config.self_address

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dledger.client.types import Target, metadata_from_pb
 from dledger.codes import ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import Entry
@@ -219,6 +220,7 @@ class FakeStatus:
     applied_index: int = -1
     peer_match: dict[str, int] = field(default_factory=dict)
     vote_hold: str = "rejoin"
+    snapshot_index: int = 7
 
 
 def test_status_to_metadata() -> None:
@@ -227,11 +229,13 @@ def test_status_to_metadata() -> None:
     assert (out.code, out.leader_id, out.leader_address, out.term) == (200, "n0", "h:1", 3)
     assert (out.group, out.self_id, out.role) == ("g", "n1", "FOLLOWER")
     assert dict(out.peers) == {"n0": "h:1", "n1": "h:2", "n2": "h:3"}
-    assert [(m.id, m.role, m.match_index) for m in out.members] == [
-        ("n0", "LEADER", -1),
-        ("n1", "FOLLOWER", -1),
-        ("n2", "FOLLOWER", -1),
+    assert [(m.id, m.role, m.match_index, m.snapshot_index) for m in out.members] == [
+        ("n0", "LEADER", -1, -1),
+        ("n1", "FOLLOWER", -1, 7),  # its own newest snapshot only
+        ("n2", "FOLLOWER", -1, -1),
     ]
+    told = metadata_from_pb(Target("n1", "h:2"), out)
+    assert told.snapshot_index == 7 and [m.snapshot_index for m in told.members] == [-1, 7, -1]
     assert (out.begin_index, out.end_index, out.end_term, out.committed_index, out.applied_index) == (0, 10, 3, 9, -1)
 
 

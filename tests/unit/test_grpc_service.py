@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from functools import partial
@@ -25,6 +26,9 @@ from dledger.node import NodeStatus
 from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    InstallSnapshotStream,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushEntryRequest,
@@ -69,6 +73,7 @@ class FakeNode:
         self.hold = False
         self.held: list[Future[int]] = []
         self.peer_requests: list[RequestOrResponse] = []
+        self.install_chunks: list[InstallSnapshotRequest] = []
         self.unanswered: list[Future[RequestOrResponse]] = []  # TRUNCATE pushes: left to the server's timeout
         self.left_unanswered = threading.Event()  # set at the first of them
         self._cond = threading.Condition()
@@ -149,6 +154,14 @@ class FakeNode:
             answer = PushEntryResponse(**base, index=request.first_index, count=request.count, end_index=41)
         elif isinstance(request, LeadershipTransferRequest):
             answer = LeadershipTransferResponse(**base, code=ResponseCode.TAKE_LEADERSHIP_FAILED)
+        elif isinstance(request, InstallSnapshotStream):
+            try:
+                self.install_chunks = []
+                for chunk in request.chunks:
+                    self.install_chunks.append(chunk)
+                answer = InstallSnapshotResponse(**base, next_offset=sum(len(c.data) for c in self.install_chunks))
+            except DLedgerError as exc:  # a chunk the service refused
+                answer = InstallSnapshotResponse(**base, code=exc.code)
         else:
             answer = RequestOrResponse(**base, code=ResponseCode.UNSUPPORTED)
         future.set_result(answer)
@@ -598,11 +611,56 @@ def test_peer_deadline_is_below_the_election_timeout() -> None:
     assert peer_deadline_ms(single) == 250
 
 
-def test_install_snapshot_is_unsupported(channel: Any) -> None:
+def _install_chunk(at: int, data: bytes, **changes: Any) -> Any:
+    fields: dict[str, Any] = {
+        "group": "g",
+        "remote_id": "n0",
+        "local_id": "n1",
+        "leader_id": "n1",
+        "term": 2,
+        "last_included_index": 5,
+        "last_included_term": 2,
+        "total_size": 6,
+        "total_crc32": zlib.crc32(b"abcdef"),
+        "offset": at,
+        "data": data,
+        "chunk_crc32": zlib.crc32(data),
+        "next_pos": -1,
+        **changes,
+    }
+    return pb.InstallSnapshotRequest(**fields)
+
+
+def test_install_snapshot_streams_its_chunks_to_the_node(channel: Any, node: FakeNode) -> None:
     answer = pb_grpc.PeerStub(channel).InstallSnapshot(
-        pb.InstallSnapshotRequest(group="g", remote_id="n0", local_id="n1", term=2), timeout=WAIT_S
+        iter([_install_chunk(0, b"abc"), _install_chunk(3, b"def")]), timeout=WAIT_S
     )
-    assert (answer.code, answer.local_id, answer.remote_id) == (ResponseCode.UNSUPPORTED, "n0", "n1")
+    assert (answer.code, answer.local_id, answer.remote_id, answer.next_offset) == (ResponseCode.SUCCESS, "n0", "n1", 6)
+    assert [(c.offset, c.data, c.last_included_index) for c in node.install_chunks] == [(0, b"abc", 5), (3, b"def", 5)]
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"offset": -1}, ResponseCode.UNEXPECTED_ARGUMENT),
+        ({"total_size": -6}, ResponseCode.UNEXPECTED_ARGUMENT),
+        ({"last_included_index": (1 << 62) + 1}, ResponseCode.UNEXPECTED_ARGUMENT),
+        ({"last_included_term": 3}, ResponseCode.UNEXPECTED_ARGUMENT),  # above the sender's term
+        ({"group": "other"}, ResponseCode.UNKNOWN_GROUP),
+        ({"leader_id": "n0"}, ResponseCode.UNEXPECTED_MEMBER),
+        ({"term": (1 << 63) - 1}, ResponseCode.UNEXPECTED_ARGUMENT),
+    ],
+)
+def test_hostile_install_chunks_are_refused_before_the_node_takes_them(
+    channel: Any, node: FakeNode, changes: dict[str, Any], code: ResponseCode
+) -> None:
+    stub = pb_grpc.PeerStub(channel)
+    first = stub.InstallSnapshot(iter([_install_chunk(0, b"abc", **changes)]), timeout=WAIT_S)
+    assert first.code == code
+    assert not any(isinstance(r, InstallSnapshotStream) for r in node.peer_requests)
+    chunks = [_install_chunk(0, b"abc"), _install_chunk(3, b"def", **changes)]
+    later = stub.InstallSnapshot(iter(chunks), timeout=WAIT_S)
+    assert later.code == code and [c.offset for c in node.install_chunks] == [0]
 
 
 def test_a_health_notice_that_never_completes_does_not_hang_the_shutdown(

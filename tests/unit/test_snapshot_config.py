@@ -41,3 +41,24 @@ def test_a_bad_value_in_a_file_is_a_usage_error(tmp_path: Path) -> None:
     path.write_text("snapshotThreshold: 0\n", encoding="utf-8")
     with pytest.raises(click.UsageError, match="snapshot_threshold must be a positive integer"):
         build_config(load_config_file(path), {})
+
+
+def test_reset_strategy_defaults_names_and_refusals(tmp_path: Path) -> None:
+    config = DLedgerConfig()
+    assert config.snapshot_entry_reset_strategy == "RESET_ALL_SYNC"
+    assert config.reset_snapshot_entries_but_keep_last_entries_num == 10
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "snapshotEntryResetStrategy: RESET_BUT_KEEP_SOME_SYNC\nresetSnapshotEntriesButKeepLastEntriesNum: 64\n",
+        encoding="utf-8",
+    )
+    loaded = build_config(load_config_file(path), {})
+    assert (loaded.snapshot_entry_reset_strategy, loaded.reset_snapshot_entries_but_keep_last_entries_num) == (
+        "RESET_BUT_KEEP_SOME_SYNC",
+        64,
+    )
+    with pytest.raises(ConfigError, match="RESET_ALL_SYNC, RESET_BUT_KEEP_SOME_SYNC"):
+        DLedgerConfig(snapshot_entry_reset_strategy="RESET_ALL_LATER")  # DLedger's, not supported
+    for bad in (-1, True, "10"):
+        with pytest.raises(ConfigError, match="reset_snapshot_entries_but_keep_last_entries_num"):
+            DLedgerConfig(reset_snapshot_entries_but_keep_last_entries_num=bad)  # type: ignore[arg-type]

@@ -56,13 +56,17 @@ class DictMachine:
 
     def __init__(self) -> None:
         self.state: dict[int, bytes] = {}
+        self.captured: dict[int, bytes] = {}
 
     def on_apply(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             self.state[entry.index] = entry.body
 
+    def on_snapshot_capture(self) -> None:
+        self.captured = dict(self.state)  # the values are immutable: a shallow copy is a view
+
     def on_snapshot_save(self, writer: BinaryIO) -> None:
-        pickle.dump(self.state, writer)
+        pickle.dump(self.captured, writer)
 
     def on_snapshot_load(self, reader: BinaryIO) -> None:
         self.state = pickle.load(reader)
@@ -80,7 +84,10 @@ def test_state_machine_hooks_round_trip_and_plain_machines_stay_valid(tmp_path: 
     assert isinstance(PlainMachine(), StateMachine) and not isinstance(PlainMachine(), SnapshottingStateMachine)
     store = SnapshotStore(tmp_path)
     writer = store.begin_save()
+    machine.on_snapshot_capture()
+    machine.state[99] = b"applied after the capture"
     machine.on_snapshot_save(writer)
+    del machine.state[99]
     writer.commit(49, 1)
     fresh = DictMachine()
     latest = SnapshotStore(tmp_path).latest()

@@ -1,0 +1,458 @@
+"""NodeSnapshots: a member's snapshots (docs/OPERATIONS.md, "Snapshots").
+
+- Taking and loading: a `SnapshotManager` (dledger.statemachine.snapshot_manager) over
+  the node's `SnapshotStore`, when the state machine is a `SnapshottingStateMachine`;
+  the newest usable snapshot is loaded before the first apply (`load_at_startup`).
+- Compaction: after each committed snapshot the log prefix is reset
+  (`snapshotEntryResetStrategy`: up to the snapshot, or keeping its last
+  `resetSnapshotEntriesButKeepLastEntriesNum` entries), never past the applied or the
+  committed index.
+- Sending (leader): the dispatcher's `InstallSnapshotRequest` (no data) is streamed here
+  on a thread of its own as chunks of `CHUNK_BYTES`, under the follower's push quota; a
+  first empty chunk tells where the follower's `install_tmp/` ends, so a stream cut
+  short resumes there, not at zero.
+- Receiving (follower): every chunk is checked by the Raft core (addressing, members,
+  term, leader) and against the first one, written through the store's
+  `SnapshotInstall` (offset and CRC checked there), the whole file verified, published,
+  loaded into the state machine (apply held off) and the log reset to the snapshot's
+  last index and term.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Protocol
+
+from dledger.clock import Clock
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.raft.core import RaftCore
+from dledger.raft.log import LogStore
+from dledger.raft.messages import (
+    MAX_INDEX,
+    InstallSnapshotRequest,
+    InstallSnapshotResponse,
+    InstallSnapshotStream,
+    RequestOrResponse,
+)
+from dledger.raft.snapshot_dispatch import INSTALL_SNAPSHOT_TIMEOUT_MS
+from dledger.statemachine.caller import SnapshottingStateMachine, StateMachineCaller
+from dledger.statemachine.snapshot import SnapshotStore
+from dledger.statemachine.snapshot_files import Snapshot, data_checksum
+from dledger.statemachine.snapshot_manager import SnapshotManager
+from dledger.transport.base import Transport
+
+log = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1 << 20
+"""The data carried by one InstallSnapshot chunk."""
+_MAX_CRC = 0xFFFFFFFF
+_SAME_IN_EVERY_CHUNK = (
+    "last_included_index",
+    "last_included_term",
+    "total_size",
+    "total_crc32",
+    "term",
+    "leader_id",
+    "local_id",
+    "next_pos",
+)
+
+
+class SnapshotHost(Protocol):
+    """What NodeSnapshots uses of its node (a `SnapshotHost`)."""
+
+    config: DLedgerConfig
+    caller: StateMachineCaller | None
+    core: RaftCore
+    store: LogStore
+    transport: Transport | None
+    clock: Clock
+    _lock: threading.RLock
+    _stopped: bool
+
+    def _on_response(
+        self, target_id: str, request: RequestOrResponse, future: Future[RequestOrResponse] | None
+    ) -> None: ...
+
+
+class NodeSnapshots:
+    """The snapshot side of one `SnapshotHost` (its helper: it uses the node's lock, core,
+    store and caller).
+
+    Args:
+        node: the member.
+        node_dir: its directory (the snapshots live in `snapshot/` under it).
+    """
+
+    def __init__(self, node: SnapshotHost, node_dir: Path) -> None:
+        self.node = node
+        config = node.config
+        self.store = SnapshotStore(node_dir, config.max_snapshot_reserved_num)
+        caller = node.caller
+        machine = caller.state_machine if caller is not None else None
+        self.machine = machine if isinstance(machine, SnapshottingStateMachine) else None
+        self.manager: SnapshotManager | None = None
+        if caller is not None and self.machine is not None:
+            self.manager = SnapshotManager(self.store, self.machine, config.snapshot_threshold, self.compact)
+            if config.enable_snapshot:
+                caller.after_apply = self.manager.after_apply
+        elif config.enable_snapshot:
+            log.warning("enableSnapshot is on but the state machine cannot take snapshots: none are taken")
+        self.chunk_bytes = CHUNK_BYTES
+        self._load_lock = threading.Lock()
+        self._senders: dict[str, threading.Thread] = {}
+        self._stopped = False
+
+    @classmethod
+    def open(cls, node: SnapshotHost, node_dir: Path | None, close_store: bool) -> NodeSnapshots | None:
+        """The snapshots of a node with a directory (None for a store in memory), the
+        newest usable one loaded (`load_at_startup`); on failure the node's store is
+        closed when `close_store`, and the error raised."""
+        if node_dir is None:
+            return None
+        try:
+            snapshots = cls(node, node_dir)
+            snapshots.load_at_startup()
+        except BaseException:
+            if close_store:
+                node.store.close()
+            raise
+        return snapshots
+
+    @property
+    def last_index(self) -> int:
+        """lastIncludedIndex of the newest snapshot taken, loaded or installed (-1: none)."""
+        latest = self.node.core.latest_snapshot
+        return latest[0] if latest is not None else -1
+
+    # -- startup, compaction, shutdown
+
+    def load_at_startup(self) -> None:
+        """Load the newest usable snapshot before the first apply (see SnapshotManager).
+
+        Raises:
+            DLedgerError: LOAD_SNAPSHOT_ERROR when none loads and the log no longer
+                starts at index 0.
+        """
+        node = self.node
+        if self.manager is None:
+            newest = self.store.snapshots(limit=1)
+            if newest:
+                node.core.latest_snapshot = (newest[0].index, newest[0].term)
+            return
+        store = node.store
+        first_live = store.begin_index if store.begin_index >= 0 else store.end_index + 1  # empty: after its end
+        snapshot = self.manager.load_newest(first_live)
+        if snapshot is not None:
+            self._adopt(snapshot.index, snapshot.term)
+
+    def _adopt(self, index: int, term: int) -> None:
+        """The machine holds snapshot (index, term): the log continues after it (reset
+        when it ends below it), the index is committed and applied, the prefix compacted."""
+        node = self.node
+        with node._lock:
+            store, member = node.store, node.core.member_state
+            if store.end_index < index:
+                store.reset(index, term)
+            member.update_committed_index(index)
+            self._note(index, term)
+            if node.caller is not None and node.caller.applied_index < index:
+                node.caller.set_applied(index, term)
+            self._compact_locked(index, term)
+
+    def _note(self, index: int, term: int) -> None:
+        core = self.node.core
+        if core.latest_snapshot is None or core.latest_snapshot[0] < index:
+            core.latest_snapshot = (index, term)
+        if self.manager is not None:
+            self.manager.note(index, term)
+
+    def compact(self, index: int, term: int) -> None:
+        """After snapshot (index, term) was committed (snapshot thread): record it and
+        reset the log prefix as the reset strategy says."""
+        node = self.node
+        with node._lock:
+            if node._stopped:
+                return
+            self._note(index, term)
+            self._compact_locked(index, term)
+
+    def _compact_locked(self, index: int, term: int) -> None:
+        node, config = self.node, self.node.config
+        store = node.store
+        upto = index
+        if config.snapshot_entry_reset_strategy == "RESET_BUT_KEEP_SOME_SYNC":
+            upto = index - config.reset_snapshot_entries_but_keep_last_entries_num
+        applied = node.caller.applied_index if node.caller is not None else index
+        upto = min(upto, node.core.member_state.committed_index, applied, store.end_index)
+        if store.begin_index < 0 or upto < store.begin_index:
+            return
+        before_term = term if upto == index else store.term_at(upto)
+        store.reset(upto, before_term)
+        log.info("log compacted up to %d after snapshot %d; it starts at %d", upto, index, store.begin_index)
+
+    def stop(self) -> None:
+        """Start no more saves or streams; wait for the save in flight."""
+        self._stopped = True
+        if self.manager is not None:
+            self.manager.stop()
+
+    # -- sending (leader)
+
+    def send(self, target_id: str, request: InstallSnapshotRequest) -> None:
+        """Stream the newest snapshot to `target_id` on a thread; its answer goes back to
+        the driver as the answer to `request` (None when the stream failed)."""
+        if self._stopped:
+            return
+        thread = threading.Thread(
+            target=self._send, args=(target_id, request), name=f"dledger-install-{target_id}", daemon=True
+        )
+        self._senders[target_id] = thread
+        thread.start()
+
+    def _send(self, target_id: str, request: InstallSnapshotRequest) -> None:
+        answer: Future[RequestOrResponse] = Future()
+        try:
+            response = self._stream(target_id, request)
+        except Exception as exc:
+            log.warning("install of a snapshot on %s failed: %s", target_id, exc)
+            response = None
+        if response is None:
+            answer.set_exception(DLedgerError(ResponseCode.NETWORK_ERROR, "install stream failed"))
+        else:
+            answer.set_result(response)
+        self.node._on_response(target_id, request, answer)
+
+    def _stream(self, target_id: str, request: InstallSnapshotRequest) -> InstallSnapshotResponse | None:
+        prepared = self.prepare_stream(request)
+        transport = self.node.transport
+        if prepared is None or transport is None:
+            return None
+        snapshot, header = prepared
+        start = 0
+        for _attempt in range(2):
+            future = transport.send(target_id, self.stream_from(target_id, snapshot, header, start))
+            answer = future.result(timeout=INSTALL_SNAPSHOT_TIMEOUT_MS / 1000)
+            if not isinstance(answer, InstallSnapshotResponse):
+                return None
+            resume, size = answer.next_offset, header.total_size
+            if answer.code == ResponseCode.INSTALL_SNAPSHOT_ERROR and resume != start and 0 < resume <= size:
+                log.info("install on %s resumes at offset %d of %d", target_id, resume, size)
+                start = resume
+                continue
+            return answer
+        return None
+
+    def prepare_stream(self, request: InstallSnapshotRequest) -> tuple[Snapshot, InstallSnapshotRequest] | None:
+        """The newest snapshot and the header every chunk of its stream repeats (the
+        dispatcher's request with the snapshot's index, term, size, CRC and the leader's
+        next position); None without a snapshot."""
+        newest = self.store.snapshots(limit=1)
+        if not newest:
+            return None
+        snapshot = newest[0]
+        crc, size = snapshot.meta.crc32, snapshot.meta.size
+        if crc is None or size is None:  # a Java meta: no checksum of ours
+            crc, size = data_checksum(snapshot.data_path)
+        with self.node._lock:  # no compaction meanwhile
+            next_pos = next_position(self.node.store, snapshot.index)
+        header = dataclasses.replace(
+            request,
+            last_included_index=snapshot.index,
+            last_included_term=snapshot.term,
+            total_size=size,
+            total_crc32=crc,
+            next_pos=next_pos,
+        )
+        return snapshot, header
+
+    def stream_from(
+        self, target_id: str, snapshot: Snapshot, header: InstallSnapshotRequest, start: int
+    ) -> InstallSnapshotStream:
+        """The InstallSnapshot stream of `snapshot` to `target_id` from offset `start`."""
+        return InstallSnapshotStream(
+            group=header.group,
+            remote_id=header.remote_id,
+            local_id=header.local_id,
+            leader_id=header.leader_id,
+            term=header.term,
+            chunks=self._chunks(target_id, snapshot, header, start),
+        )
+
+    def _chunks(
+        self, target_id: str, snapshot: Snapshot, header: InstallSnapshotRequest, start: int
+    ) -> Iterator[InstallSnapshotRequest]:
+        """An empty chunk at `start` (the follower answers at once when it expects
+        another offset), then the data from `start` in chunks, within the quota."""
+        yield dataclasses.replace(header, offset=start, data=b"", chunk_crc32=0)
+        dispatcher = self.node.core.dispatchers.get(target_id)
+        quota = dispatcher.quota if dispatcher is not None else None
+        clock = self.node.clock
+        with open(snapshot.data_path, "rb") as data:
+            data.seek(start)
+            offset = start
+            while not self._stopped and (piece := data.read(self.chunk_bytes)):
+                if quota is not None:
+                    while quota.validate_now(clock.now_ms()):
+                        time.sleep(max(quota.left_now_ms(clock.now_ms()), 1) / 1000)
+                    quota.sample(len(piece), clock.now_ms())
+                yield dataclasses.replace(header, offset=offset, data=piece, chunk_crc32=zlib.crc32(piece))
+                offset += len(piece)
+
+    # -- receiving (follower)
+
+    def receive(self, stream: InstallSnapshotStream) -> InstallSnapshotResponse:
+        """Take an InstallSnapshot stream; the answer's `next_offset` is where the next
+        stream of this snapshot must start (its size after SUCCESS)."""
+        first: InstallSnapshotRequest | None = None
+        try:
+            first = next(stream.chunks, None)
+            if first is None:
+                return self._answer(stream, ResponseCode.UNEXPECTED_ARGUMENT, "an empty InstallSnapshot stream")
+            return self._receive(first, stream.chunks)
+        except DLedgerError as exc:
+            return self._answer(first or stream, exc.code, str(exc))
+        except Exception as exc:  # the stream broke (the sender went away): what arrived stays
+            return self._answer(first or stream, ResponseCode.INSTALL_SNAPSHOT_ERROR, f"stream broken: {exc}")
+
+    def _answer(
+        self, req: InstallSnapshotRequest | InstallSnapshotStream, code: int, why: str = "", next_offset: int = 0
+    ) -> InstallSnapshotResponse:
+        if code != ResponseCode.SUCCESS:
+            log.warning("InstallSnapshot from %r refused: %s (%s)", req.local_id, ResponseCode.of(code).name, why)
+        node = self.node
+        member = node.core.member_state
+        index = getattr(req, "last_included_index", -1)
+        return InstallSnapshotResponse(
+            **member.answer_header(req),
+            code=code,
+            next_offset=next_offset,
+            last_included_index=index,
+            last_included_term=getattr(req, "last_included_term", -1),
+            end_index=node.store.end_index,
+        )
+
+    def _check(self, chunk: InstallSnapshotRequest, first: InstallSnapshotRequest) -> ResponseCode | None:
+        with self.node._lock:
+            bad = self.node.core.check_install(chunk)
+        if bad is not None:
+            return bad
+        if any(getattr(chunk, name) != getattr(first, name) for name in _SAME_IN_EVERY_CHUNK):
+            return ResponseCode.UNEXPECTED_ARGUMENT
+        for value in (chunk.last_included_index, chunk.last_included_term, chunk.total_size, chunk.offset):
+            if isinstance(value, bool) or not 0 <= value <= MAX_INDEX:
+                return ResponseCode.UNEXPECTED_ARGUMENT
+        if not -1 <= chunk.next_pos <= MAX_INDEX:
+            return ResponseCode.UNEXPECTED_ARGUMENT
+        if not (0 <= chunk.total_crc32 <= _MAX_CRC and 0 <= chunk.chunk_crc32 <= _MAX_CRC):
+            return ResponseCode.UNEXPECTED_ARGUMENT
+        if chunk.offset + len(chunk.data) > chunk.total_size:
+            return ResponseCode.INSTALL_SNAPSHOT_ERROR
+        return None
+
+    def _receive(
+        self, first: InstallSnapshotRequest, rest: Iterator[InstallSnapshotRequest]
+    ) -> InstallSnapshotResponse:
+        bad = self._check(first, first)
+        if bad is not None:
+            return self._answer(first, bad, "first chunk")
+        index, term, size = first.last_included_index, first.last_included_term, first.total_size
+        install = self.store.begin_install(index, term)
+        chunk: InstallSnapshotRequest | None = first
+        while chunk is not None:
+            bad = self._check(chunk, first)
+            if bad is not None:
+                return self._answer(first, bad, f"chunk at {chunk.offset}", install.resume_offset())
+            try:
+                install.write_chunk(chunk.offset, chunk.data, chunk.chunk_crc32)
+            except DLedgerError as exc:
+                return self._answer(first, exc.code, str(exc), install.resume_offset())
+            if install.resume_offset() >= size:
+                break
+            try:
+                chunk = next(rest, None)
+            except DLedgerError as exc:  # a chunk the service refused
+                return self._answer(first, exc.code, str(exc), install.resume_offset())
+            except Exception as exc:  # the stream broke: what arrived stays, for the next one
+                why = f"stream broken: {exc}"
+                return self._answer(first, ResponseCode.INSTALL_SNAPSHOT_ERROR, why, install.resume_offset())
+        if install.resume_offset() < size:
+            return self._answer(first, ResponseCode.INSTALL_SNAPSHOT_ERROR, "stream ended", install.resume_offset())
+        snapshot = install.finish(index, term, first.total_crc32, size)
+        code = self._load_installed(snapshot, first.next_pos)
+        return self._answer(first, code, "loading it", size if code == ResponseCode.SUCCESS else 0)
+
+    def _drop_log(self, index: int, term: int, next_pos: int) -> None:
+        """Under the node lock: the log continues right after snapshot (index, term), at
+        the leader's position `next_pos` when known. Entries after it not committed here
+        go too: they did not match the leader (it would not have installed otherwise),
+        and they sit at this member's own positions, not the leader's."""
+        store = self.node.store
+        cut = max(index, self.node.core.member_state.committed_index) + 1
+        if store.begin_index >= 0 and store.end_index >= cut:
+            store.truncate(max(cut, store.begin_index))
+        store.reset(index, term, next_pos if next_pos >= 0 else None)
+
+    def _load_installed(self, snapshot: Snapshot, next_pos: int) -> ResponseCode:
+        """Load an installed snapshot into the machine (apply held off) and move the log,
+        committed and applied indexes to it."""
+        node = self.node
+        if self.manager is not None:
+            self.manager.wait_idle()
+        caller = node.caller
+        hold: AbstractContextManager[object] = caller.apply_lock if caller is not None else nullcontext()
+        with self._load_lock, hold:
+            if self.machine is not None:
+                try:
+                    with snapshot.open() as reader:
+                        self.machine.on_snapshot_load(reader)
+                except Exception as exc:
+                    log.exception("loading installed snapshot %d failed; applying stopped", snapshot.index)
+                    if caller is not None:
+                        caller.error = exc
+                    return ResponseCode.LOAD_SNAPSHOT_ERROR
+            elif caller is not None:
+                log.warning("the state machine cannot load snapshots: entries up to %d skip it", snapshot.index)
+            with node._lock:
+                self._drop_log(snapshot.index, snapshot.term, next_pos)
+            self._adopt(snapshot.index, snapshot.term)
+        log.info("installed snapshot %d (term %d) from the leader", snapshot.index, snapshot.term)
+        return ResponseCode.SUCCESS
+
+
+def receive_install(snapshots: NodeSnapshots | None, stream: InstallSnapshotStream) -> Future[RequestOrResponse]:
+    """A node's answer to an InstallSnapshot stream (taken in the calling thread);
+    UNSUPPORTED for a node without snapshots (its store is in memory)."""
+    answer: Future[RequestOrResponse] = Future()
+    if snapshots is None:
+        answer.set_result(
+            InstallSnapshotResponse(
+                group=stream.group, local_id=stream.remote_id, remote_id=stream.local_id, code=ResponseCode.UNSUPPORTED
+            )
+        )
+    else:
+        answer.set_result(snapshots.receive(stream))
+    return answer
+
+
+def next_position(store: LogStore, index: int) -> int:
+    """Where the entry after `index` starts (or will start) in `store`'s data files; -1
+    when the log does not tell (the entries around it are gone)."""
+    begin, end = store.begin_index, store.end_index
+    if begin < 0:
+        return int(getattr(store, "write_pos", -1)) if end == index else -1
+    if begin <= index + 1 <= end:
+        return store.get(index + 1).pos
+    if begin <= index == end:
+        last = store.get(index)
+        return last.pos + last.size
+    return -1

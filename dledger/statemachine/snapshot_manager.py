@@ -1,0 +1,176 @@
+"""SnapshotManager: when a node takes its state machine's snapshots, and how it loads one
+(DLedger's SnapshotManager, two-phase).
+
+- Save: after an apply batch (`StateMachineCaller.after_apply`, on the apply thread),
+  once `applied - last snapshot index >= threshold` and no save is in flight, the
+  machine's `on_snapshot_capture()` runs right there (state = exactly the applied
+  index); `on_snapshot_save(writer)` then runs on the manager's snapshot thread while
+  apply goes on, and the snapshot is committed under that index and term (retention
+  of `max_reserved` snapshots is the store's). A failing capture or save drops that
+  snapshot, is logged and counted in `failures`; apply continues. After a committed
+  snapshot `on_saved(index, term)` runs on the snapshot thread (the node compacts its
+  log there).
+- Load (`load_newest`, before the first apply): the newest snapshot that verifies and
+  loads; a damaged one is skipped by the store, one whose `on_snapshot_load` fails is
+  skipped here, and one older than the log's first entry minus one (a gap no entry
+  could fill) is not usable. With none left the log is replayed when it still starts at
+  index 0, else the node must not start (LOAD_SNAPSHOT_ERROR).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.statemachine.caller import SnapshottingStateMachine
+from dledger.statemachine.snapshot import SnapshotStore
+from dledger.statemachine.snapshot_files import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+class SnapshotManager:
+    """Takes and loads the snapshots of one state machine.
+
+    Args:
+        store: the node's snapshot store.
+        machine: the state machine.
+        threshold: entries applied since the last snapshot that trigger a new one
+            (DLedger's `snapshotThreshold`).
+        on_saved: called with (index, term) on the snapshot thread after each committed
+            snapshot (compaction); its exceptions are logged.
+    """
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        machine: SnapshottingStateMachine,
+        threshold: int,
+        on_saved: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.machine = machine
+        self.threshold = threshold
+        self.on_saved = on_saved
+        self.last_index = -1
+        """lastIncludedIndex of the newest snapshot taken, loaded or installed (-1: none)."""
+        self.last_term = -1
+        self.failures = 0
+        """Snapshots dropped because a capture, a save or a commit failed."""
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    # -- saving
+
+    @property
+    def saving(self) -> bool:
+        """True while a save is in flight."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def after_apply(self, applied_index: int, applied_term: int) -> None:
+        """The apply thread's hook after each batch: capture and start a save when due."""
+        if self._stopped or applied_index - self.last_index < self.threshold or self.saving:
+            return
+        try:
+            self.machine.on_snapshot_capture()
+        except Exception:
+            self.failures += 1
+            log.exception("snapshot capture at index %d failed; snapshot dropped", applied_index)
+            return
+        thread = threading.Thread(
+            target=self._save, args=(applied_index, applied_term), name="dledger-snapshot-save", daemon=True
+        )
+        with self._lock:
+            self._thread = thread
+        thread.start()
+
+    def _save(self, index: int, term: int) -> None:
+        try:
+            writer = self.store.begin_save()
+        except Exception:
+            self.failures += 1
+            log.exception("cannot begin snapshot %d; snapshot dropped", index)
+            return
+        try:
+            self.machine.on_snapshot_save(writer)
+            snapshot = writer.commit(index, term)
+        except Exception:
+            writer.abort()
+            self.failures += 1
+            log.exception("saving snapshot %d failed; snapshot dropped, the newest good one stays", index)
+            return
+        self.note(snapshot.index, snapshot.term)
+        log.info("snapshot %d (term %d) saved: %s", index, term, snapshot.path)
+        if self.on_saved is not None:
+            try:
+                self.on_saved(index, term)
+            except Exception:
+                log.exception("after snapshot %d", index)
+
+    def note(self, index: int, term: int) -> None:
+        """Record a snapshot at (index, term) as the newest (taken, loaded or installed)."""
+        with self._lock:
+            if index > self.last_index:
+                self.last_index, self.last_term = index, term
+
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Wait for the save in flight (if any) to end; False on timeout."""
+        with self._lock:
+            thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Start no more saves and wait for the one in flight."""
+        self._stopped = True
+        if not self.wait_idle(timeout_s):
+            log.warning("snapshot save still running after %.0f s at shutdown", timeout_s)
+
+    # -- loading
+
+    def load_newest(self, log_begin_index: int) -> Snapshot | None:
+        """Load the newest usable snapshot into the machine (nothing else may run on it).
+
+        Args:
+            log_begin_index: the log's first live index (-1 when empty); entries before
+                it are gone, so a snapshot below `log_begin_index - 1` cannot be used.
+
+        Returns:
+            The snapshot loaded (recorded as the newest), or None when the log must be
+            replayed from index 0.
+
+        Raises:
+            DLedgerError: LOAD_SNAPSHOT_ERROR when no snapshot loads and the log no
+                longer starts at index 0.
+        """
+        for snapshot in self.store.snapshots():
+            if log_begin_index > 0 and snapshot.index < log_begin_index - 1:
+                log.warning(
+                    "snapshot %d is older than the log's first entry %d: entries in between are gone; not used",
+                    snapshot.index,
+                    log_begin_index,
+                )
+                continue
+            try:
+                with snapshot.open() as reader:
+                    self.machine.on_snapshot_load(reader)
+            except Exception:
+                log.exception("loading snapshot %s failed; trying an older one", snapshot.path)
+                continue
+            self.note(snapshot.index, snapshot.term)
+            log.info("loaded snapshot %d (term %d)", snapshot.index, snapshot.term)
+            return snapshot
+        if log_begin_index > 0:
+            raise DLedgerError(
+                ResponseCode.LOAD_SNAPSHOT_ERROR,
+                f"no snapshot in {self.store.root} could be loaded and the log starts at index "
+                f"{log_begin_index}, not 0: the state machine cannot be rebuilt (restore a snapshot, or wipe "
+                "this member's directory so that the leader installs one)",
+            )
+        return None

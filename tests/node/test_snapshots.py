@@ -1,0 +1,249 @@
+"""Snapshots in the threaded node: taken at the threshold, the log compacted, loaded at
+restart (damaged ones skipped), a failing save dropped, and a follower left behind a
+compacted log brought back by InstallSnapshot (LocalNetwork)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.node import DLedgerNode
+from dledger.statemachine.snapshot_files import DATA_FILE
+from tests.node.conftest import NodeCluster, wait_until
+from tests.node.snapmachine import SumMachine
+
+SNAP: dict[str, Any] = {"enable_snapshot": True, "snapshot_threshold": 20}
+
+
+def snapshot_dirs(node_dir: Path) -> list[int]:
+    root = node_dir / "snapshot"
+    return sorted(int(p.name.split("_")[1]) for p in root.glob("snapshot_*"))
+
+
+def append_values(node: DLedgerNode, values: range) -> None:
+    for value in values:
+        node.append([str(value).encode()]).result(10)
+
+
+def append_until(node: DLedgerNode, done: Callable[[], bool], start: int = 0, limit: int = 2000) -> int:
+    """Append start, start + 1, ... until `done()`; returns the next value."""
+    value = start
+    while not done():
+        assert value < start + limit, "condition never reached"
+        node.append([str(value).encode()]).result(10)
+        value += 1
+        if value % 20 == 0:
+            wait_until(lambda: node.applied_index == node.store.end_index, what="apply")
+    return value
+
+
+def machine(cluster: NodeCluster, node_id: str) -> SumMachine:
+    found = cluster.machines[node_id]
+    assert isinstance(found, SumMachine)
+    return found
+
+
+def node_dir(cluster: NodeCluster, node_id: str) -> Path:
+    return Path(cluster.config(node_id).default_path)
+
+
+def test_threshold_takes_snapshot_compacts_and_restart_replays_only_the_rest(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(1, machine_factory=SumMachine, **SNAP)
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.snapshots is not None and node.snapshots.last_index >= 19, what="a snapshot")
+    taken = node.snapshots.last_index if node.snapshots else -1
+    assert snapshot_dirs(node_dir(cluster, "n0")) == [taken]
+    # RESET_ALL_SYNC: the prefix up to the snapshot goes right after it (snapshot thread)
+    # (every entry was in it here: the log is empty, ending at the snapshot)
+    wait_until(lambda: node.store.begin_index in (-1, taken + 1), what="compaction")
+    append_values(node, range(25, 30))
+    assert node.store.begin_index == taken + 1
+    end = node.store.end_index
+    wait_until(lambda: node.applied_index == end, what="everything applied")
+    assert node.status().snapshot_index == taken
+    cluster.stop("n0")
+
+    again = cluster.start("n0")
+    sm = machine(cluster, "n0")
+    assert sm.loads == [sm.loads[0]] and sm.loads[0] <= taken  # the snapshot loaded first
+    wait_until(lambda: again.applied_index >= end, what="replay after restart")
+    assert sm.applied and min(sm.applied) > taken  # only entries after the snapshot replayed
+    assert sm.state() == (sum(range(30)), 30)
+
+
+def test_damaged_newest_snapshot_falls_back_to_an_older_one(cluster_factory: Callable[..., NodeCluster]) -> None:
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=1000,  # keeps the whole log here
+        **SNAP,
+    )
+    node = cluster.leader()
+    # a snapshot is due after a batch applied once the last save ended: keep appending
+    total = append_until(node, lambda: len(snapshot_dirs(node_dir(cluster, "n0"))) == 2)
+    older, newest = snapshot_dirs(node_dir(cluster, "n0"))
+    cluster.stop("n0")
+    data = node_dir(cluster, "n0") / "snapshot" / f"snapshot_{newest}" / DATA_FILE
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 0xFF
+    data.write_bytes(bytes(raw))
+
+    again = cluster.start("n0")
+    sm = machine(cluster, "n0")
+    assert sm.loads == [older]
+    wait_until(lambda: again.applied_index >= again.store.end_index, what="replay")
+    assert sm.state() == (sum(range(total)), total)
+    assert min(sm.applied) == older + 1
+
+
+def test_no_loadable_snapshot_over_a_compacted_log_refuses_to_start(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(1, machine_factory=SumMachine, **SNAP)
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.store.begin_index != 0, what="a snapshot and compaction")
+    begin = node.store.end_index + 1  # the log is empty: it resumes after the snapshot
+    cluster.stop("n0")
+    for index in snapshot_dirs(node_dir(cluster, "n0")):
+        (node_dir(cluster, "n0") / "snapshot" / f"snapshot_{index}" / DATA_FILE).write_bytes(b"garbage")
+
+    with pytest.raises(DLedgerError) as refused:
+        cluster.start("n0")
+    assert refused.value.code == ResponseCode.LOAD_SNAPSHOT_ERROR
+    assert f"log starts at index {begin}" in str(refused.value)
+    cluster.nodes.pop("n0", None)
+    cluster.net.unregister("n0")
+    # nothing was lost: the store is untouched and its lock released (it opens again)
+    shutil.rmtree(node_dir(cluster, "n0") / "snapshot")
+    with pytest.raises(DLedgerError):
+        cluster.start("n0")
+    cluster.nodes.pop("n0", None)
+
+
+def test_failing_load_is_skipped_and_the_log_replayed_when_it_starts_at_zero(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=1000,
+        **SNAP,
+    )
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: len(snapshot_dirs(node_dir(cluster, "n0"))) == 1, what="a snapshot")
+    cluster.stop("n0")
+
+    def failing() -> SumMachine:
+        sm = SumMachine()
+        sm.fail_load = True
+        return sm
+
+    cluster.machine_factory = failing
+    again = cluster.start("n0")
+    sm = machine(cluster, "n0")
+    wait_until(lambda: again.applied_index >= again.store.end_index, what="replay")
+    assert sm.loads == [] and sm.applied[0] == 0
+    assert sm.state() == (sum(range(25)), 25)
+
+
+def test_failing_save_is_dropped_and_apply_goes_on(cluster_factory: Callable[..., NodeCluster]) -> None:
+    def failing() -> SumMachine:
+        sm = SumMachine()
+        sm.fail_save = True
+        return sm
+
+    cluster = cluster_factory(1, machine_factory=failing, **SNAP)
+    node = cluster.leader()
+    sm = machine(cluster, "n0")
+    append_values(node, range(25))
+    assert node.snapshots is not None and node.snapshots.manager is not None
+    manager = node.snapshots.manager
+    wait_until(lambda: manager.failures >= 1 and not manager.saving, what="a failed save")
+    assert snapshot_dirs(node_dir(cluster, "n0")) == []
+    assert not (node_dir(cluster, "n0") / "snapshot" / "tmp").exists()
+    assert node.store.begin_index == 0  # nothing compacted
+    sm.fail_save = False
+    append_values(node, range(25, 50))
+    wait_until(lambda: snapshot_dirs(node_dir(cluster, "n0")) != [], what="a snapshot once saves work")
+    wait_until(lambda: node.applied_index == node.store.end_index, what="apply")
+    assert sm.state() == (sum(range(50)), 50)
+
+
+def test_apply_goes_on_while_a_save_is_in_flight(cluster_factory: Callable[..., NodeCluster]) -> None:
+    gate_machine = SumMachine()
+    gate = gate_machine.save_gate = __import__("threading").Event()
+    cluster = cluster_factory(1, machine_factory=lambda: gate_machine, **SNAP)
+    node = cluster.leader()
+    append_values(node, range(25))
+    assert node.snapshots is not None and node.snapshots.manager is not None
+    manager = node.snapshots.manager
+    wait_until(lambda: manager.saving, what="a save in flight")
+    append_values(node, range(25, 60))  # applied while the save waits
+    wait_until(lambda: node.applied_index == node.store.end_index, what="apply during the save")
+    assert gate_machine.captures == 1  # at most one capture/save in flight
+    gate.set()
+    wait_until(lambda: snapshot_dirs(node_dir(cluster, "n0")) != [], what="the save")
+    assert snapshot_dirs(node_dir(cluster, "n0"))[0] < 59  # the captured index, not the later one
+
+
+@pytest.mark.parametrize("wiped", [False, True], ids=["left-behind", "wiped"])
+def test_follower_behind_a_compacted_log_is_brought_back_by_install(
+    cluster_factory: Callable[..., NodeCluster], wiped: bool
+) -> None:
+    cluster = cluster_factory(3, machine_factory=SumMachine, **SNAP)
+    leader = cluster.leader()
+    append_values(leader, range(5))
+    lagging = next(i for i in cluster.ids if i != leader.config.self_id)
+    wait_until(lambda: cluster.nodes[lagging].applied_index >= 4, what="the follower caught up once")
+    cluster.stop(lagging)
+    append_values(leader, range(5, 60))
+    wait_until(lambda: leader.store.begin_index > 10, what="the leader compacted")
+    if wiped:
+        shutil.rmtree(node_dir(cluster, lagging))
+        cluster.start(lagging, initial_cluster_state="existing")
+    else:
+        cluster.start(lagging)
+    follower = cluster.nodes[lagging]
+    sm = machine(cluster, lagging)
+    wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="the follower caught up by install")
+    assert sm.loads, "the follower loaded an installed snapshot"
+    assert follower.snapshots is not None and follower.snapshots.last_index >= sm.loads[0]
+    append_values(leader, range(60, 70))  # the log continues after the install
+    wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="pushes after the install")
+    assert sm.state() == machine(cluster, leader.config.self_id).state() == (sum(range(70)), 70)
+
+
+def test_reset_but_keep_some_keeps_the_last_entries_before_the_snapshot(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=7,
+        **SNAP,
+    )
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.store.begin_index > 0, what="compaction")
+    assert node.snapshots is not None
+    assert node.store.begin_index == node.snapshots.last_index - 7 + 1
+    assert node.get(node.store.begin_index)[0].body == str(node.store.begin_index).encode()
+    with pytest.raises(DLedgerError) as gone:
+        node.get(node.store.begin_index - 1)
+    assert gone.value.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    cluster.stop("n0")
+    again = cluster.start("n0")  # the kept entries stay kept across a restart
+    assert again.store.begin_index == node.snapshots.last_index - 7 + 1
