@@ -18,10 +18,8 @@ import grpc  # type: ignore[import-untyped]
 from dledger.client.combiner import Combiner
 from dledger.client.members import Members
 from dledger.client.policy import (
-    Backoff,
     Decision,
     IndeterminateError,
-    code_decision,
     rpc_code,
     rpc_decision,
     status_details,
@@ -95,10 +93,18 @@ def _nothing_appended(appends: bool) -> str:
     return " (nothing was appended)" if appends else ""
 
 
-def _transport_failure(method: str, target: Target, exc: grpc.RpcError, appends: bool) -> DLedgerError:
+def _transport_failure(
+    method: str, target: Target, exc: grpc.RpcError, appends: bool, members: Members
+) -> DLedgerError:
     """A write call failed in gRPC: raise when it was refused or its outcome is unknown;
-    return the error to report later when the request never left the client."""
+    return the error to report later when the request never left the client.
+
+    A member that did not answer in time may be paused or cut off while the others
+    elect a new leader: it is forgotten as leader (in `members`) even when this raises,
+    so that the next request asks the others first."""
     status, details = status_name(exc), status_details(exc)
+    if status == "DEADLINE_EXCEEDED":
+        members.forget(target)
     decision = rpc_decision(status, details)
     text = f"{method} to {target.node_id or target.address}: {status} {details}"
     if decision is Decision.FAIL:
@@ -242,48 +248,15 @@ class DLedgerClient(RecordMethods):
             DLedgerError: refused (nothing was appended).
             IndeterminateError: the outcome is unknown.
         """
-        members = self.members
-        backoff: Backoff | None = None  # made on the first retry (it seeds a Random)
-        last: DLedgerError | None = None
-        target = members.leader
-        hops = 0
-        while True:
-            if target is None:
-                try:
-                    target = members.discover(deadline)
-                except DLedgerError as exc:
-                    raise (last or exc) from None
-            left_ms = deadline - members.clock.now_ms()
-            if left_ms < MIN_ATTEMPT_MS:
-                raise last or DLedgerError(ResponseCode.TIMEOUT, "no time left to send" + _nothing_appended(appends))
-            try:
-                answer = getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
-            except grpc.RpcError as exc:
-                if status_name(exc) == "DEADLINE_EXCEEDED":
-                    # a member that does not answer in time may be paused or cut off while
-                    # the others elect a new leader: the next request asks them first
-                    members.forget(target)
-                # it never left the client (else it raised): the member is down; rediscover
-                last = _transport_failure(method, target, exc, appends)
-                members.forget(target)
-                target = None
-            else:
-                decision = code_decision(answer.code)
-                if decision is Decision.SUCCESS:
-                    members.leader = target
-                    return answer
-                last = _refusal(method, target, answer, decision, appends)
-                if decision is Decision.REDIRECT:
-                    hint = members.redirect(answer, target)
-                    hops += 1
-                    if hint is not None and hops <= len(members.peers):
-                        target = hint
-                        continue
-                    hops = 0
-                    target = hint
-            backoff = backoff or Backoff(members.clock)
-            if not backoff.sleep(deadline):
-                raise last
+        return self.members.call_leader(
+            method,
+            request,
+            deadline,
+            min_attempt_ms=MIN_ATTEMPT_MS,
+            out_of_time=lambda: DLedgerError(ResponseCode.TIMEOUT, "no time left to send" + _nothing_appended(appends)),
+            on_rpc_error=lambda target, exc: _transport_failure(method, target, exc, appends, self.members),
+            on_refusal=lambda target, answer, decision: _refusal(method, target, answer, decision, appends),
+        )
 
     def append_batch(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendResult:
         """Append `bodies` as one request: consecutive indexes, all or nothing. `magic`

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from dledger.client.policy import Backoff, status_name
+import grpc  # type: ignore[import-untyped]
+
+from dledger.client.policy import Backoff, Decision, code_decision, status_name
 from dledger.client.types import LedgerStubs, Target
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
@@ -130,6 +133,66 @@ class Members:
         """`target` could not be reached: it is no longer taken for the leader."""
         if self.leader == target:
             self.leader = None
+
+    def call_leader(
+        self,
+        method: str,
+        request: Any,
+        deadline: int,
+        *,
+        min_attempt_ms: int,
+        out_of_time: Callable[[], DLedgerError],
+        on_rpc_error: Callable[[Target, grpc.RpcError], DLedgerError],
+        on_refusal: Callable[[Target, Any, Decision], DLedgerError],
+    ) -> Any:
+        """Send `request` (Ledger `method`) to the leader and return its SUCCESS answer:
+        find the leader, follow NOT_LEADER redirects, and back off and try again until
+        `deadline` (`clock` ms).
+
+        Args:
+            min_attempt_ms: below this much time left, give up (the last error, else
+                `out_of_time()`).
+            on_rpc_error: the error to remember when the call failed in transport (the
+                member is then forgotten as leader); it raises to stop trying.
+            on_refusal: the error to remember for an answer that is not SUCCESS; it
+                raises to stop trying (a refusal for good, an unknown outcome).
+        """
+        backoff: Backoff | None = None  # made on the first retry (it seeds a Random)
+        last: DLedgerError | None = None
+        target = self.leader
+        hops = 0
+        while True:
+            if target is None:
+                try:
+                    target = self.discover(deadline)
+                except DLedgerError as exc:
+                    raise (last or exc) from None
+            left_ms = deadline - self.clock.now_ms()
+            if left_ms < min_attempt_ms:
+                raise last or out_of_time()
+            try:
+                answer = getattr(self.stubs(target.address), method)(request, timeout=left_ms / 1000)
+            except grpc.RpcError as exc:
+                last = on_rpc_error(target, exc)
+                self.forget(target)  # down, paused or cut off: rediscover
+                target = None
+            else:
+                decision = code_decision(answer.code)
+                if decision is Decision.SUCCESS:
+                    self.leader = target
+                    return answer
+                last = on_refusal(target, answer, decision)
+                if decision is Decision.REDIRECT:
+                    hint = self.redirect(answer, target)
+                    hops += 1
+                    if hint is not None and hops <= len(self.peers):
+                        target = hint
+                        continue
+                    hops = 0
+                    target = hint
+            backoff = backoff or Backoff(self.clock)
+            if not backoff.sleep(deadline):
+                raise last
 
     # -- leader discovery
 

@@ -22,15 +22,14 @@ import grpc  # type: ignore[import-untyped]
 
 from dledger.client.members import Members
 from dledger.client.policy import (
-    Backoff,
     Decision,
     IndeterminateError,
-    code_decision,
     read_decision,
     rpc_code,
     status_details,
     status_name,
 )
+from dledger.client.types import Target
 from dledger.codes import DLedgerError, ReadMode, ResponseCode
 from dledger.transport.convert import pb
 
@@ -92,45 +91,29 @@ def _alone(members: Members, write: Write, request: bytes, mode: ReadMode, deadl
 def read_query(members: Members, request: Any, deadline: int) -> Any:
     """A read Query (UNSAFE, READ_INDEX, LEASE): to the leader, following redirects, tried
     again after anything but a refusal until `deadline`; returns the SUCCESS answer."""
-    backoff: Backoff | None = None
-    last: DLedgerError | None = None
-    target = members.leader
-    hops = 0
-    while True:
-        if target is None:
-            try:
-                target = members.discover(deadline)
-            except DLedgerError as exc:
-                raise (last or exc) from None
-        left_ms = deadline - members.clock.now_ms()
-        if left_ms <= 0:
-            raise last or DLedgerError(ResponseCode.TIMEOUT, "no answer in time")
-        name = target.node_id or target.address
-        try:
-            answer = members.stubs(target.address).Query(request, timeout=left_ms / 1000)
-        except grpc.RpcError as exc:
-            status = status_name(exc)
-            last = DLedgerError(rpc_code(status), f"Query to {name}: {status} {status_details(exc)}")
-            if read_decision(status) is Decision.FAIL:
-                raise last from None
-            members.forget(target)
-            target = None
-        else:
-            decision = code_decision(answer.code)
-            if decision is Decision.SUCCESS:
-                members.leader = target
-                return answer
-            last = DLedgerError(answer.code, f"Query to {name}: {answer.message or ResponseCode.of(answer.code).name}")
-            if decision is Decision.FAIL or answer.code == ResponseCode.INTERNAL_ERROR:
-                raise last  # INTERNAL_ERROR: the machine's query failed, or the machine did
-            if decision is Decision.REDIRECT:
-                hint = members.redirect(answer, target)
-                hops += 1
-                if hint is not None and hops <= len(members.peers):
-                    target = hint
-                    continue
-                hops = 0
-                target = hint
-        backoff = backoff or Backoff(members.clock)
-        if not backoff.sleep(deadline):
-            raise last
+
+    def on_rpc_error(target: Target, exc: grpc.RpcError) -> DLedgerError:
+        status = status_name(exc)
+        error = DLedgerError(
+            rpc_code(status), f"Query to {target.node_id or target.address}: {status} {status_details(exc)}"
+        )
+        if read_decision(status) is Decision.FAIL:
+            raise error from None
+        return error
+
+    def on_refusal(target: Target, answer: Any, decision: Decision) -> DLedgerError:
+        text = answer.message or ResponseCode.of(answer.code).name
+        error = DLedgerError(answer.code, f"Query to {target.node_id or target.address}: {text}")
+        if decision is Decision.FAIL or answer.code == ResponseCode.INTERNAL_ERROR:
+            raise error  # INTERNAL_ERROR: the machine's query failed, or the machine did
+        return error
+
+    return members.call_leader(
+        "Query",
+        request,
+        deadline,
+        min_attempt_ms=1,
+        out_of_time=lambda: DLedgerError(ResponseCode.TIMEOUT, "no answer in time"),
+        on_rpc_error=on_rpc_error,
+        on_refusal=on_refusal,
+    )
