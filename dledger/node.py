@@ -240,7 +240,10 @@ class DLedgerNode:
     def _quorum_pass(self) -> None:
         with self._step() as now:
             self.driver.quorum_pass(now)
-            self.store.set_retention_floor(self.core.retention_floor())
+            floor = self.core.retention_floor()
+            if self.caller is not None:  # entries the state machine has not applied yet stay
+                floor = min(floor, self.caller.applied_index + 1)
+            self.store.set_retention_floor(floor)
 
     def _wake(self, name: str) -> None:
         """The driver's wake hook: run the thread of pass `name` now."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO, Protocol, runtime_checkable
 
 from dledger.clock import perf_us
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import Entry
 from dledger.raft.log import LogStore
 from dledger.statemachine.answers import AnswerBox
@@ -155,7 +156,12 @@ class StateMachineCaller:
         committed = self._committed_index()
         if committed <= self.applied_index:
             return False
-        first = max(self.applied_index + 1, self.store.begin_index)
+        first = self.applied_index + 1
+        begin = self.store.begin_index
+        if begin > first:
+            gone = f"entries {first}..{begin - 1} left the log before they were applied (no snapshot covers them)"
+            log.error("%s; applying stopped", gone)
+            return self._fail(DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, gone))
         last = min(committed, first + self.max_batch - 1)
         entries = self.store.get_range(first, last + 1)
         if not entries:
@@ -170,14 +176,18 @@ class StateMachineCaller:
                     self.observer(perf_us() - start_us, len(user))
         except BaseException as exc:
             log.exception("state machine failed at index %d; applying stopped", first)
-            self.error = exc
-            with self._cond:
-                self._cond.notify_all()
-            return False
+            return self._fail(exc)
         self.set_applied(entries[-1].index, entries[-1].term)
         if self.after_apply is not None:
             self.after_apply(self.applied_index, self.applied_term)
         return True
+
+    def _fail(self, exc: BaseException) -> bool:
+        """Stop applying for good (`error`), waking every waiter; returns False."""
+        self.error = exc
+        with self._cond:
+            self._cond.notify_all()
+        return False
 
     def set_applied(self, index: int, term: int) -> None:
         """Record (index, term) as applied (after a batch, or a snapshot load) and wake

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import MAGIC_NOOP
+from dledger.entry import MAGIC_NOOP, Entry
 from dledger.store.mmap_store import MmapLogStore
 from tests.node.conftest import NodeCluster, wait_until
 
@@ -181,3 +181,35 @@ def test_iterate_yields_committed_entries_only(cluster_factory: Factory) -> None
     assert [e.body for e in user] == [f"i{k}".encode() for k in range(50)]
     assert user[-1].index == last
     assert [e.index for e in leader.iterate(last - 4, last - 1)] == [last - 4, last - 3, last - 2]
+
+
+class _HeldMachine:
+    """Applies the first batch, then waits for `go` before each further batch."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.waiting = threading.Event()
+        self.applied: list[int] = []
+
+    def on_apply(self, entries: list[Entry]) -> None:
+        if self.applied:
+            self.waiting.set()
+            self.go.wait(30)
+        self.applied.extend(e.index for e in entries)
+
+
+def test_retention_keeps_the_entries_the_state_machine_has_not_applied(cluster_factory: Factory) -> None:
+    cluster = cluster_factory(1, machine_factory=_HeldMachine)
+    node = cluster.leader()
+    machine = cluster.machines["n0"]
+    first = node.append([b"first"]).result(10)
+    wait_until(lambda: node.applied_index >= first, what="the first entry applied")
+    last = node.append([b"x"] * 50).result(10)
+    wait_until(machine.waiting.is_set, what="the machine to hold the second batch")
+    node._quorum_pass()  # the pass that sets the floor, run now rather than waited for
+    assert node.committed_index == last  # committed, but not applied: retention may not take it
+    assert node.store.retention_floor == node.applied_index + 1 <= last
+    machine.go.set()
+    wait_until(lambda: node.applied_index == last, what="everything applied")
+    node._quorum_pass()
+    assert node.store.retention_floor == last + 1

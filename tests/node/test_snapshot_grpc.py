@@ -131,7 +131,9 @@ def test_follower_is_brought_back_by_a_chunked_install_over_grpc(group: GrpcGrou
     wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="caught up by install")
     assert group.machines[lagging].loads, "an installed snapshot was loaded"
     append(leader, range(value, value + 10))  # the log continues after the install
-    wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="pushes after the install")
+    end = leader.store.end_index
+    wait_until(lambda: follower.applied_index >= end, 60, what="pushes after the install")
+    wait_until(lambda: leader.applied_index >= end, 60, what="the leader's own apply")  # its own thread
     expected = (sum(range(value + 10)), value + 10)
     assert group.machines[lagging].state() == group.machines[leader.config.self_id].state() == expected
 

@@ -221,7 +221,9 @@ def test_follower_behind_a_compacted_log_is_brought_back_by_install(
     assert sm.loads, "the follower loaded an installed snapshot"
     assert follower.snapshots is not None and follower.snapshots.last_index >= sm.loads[0]
     append_values(leader, range(60, 70))  # the log continues after the install
-    wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="pushes after the install")
+    end = leader.store.end_index
+    wait_until(lambda: follower.applied_index >= end, 60, what="pushes after the install")
+    wait_until(lambda: leader.applied_index >= end, 60, what="the leader's own apply")  # its own thread
     assert sm.state() == machine(cluster, leader.config.self_id).state() == (sum(range(70)), 70)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from dledger.codes import ResponseCode
 from dledger.entry import Entry
 from dledger.statemachine import StateMachineCaller
 from dledger.store.memory import MemoryLogStore
@@ -67,3 +68,29 @@ def test_observer_sees_each_batch() -> None:
     caller.observer = lambda _us, count: seen.append(count)
     caller.run_until_idle()
     assert seen == [3]
+
+
+def test_entries_that_left_the_log_before_being_applied_stop_applying() -> None:
+    store = _store(10)
+    machine = Recorder()
+    caller = StateMachineCaller(store, lambda: 10, machine, max_batch=4)
+    caller.run_once()  # 1..3 applied
+    store.reset(6, 1)  # entries 4..6 removed before the machine saw them
+    assert not caller.run_once()
+    assert machine.batches == [[1, 2, 3]]  # nothing after the gap is applied out of order
+    assert caller.applied_index == 3
+    assert getattr(caller.error, "code", None) == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN
+    assert "entries 4..6 left the log before they were applied" in str(caller.error)
+    assert not caller.wait_applied(10, 0.01)
+
+
+def test_a_snapshot_that_covers_the_gap_lets_applying_go_on() -> None:
+    store = _store(10)
+    machine = Recorder()
+    caller = StateMachineCaller(store, lambda: 10, machine, max_batch=4)
+    caller.run_once()
+    store.reset(6, 1)
+    caller.set_applied(6, 1)  # what loading a snapshot of 0..6 does
+    caller.run_until_idle()
+    assert caller.error is None
+    assert machine.batches == [[1, 2, 3], [7, 8, 9, 10]]
