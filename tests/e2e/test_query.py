@@ -22,18 +22,11 @@ from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import eventually, free_ports
 from tests.node.register import Register
+from tests.security.tls_support import TIMINGS as GROUP_TIMINGS
 
 pytestmark = pytest.mark.e2e
 
-TIMINGS: dict[str, Any] = {
-    "heart_beat_time_interval_ms": 200,
-    "max_heart_beat_leak": 3,
-    "min_vote_interval_ms": 50,
-    "max_vote_interval_ms": 250,
-    "max_push_timeout_ms": 1000,
-    "rpc_timeout_ms": 1000,
-    "lease_drift_ms": 100,
-}
+TIMINGS: dict[str, Any] = {**GROUP_TIMINGS, "lease_drift_ms": 100}
 
 
 class Group:

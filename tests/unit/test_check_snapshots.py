@@ -9,26 +9,15 @@ import os
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
 import dledger
-from dledger.cli.main import main as cli
 from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.kv import KVStateMachine
 from dledger.kv import commands as kv
 from dledger.statemachine.snapshot import SnapshotStore
-from dledger.store import StoreConfig
+from tests.unit.test_store_tools import CONFIG, run
 
 pytestmark = pytest.mark.unit
-
-CONFIG = StoreConfig(data_file_size=4096, index_file_size=1024)
-
-
-def run(*args: str) -> Result:
-    result = CliRunner().invoke(cli, list(args))
-    assert not isinstance(result.exception, Exception) or isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    return result
 
 
 def save(store: SnapshotStore, index: int, data: bytes) -> Path:
