@@ -35,6 +35,8 @@ def _fill(cluster: NodeCluster, count: int) -> int:
 def _caught_up(cluster: NodeCluster, node: DLedgerNode, index: int) -> None:
     wait_until(lambda: node.status().committed_index >= index, what="the member to catch up")
     wait_until(lambda: not node.core.elector.vote_hold.pending, what="the hold to end")
+    # the elector ends the hold first and then has the marker removed: wait for both
+    wait_until(lambda: node.membership.rejoin is None, what="the rejoin marker to go")
 
 
 def test_founding_members_write_one_group_id(cluster_factory: Factory) -> None:
