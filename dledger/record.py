@@ -10,10 +10,16 @@ Limits, checked on encode and decode: a key of at most `MAX_RECORD_KEY` (65,536)
 at most `MAX_RECORD_HEADERS` (1,024) headers, header keys of at most `MAX_HEADER_KEY`
 (1,024) UTF-8 bytes, a timestamp in milliseconds >= 0; the whole body must fit an entry
 (4 MiB with the 48-byte header).
+
+Stamped records (version 2): the leader of an idempotent request stamps its first
+record with the producer's id, epoch, first sequence number, the request's record count
+and the append time (`stamp_record_body`, `record_stamp`); every reader reads a stamped
+body as the record it carries. Clients never send them (`check_append` refuses them).
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,6 +33,7 @@ from dledger.entry import (
     MAX_HEADER_KEY,
     MAX_RECORD_HEADERS,
     MAX_RECORD_KEY,
+    RECORD_VERSION,
     Entry,
 )
 
@@ -34,6 +41,7 @@ __all__ = [
     "MAX_HEADER_KEY",
     "MAX_RECORD_HEADERS",
     "MAX_RECORD_KEY",
+    "STAMP_SIZE",
     "Header",
     "Record",
     "decode_record",
@@ -41,12 +49,30 @@ __all__ = [
     "now_ms",
     "check_append",
     "record_of",
+    "record_stamp",
     "split_records",
+    "stamp_record_body",
     "with_records",
 ]
 
 Header = tuple[str, bytes]
 """One header: a string key (repeats allowed, order kept, as Kafka) and a binary value."""
+
+
+STAMP_SIZE = 36
+"""Bytes of a stamped record's stamp (after its version byte 2): producer id, epoch and
+first sequence number (int64 each), count (uint32), append time (int64), big-endian."""
+
+STAMPED_VERSION = 2
+"""The first byte of a stamped record body (a plain record body starts with 1)."""
+
+_STAMP = struct.Struct(">qqqIq")
+_INT63 = (1 << 63) - 1
+MAX_STAMP_COUNT = 65_536
+"""Most records one stamp covers (one request's bodies)."""
+
+_STAMPED_FIRST = bytes((STAMPED_VERSION,))
+_REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"
 
 
 def now_ms() -> int:
@@ -111,10 +137,12 @@ def record_of(entry: Entry) -> Record:
 def check_append(bodies: Sequence[bytes], magic: int, java_compat: bool) -> None:
     """Check a client request before anything is appended: `magic` is 1 (normal) or
     16 (record: every body must decode, and records are off in java_compat mode).
+    Stamped records (version 2) are written by the leader only: a client's is refused.
 
     Raises:
         DLedgerError: UNSUPPORTED (records in java_compat mode) or UNEXPECTED_ARGUMENT
-            (another magic, or the first body that is not a valid record body).
+            (another magic, a stamped record body, or the first body that is not a
+            valid record body).
     """
     if magic == MAGIC_NORMAL:
         return
@@ -124,6 +152,9 @@ def check_append(bodies: Sequence[bytes], magic: int, java_compat: bool) -> None
         raise DLedgerError(
             ResponseCode.UNSUPPORTED, "record entries are disabled (java_compat): Java DLedger cannot read them"
         )
+    for k, body in enumerate(bodies):
+        if body[:1] == _STAMPED_FIRST:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body {k}: {_REFUSED_STAMPED} (nothing was appended)")
     try:
         impl.check_records(bodies)
     except ValueError as exc:
@@ -146,3 +177,57 @@ def with_records(batch: ColumnBatch) -> ColumnBatch:
         return batch
     raw = impl.split_records(batch.count, batch.offsets.data, batch.bodies, batch.magic.data)
     return replace(batch, records=RecordColumns.from_raw(raw, batch.count))
+
+
+def stamp_record_body(
+    body: bytes, producer_id: int, epoch: int, first_seq: int, count: int, append_time_ms: int
+) -> bytes:
+    """The stamped (version 2) body of the version-1 record body `body`: byte 2, the
+    36-byte stamp, then `body` from its byte 1 on (docs/FORMAT.md "Records").
+
+    Args:
+        body: a valid version-1 record body.
+        producer_id, epoch, first_seq: 0..2^63 - 1.
+        count: records of the request the stamp covers, 1..65,536.
+        append_time_ms: the leader's append time, >= 0 (and < 2^63).
+
+    Raises:
+        ValueError: `body` is not a valid version-1 record body, or a field is out of range.
+    """
+    if not isinstance(body, bytes) or body[:1] != bytes((RECORD_VERSION,)):
+        raise ValueError("stamp_record_body: not a version-1 record body")
+    try:
+        impl.check_records((body,))
+    except ValueError as exc:
+        raise ValueError(f"stamp_record_body: not a valid version-1 record body ({exc})") from None
+    for name, value in (
+        ("producer_id", producer_id),
+        ("epoch", epoch),
+        ("first_seq", first_seq),
+        ("append_time_ms", append_time_ms),
+    ):
+        if not 0 <= value <= _INT63:
+            raise ValueError(f"stamp_record_body: {name} must be in 0..2^63 - 1, got {value}")
+    if not 1 <= count <= MAX_STAMP_COUNT:
+        raise ValueError(f"stamp_record_body: count must be in 1..{MAX_STAMP_COUNT}, got {count}")
+    return bytes((STAMPED_VERSION,)) + _STAMP.pack(producer_id, epoch, first_seq, count, append_time_ms) + body[1:]
+
+
+def record_stamp(body: bytes) -> tuple[int, int, int, int, int] | None:
+    """The stamp of a stamped (version 2) record body: (producer_id, epoch, first_seq,
+    count, append_time_ms); None for any other body (a version-1 record).
+
+    Raises:
+        ValueError: a version-2 body too short for its stamp, or a stamp field out of
+            range (a negative field, count not in 1..65,536).
+    """
+    if body[:1] != _STAMPED_FIRST:
+        return None
+    if len(body) < 1 + STAMP_SIZE:
+        raise ValueError(f"stamped record body ({len(body)} bytes) is truncated: its stamp needs {1 + STAMP_SIZE}")
+    stamp: tuple[int, int, int, int, int] = _STAMP.unpack_from(body, 1)
+    if min(stamp[0], stamp[1], stamp[2], stamp[4]) < 0:
+        raise ValueError(f"stamped record body has a negative stamp field: {stamp}")
+    if not 1 <= stamp[3] <= MAX_STAMP_COUNT:
+        raise ValueError(f"stamped record body has a stamp count of {stamp[3]}, not in 1..{MAX_STAMP_COUNT}")
+    return stamp
