@@ -37,6 +37,10 @@ class ResponseCode(IntEnum):
     REQUEST_WITH_EMPTY_BODYS = 420
     PUSH_REQUEST_IS_FULL = 421
     NEWER_INSTALL_SNAPSHOT_REQUEST_EXIST = 422
+    # ours, for idempotent producers (Kafka's names where they mean the same thing)
+    OUT_OF_ORDER_SEQUENCE = 423
+    PRODUCER_FENCED = 424
+    UNKNOWN_PRODUCER = 425
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

@@ -310,6 +310,9 @@ class DLedgerConfig:
     # heartbeat round a quorum acknowledged: the bound on how far members' clocks may
     # drift apart meanwhile (see dledger.raft.read_index; docs/OPERATIONS.md)
     lease_drift_ms: int = field(default=500, metadata={"yaml": "leaseDriftMs"})
+    # dledger-py (Kafka's producer.id.expiration.ms): an idempotent producer idle this
+    # long in log time is forgotten (see dledger.raft.producers)
+    producer_id_expiration_ms: int = field(default=86_400_000, metadata={"yaml": "producerIdExpirationMs"})
 
     # replication
     max_pending_requests_num: int = 10000
@@ -393,7 +396,7 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
-        for name in ("snapshot_threshold", "max_snapshot_reserved_num"):
+        for name in ("snapshot_threshold", "max_snapshot_reserved_num", "producer_id_expiration_ms"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

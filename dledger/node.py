@@ -26,9 +26,10 @@ from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
-from dledger.entry import MAGIC_NORMAL, Entry
+from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
 from dledger.metrics import NodeMetrics
 from dledger.node_durable import SyncDurability
+from dledger.node_producers import NodeProducers, StampedAppend
 from dledger.node_reads import NodeReads
 from dledger.node_snapshots import NodeSnapshots, receive_install
 from dledger.node_status import NodeStatus
@@ -40,11 +41,11 @@ from dledger.raft.member_state import Role
 from dledger.raft.messages import (
     InstallSnapshotRequest,
     InstallSnapshotStream,
-    LeadershipTransferResponse,
     PushEntryRequest,
     PushType,
     RequestOrResponse,
 )
+from dledger.raft.transfer import new_term_of
 from dledger.record import check_append
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.statemachine import StateMachine, StateMachineCaller
@@ -60,6 +61,7 @@ IDLE_PASS_MS = 10
 """How often the service threads run when nobody wakes them."""
 SM_CALLER = "sm-caller"
 """The state-machine caller's thread, beside the driver's passes."""
+PRODUCERS = "producers"  # the thread folding the committed log's producer stamps
 
 
 @dataclass(slots=True)
@@ -131,6 +133,7 @@ class DLedgerNode:
         )
         self._stopped = False
         self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
+        self.producers = NodeProducers(self.store, node_dir, config, lambda: self.core.member_state.committed_index)
         self._role = self.core.member_state.role
         self._started = False
         self._threads: dict[str, ServiceThread] = {}  # by pass name (dledger.raft.driver)
@@ -161,6 +164,7 @@ class DLedgerNode:
         threads[QUORUM] = ServiceThread("dledger-quorum-ack", self._quorum_pass, IDLE_PASS_MS)
         if self.caller is not None:
             threads[SM_CALLER] = ServiceThread("dledger-sm-caller", self.caller.run_until_idle, 5 * IDLE_PASS_MS)
+        threads[PRODUCERS] = ServiceThread("dledger-producers", self.producers.fold_pass, 5 * IDLE_PASS_MS)
         self._threads = threads
         for thread in threads.values():
             thread.start()
@@ -181,6 +185,7 @@ class DLedgerNode:
             self._commit_cond.notify_all()
         if self._durable is not None:
             self._durable.shutdown()
+        self.producers.close()
         for thread in self._store_threads:
             thread.stop()
         self.store.close()
@@ -243,6 +248,7 @@ class DLedgerNode:
             floor = self.core.retention_floor()
             if self.caller is not None:  # entries the state machine has not applied yet stay
                 floor = min(floor, self.caller.applied_index + 1)
+            floor = min(floor, self.producers.retention_floor())
             self.store.set_retention_floor(floor)
 
     def _wake(self, name: str) -> None:
@@ -342,6 +348,18 @@ class DLedgerNode:
         future.add_done_callback(lambda _f: metrics.append_latency.observe(perf_us() - start_us))
         return future
 
+    def append_idempotent(self, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int) -> StampedAppend:
+        """Append a numbered request of record bodies for an idempotent producer as leader
+        (`dledger.node_producers.NodeProducers.append`, whose errors it raises)."""
+        if self._stopped:
+            raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
+        check_append(bodies, MAGIC_RECORD, self.config.store.java_compat)
+        with self._step() as now:
+            answer = self.producers.append(self.driver, bodies, producer_id, epoch, first_seq, now)
+        if self._durable is not None and not answer.duplicate:
+            self._durable.leader_copy(answer.future)
+        return answer
+
     def _commit_pass(self) -> None:
         with self._step() as now:
             self.driver.quorum_pass(now)
@@ -439,22 +457,7 @@ class DLedgerNode:
                 future fails with TAKE_LEADERSHIP_FAILED / TIMEOUT when it does not happen).
         """
         with self._step() as now:
-            answer = self.driver.leadership_transfer(transferee_id, now)
-        result: Future[int] = Future()
-
-        def done(f: Future[LeadershipTransferResponse]) -> None:
-            try:
-                response = f.result()
-            except BaseException as exc:
-                result.set_exception(exc)
-                return
-            if response.code == ResponseCode.SUCCESS:
-                result.set_result(response.term)
-            else:
-                result.set_exception(DLedgerError(response.code, f"transfer to {transferee_id} failed"))
-
-        answer.add_done_callback(done)
-        return result
+            return new_term_of(self.driver.leadership_transfer(transferee_id, now), transferee_id)
 
     # -- state
 

@@ -22,7 +22,17 @@ from dledger.client.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient
 from dledger.client.members import Members
 from dledger.client.policy import IndeterminateError
 from dledger.client.producer import MAX_BODY_BYTES, Producer
-from dledger.client.types import AppendResult, MemberInfo, NodeMetadata, ProducerStats, ReadMode, SendFuture, Target
+from dledger.client.types import (
+    AppendResult,
+    MemberInfo,
+    NodeMetadata,
+    ProducerStamp,
+    ProducerStats,
+    ReadMode,
+    SendFuture,
+    Target,
+    derive_producer_id,
+)
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -35,8 +45,10 @@ __all__ = [
     "Members",
     "NodeMetadata",
     "Producer",
+    "ProducerStamp",
     "ProducerStats",
     "ReadMode",
     "SendFuture",
     "Target",
+    "derive_producer_id",
 ]

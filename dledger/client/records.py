@@ -9,11 +9,18 @@ lane of their own, since one request carries one magic).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dledger.client.types import AppendResult
+from dledger.client.members import Members
+from dledger.client.policy import IndeterminateError
+from dledger.client.types import AppendResult, ProducerStamp
+from dledger.clock import Clock
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
 from dledger.record import Header, Record, encode_record, record_of
+from dledger.transport.convert import pb
+
+RESEND_PAUSE_MS = 50
+"""Pause before an idempotent request is sent again after an unknown outcome."""
 
 
 class RecordMethods:
@@ -23,6 +30,14 @@ class RecordMethods:
 
         def append_batch(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> AppendResult: ...
         def get(self, index: int, count: int = 1, *, node_id: str | None = None) -> list[Entry]: ...
+        def _write(self, method: str, request: Any, deadline: int, appends: bool = True) -> Any: ...
+
+        members: Members
+
+        @property
+        def group(self) -> str: ...
+        @property
+        def clock(self) -> Clock: ...
 
     def append_record(
         self,
@@ -49,13 +64,48 @@ class RecordMethods:
         """
         return self.append_batch([encode_record(value, key, timestamp, headers)], MAGIC_RECORD).first_index
 
-    def append_records(self, records: Sequence[Record]) -> AppendResult:
+    def append_records(self, records: Sequence[Record], *, stamp: ProducerStamp | None = None) -> AppendResult:
         """Append records (value, key, timestamp (None: now), headers of each) as one
-        request: consecutive indexes, all or nothing (errors: `append_record`)."""
+        request: consecutive indexes, all or nothing (errors: `append_record`).
+
+        With a `stamp` the request is an idempotent producer's: its records are numbered
+        stamp.first_seq, +1, ... and sent on their own (never shared with other calls);
+        records the leader holds already are not appended again (the result's
+        `duplicate` and `runs` say where they are). Resending the same records with the
+        same stamp is always safe: this method does it itself after an unknown outcome,
+        until the client's timeout.
+
+        Raises:
+            DLedgerError: also OUT_OF_ORDER_SEQUENCE (a gap before first_seq),
+                PRODUCER_FENCED (an older epoch) and UNKNOWN_PRODUCER (first_seq > 0 for
+                a producer the leader does not know, e.g. after it expired).
+        """
         if not records:
             raise ValueError("nothing to append: records is empty")
         bodies = [encode_record(r.value, r.key, r.timestamp, r.headers) for r in records]
-        return self.append_batch(bodies, MAGIC_RECORD)
+        if stamp is None:
+            return self.append_batch(bodies, MAGIC_RECORD)
+        return self._append_stamped(bodies, stamp)
+
+    def _append_stamped(self, bodies: Sequence[bytes], stamp: ProducerStamp) -> AppendResult:
+        request = pb.AppendRequest(
+            group=self.group,
+            bodies=bodies,
+            magic=MAGIC_RECORD,
+            stamp=pb.ProducerStamp(producer_id=stamp.producer_id, epoch=stamp.epoch, first_sequence=stamp.first_seq),
+        )
+        deadline = self.members.deadline_ms()
+        while True:
+            try:
+                answer = self._write("Append", request, deadline)
+                break
+            except IndeterminateError:  # safe to send again: what the leader has is not appended twice
+                if self.clock.now_ms() + RESEND_PAUSE_MS >= deadline:
+                    raise
+                self.clock.sleep_ms(RESEND_PAUSE_MS)
+        runs = tuple((run.first_index, run.count) for run in answer.runs)
+        first = runs[0][0] if runs else -1
+        return AppendResult(first, len(bodies), answer.term, answer.leader_id or "", answer.duplicate, runs)
 
     def get_record(self, index: int, *, node_id: str | None = None) -> Record:
         """The committed entry at `index` as a Record (a plain entry: no key, no headers,

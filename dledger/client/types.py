@@ -3,6 +3,7 @@ the futures and counters of `Producer`."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -25,17 +26,65 @@ class Target(NamedTuple):
 
 @dataclass(frozen=True)
 class AppendResult:
-    """Where an accepted request's bodies went: indexes first_index .. first_index+count-1."""
+    """Where an accepted request's bodies went: indexes first_index .. first_index+count-1.
+
+    For an idempotent producer's request (`ProducerStamp`), `runs` are the (first index,
+    count) runs holding its records in sequence order (a retry's records may sit in
+    several), `duplicate` says every record was in the log already (nothing appended),
+    and `first_index` is the first run's (-1, with no runs, for a duplicate older than
+    the requests the leader keeps: its indexes are no longer known)."""
 
     first_index: int
     count: int
     term: int
     leader_id: str
+    duplicate: bool = False
+    runs: tuple[tuple[int, int], ...] = ()
 
     @property
     def last_index(self) -> int:
         """Index of the request's last body."""
         return self.first_index + self.count - 1
+
+
+@dataclass(frozen=True)
+class ProducerStamp:
+    """How an idempotent producer numbers one request (Kafka's producer id, epoch and
+    base sequence): its records are sequence numbers first_seq, first_seq + 1, ...
+
+    Attributes:
+        producer_id: 0 .. 2^63 - 1 (`derive_producer_id` makes a stable one).
+        epoch: 0 .. 2^63 - 1; a higher epoch starts the producer again at sequence 0
+            and fences requests of lower ones (PRODUCER_FENCED).
+        first_seq: the first record's sequence number, 0 .. 2^63 - 1.
+    """
+
+    producer_id: int
+    epoch: int
+    first_seq: int
+
+    def __post_init__(self) -> None:
+        for name in ("producer_id", "epoch", "first_seq"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRODUCER_FIELD:
+                raise ValueError(f"{name} must be an int in 0..{MAX_PRODUCER_FIELD}, not {value!r}")
+
+
+MAX_PRODUCER_FIELD = 2**63 - 1
+DERIVED_PRODUCER_IDS = 2**62
+"""Ids `derive_producer_id` makes are at least this; smaller ones are for a producer that
+picks its own at random (`DLedgerClient.producer(idempotent=True)`)."""
+
+
+def derive_producer_id(*parts: str | int) -> int:
+    """A stable producer id in [2^62, 2^63 - 1] from `parts` (BLAKE2b of their text):
+    the same parts give the same id in every process, so a retried task that derives
+    its id from its job, batch and partition re-sends as the same producer."""
+    if not parts:
+        raise ValueError("derive_producer_id needs at least one part")
+    text = "\x1f".join(f"{type(p).__name__}:{p}" for p in parts).encode()
+    digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+    return DERIVED_PRODUCER_IDS + digest % DERIVED_PRODUCER_IDS
 
 
 @dataclass(frozen=True)

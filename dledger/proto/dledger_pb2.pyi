@@ -8,21 +8,41 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AppendRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "bodies", "request_id", "magic")
+    __slots__ = ("group", "remote_id", "bodies", "request_id", "magic", "stamp")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     BODIES_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MAGIC_FIELD_NUMBER: _ClassVar[int]
+    STAMP_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     bodies: _containers.RepeatedScalarFieldContainer[bytes]
     request_id: int
     magic: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ..., magic: _Optional[int] = ...) -> None: ...
+    stamp: ProducerStamp
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., bodies: _Optional[_Iterable[bytes]] = ..., request_id: _Optional[int] = ..., magic: _Optional[int] = ..., stamp: _Optional[_Union[ProducerStamp, _Mapping]] = ...) -> None: ...
+
+class ProducerStamp(_message.Message):
+    __slots__ = ("producer_id", "epoch", "first_sequence")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    epoch: int
+    first_sequence: int
+    def __init__(self, producer_id: _Optional[int] = ..., epoch: _Optional[int] = ..., first_sequence: _Optional[int] = ...) -> None: ...
+
+class IndexRun(_message.Message):
+    __slots__ = ("first_index", "count")
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    first_index: int
+    count: int
+    def __init__(self, first_index: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
-    __slots__ = ("code", "leader_id", "term", "leader_address", "first_index", "count", "request_id", "message")
+    __slots__ = ("code", "leader_id", "term", "leader_address", "first_index", "count", "request_id", "message", "duplicate", "runs")
     CODE_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +51,8 @@ class AppendResponse(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
     code: int
     leader_id: str
     term: int
@@ -39,7 +61,9 @@ class AppendResponse(_message.Message):
     count: int
     request_id: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., request_id: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    duplicate: bool
+    runs: _containers.RepeatedCompositeFieldContainer[IndexRun]
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., request_id: _Optional[int] = ..., message: _Optional[str] = ..., duplicate: _Optional[bool] = ..., runs: _Optional[_Iterable[_Union[IndexRun, _Mapping]]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("group", "remote_id", "index", "count", "max_bytes", "decode_records")

@@ -10,6 +10,10 @@ request it asks the table (`check`):
 - sequence numbers the table has already seen in one of the last `batches_kept`
   requests: `DUPLICATE`, answered with the indexes they already have (`runs`), nothing
   appended; this is what makes a retry after an unknown outcome safe;
+- a request whose first records the table has seen and whose last ones are new:
+  `PARTIAL`, with the seen records' `runs` (empty when no longer kept) and
+  `expected_seq`, the first new one; the leader appends only the new ones (a new leader
+  may hold a prefix of a request its predecessor appended whole);
 - a gap after the last sequence number: `OUT_OF_ORDER` (with `expected_seq`), refused;
 - numbers already seen but older than the kept requests: `STALE`, refused (their
   indexes are no longer known);
@@ -79,6 +83,7 @@ class Stamp:
 class Verdict(Enum):
     NEW = "new"
     DUPLICATE = "duplicate"
+    PARTIAL = "partial"
     OUT_OF_ORDER = "out of order"
     STALE = "stale"
     FENCED = "fenced"
@@ -91,10 +96,10 @@ class Check:
 
     verdict: Verdict
     runs: tuple[tuple[int, int], ...] = ()
-    """For DUPLICATE: (first index, count) of each consecutive run holding the records,
-    in sequence order."""
+    """For DUPLICATE and PARTIAL: (first index, count) of each consecutive run holding
+    the records seen, in sequence order (PARTIAL: empty when they are no longer kept)."""
     expected_seq: int = -1
-    """For OUT_OF_ORDER: the sequence number the table waits for."""
+    """For OUT_OF_ORDER and PARTIAL: the sequence number the table waits for."""
     epoch: int = -1
     """For FENCED: the producer's current epoch."""
 
@@ -163,8 +168,8 @@ class ProducerTable:
             return Check(Verdict.NEW)
         if stamp.first_seq > last + 1:
             return Check(Verdict.OUT_OF_ORDER, expected_seq=last + 1)
-        if stamp.last_seq > last:  # part seen, part new: the client re-split its records
-            return Check(Verdict.OUT_OF_ORDER, expected_seq=last + 1)
+        if stamp.last_seq > last:  # part seen, part new: a prefix made it into the log
+            return Check(Verdict.PARTIAL, runs=_runs_of(producer.batches, stamp.first_seq, last), expected_seq=last + 1)
         runs = _runs_of(producer.batches, stamp.first_seq, stamp.last_seq)
         return Check(Verdict.DUPLICATE, runs=runs) if runs else Check(Verdict.STALE)
 

@@ -39,6 +39,7 @@ class QuorumAckChecker:
         """The leader counts only its durable entries (`LogStore.durable_index`)."""
         self._pending: dict[int, dict[int, _Pending]] = {}  # term -> last index -> pending (index order)
         self._pending_bytes: dict[int, int] = {}
+        self._watchers: list[tuple[int, int, Future[int]]] = []  # (term, index, future) of wait_committed
 
     # -- water marks
 
@@ -88,6 +89,29 @@ class QuorumAckChecker:
         self._pending_bytes[term] += nbytes
         return future
 
+    def wait_committed(self, term: int, index: int) -> Future[int]:
+        """A future completing with `index` once the commit index of leader term `term`
+        reaches it (entries appended earlier, perhaps by another leader: a retried
+        idempotent request); it fails with TERM_CHANGED when the term ends first."""
+        future: Future[int] = Future()
+        if index <= self.member_state.committed_index:
+            future.set_result(index)
+        else:
+            self._watchers.append((term, index, future))
+        return future
+
+    def _settle_watchers(self) -> None:
+        member = self.member_state
+        kept = []
+        for term, index, future in self._watchers:
+            if term != member.current_term or not member.is_leader:
+                future.set_exception(DLedgerError(ResponseCode.TERM_CHANGED, f"term {term} ended"))
+            elif index <= member.committed_index:
+                future.set_result(index)
+            else:
+                kept.append((term, index, future))
+        self._watchers = kept
+
     def _fail_term(self, term: int, code: ResponseCode) -> None:
         for pending in self._pending.pop(term, {}).values():
             if not pending.future.done():
@@ -100,6 +124,8 @@ class QuorumAckChecker:
             self._fail_term(old, ResponseCode.TERM_CHANGED)
         for old in [t for t in self.water_marks if t != term]:
             del self.water_marks[old]
+        if self._watchers:
+            self._settle_watchers()
 
     # -- the checker pass
 
@@ -121,6 +147,8 @@ class QuorumAckChecker:
         # only an entry of the current term commits by counting (Figure 8)
         if quorum_index > member.committed_index and member.store.term_at(quorum_index) == term:
             moved = member.update_committed_index(quorum_index)
+        if self._watchers:
+            self._settle_watchers()
         pending = self._pending.get(term)
         if not pending:
             return moved

@@ -30,7 +30,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from dledger.codes import ResponseCode
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.elector import LeaderElector, Outbound
 from dledger.raft.member_state import MemberState, Role
@@ -287,3 +287,23 @@ class LeadershipTransfer:
         if self.member_state.term_to_take_leadership == takeover.target_term:
             self.member_state.term_to_take_leadership = -1
         takeover.future.set_result(self._reply(takeover.request, code))
+
+
+def new_term_of(answer: Future[LeadershipTransferResponse], transferee_id: str) -> Future[int]:
+    """A future of the new term a transfer's `answer` reports (its failure as a
+    DLedgerError with the answer's code)."""
+    result: Future[int] = Future()
+
+    def done(f: Future[LeadershipTransferResponse]) -> None:
+        try:
+            response = f.result()
+        except BaseException as exc:
+            result.set_exception(exc)
+            return
+        if response.code == ResponseCode.SUCCESS:
+            result.set_result(response.term)
+        else:
+            result.set_exception(DLedgerError(response.code, f"transfer to {transferee_id} failed"))
+
+    answer.add_done_callback(done)
+    return result

@@ -13,18 +13,20 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import HEADER_SIZE, MAGIC_NORMAL, MAX_ENTRY_SIZE
+from dledger.entry import HEADER_SIZE, MAGIC_NORMAL, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.transport.convert import columns_to_pb, entry_to_pb, pb, status_to_metadata
 from dledger.transport.ledger_query import answer_query
 from dledger.transport.service_core import (
     ArrivalGauge,
     ServiceCore,
     ShuttingDown,
+    StampedLike,
     abort,
     guard_stream,
     guard_unary,
@@ -33,6 +35,14 @@ from dledger.transport.service_core import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Stamped:
+    """An idempotent producer's request handed to the node: its answer."""
+
+    answer: StampedLike
+
 
 LEDGER_SERVICE = "dledger.v1.Ledger"
 APPEND_METHOD = f"/{LEDGER_SERVICE}/Append"
@@ -131,6 +141,15 @@ class LedgerService:
         if refusal is not None:
             return self._append_error(request, *refusal)
         try:
+            if request.HasField("stamp"):
+                if request.magic != MAGIC_RECORD:
+                    return self._append_error(
+                        request, ResponseCode.UNEXPECTED_ARGUMENT, "a stamped request carries records (magic 16)"
+                    )
+                stamp = request.stamp
+                return _Stamped(
+                    self.node.append_idempotent(bodies, stamp.producer_id, stamp.epoch, stamp.first_sequence)
+                )
             return self.node.append(bodies, request.magic or MAGIC_NORMAL)
         except DLedgerError as exc:
             return self._append_error(request, exc.code, exc.message)
@@ -138,7 +157,10 @@ class LedgerService:
             log.exception("append failed")
             return self._append_error(request, ResponseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
-    def _finish_append(self, request: Any, started: Future[int] | Any, context: Any) -> Any:
+    def _finish_append(self, request: Any, started: Future[int] | _Stamped | Any, context: Any) -> Any:
+        stamped = started.answer if isinstance(started, _Stamped) else None
+        if stamped is not None:
+            started = stamped.future
         if not isinstance(started, Future):
             return started
         try:
@@ -158,7 +180,14 @@ class LedgerService:
             log.exception("append failed")
             return self._append_error(request, ResponseCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         count = len(request.bodies)
-        out = pb.AppendResponse(request_id=request.request_id, first_index=last - count + 1, count=count)
+        if stamped is not None:
+            runs = [pb.IndexRun(first_index=first, count=n) for first, n in stamped.runs]
+            first = stamped.runs[0][0] if stamped.runs else -1
+            out = pb.AppendResponse(
+                request_id=request.request_id, first_index=first, count=count, duplicate=stamped.duplicate, runs=runs
+            )
+        else:
+            out = pb.AppendResponse(request_id=request.request_id, first_index=last - count + 1, count=count)
         return self.core.fill_header(out, ResponseCode.SUCCESS)
 
     def append(self, raw: bytes, context: Any) -> Any:

@@ -45,11 +45,17 @@ def test_a_retry_is_answered_with_the_indexes_it_already_has() -> None:
     assert (check.verdict, check.runs) == (Verdict.DUPLICATE, ((11, 2), (14, 2)))
 
 
-def test_records_seen_and_new_in_one_request_are_refused() -> None:
-    table = ProducerTable()
+def test_records_seen_and_new_in_one_request_are_a_partial_duplicate() -> None:
+    """A new leader may hold only a prefix of a request: the retry's seen records get
+    their indexes and the leader appends the rest (`expected_seq` on)."""
+    table = ProducerTable(batches_kept=2)
     table.record(Stamp(1, 0, 0, 3), first_index=0)
     check = table.check(Stamp(1, 0, 2, 3))
-    assert (check.verdict, check.expected_seq) == (Verdict.OUT_OF_ORDER, 3)
+    assert (check.verdict, check.runs, check.expected_seq) == (Verdict.PARTIAL, ((2, 1),), 3)
+    table.record(Stamp(1, 0, 3, 1), first_index=5)
+    table.record(Stamp(1, 0, 4, 1), first_index=6)  # the first request is no longer kept
+    check = table.check(Stamp(1, 0, 0, 6))
+    assert (check.verdict, check.runs, check.expected_seq) == (Verdict.PARTIAL, (), 5)
 
 
 def test_requests_older_than_the_kept_ones_are_stale() -> None:

@@ -1,0 +1,280 @@
+"""NodeProducers: a member's idempotent producers (Kafka's idempotent producer).
+
+A client numbers the records it sends as a producer (`producer_id`, `epoch`, sequence
+numbers from 0); the leader checks each numbered request against its producer table
+(`dledger.raft.producers`) before appending it:
+
+- new records are appended, the first one stamped (a version-2 record body carrying the
+  producer, epoch, first sequence number, count and the leader's append time: the table
+  is rebuilt from these stamps, `dledger.raft.producer_log`);
+- records the log already holds are not appended again: the answer gives their indexes
+  (once they are committed), so a retry after an unknown outcome is safe;
+- a gap, an older epoch or a producer the leader does not know is refused
+  (OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER).
+
+Every member folds the committed log's stamps into its committed table in the
+background (`fold_pass`) and saves it in `<node dir>/producers` (the folded index, then
+the table's checksummed image), written atomically; a restart reads it back and folds
+on from there. Retention keeps every entry the saved image does not cover yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
+from dledger.entry import MAGIC_RECORD
+from dledger.raft.driver import RaftDriver
+from dledger.raft.log import LogStore
+from dledger.raft.producer_log import ProducerLog, StampFold
+from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
+from dledger.record import record_stamp, stamp_record_body
+from dledger.store.kvfile import fsync_dir, write_synced
+
+log = logging.getLogger(__name__)
+
+IMAGE_FILE = "producers"
+SAVE_EVERY_MS = 1000
+"""How often a changed committed table is saved at most."""
+_INDEX = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class StampedAppend:
+    """The leader's answer to a numbered request.
+
+    Attributes:
+        runs: (first index, count) runs holding the request's records, in sequence
+            order; empty for records older than the kept requests (their indexes are no
+            longer known).
+        duplicate: every record was in the log already; nothing was appended.
+        future: completes with the highest index of `runs` once it is committed.
+    """
+
+    runs: tuple[tuple[int, int], ...]
+    duplicate: bool
+    future: Future[int]
+
+
+def read_stamp(body: bytes) -> Stamp | None:
+    """The stamp of a record body, None for an unstamped one."""
+    fields = record_stamp(body)
+    return Stamp(*fields) if fields is not None else None
+
+
+def _done(value: int) -> Future[int]:
+    future: Future[int] = Future()
+    future.set_result(value)
+    return future
+
+
+class NodeProducers:
+    """The producer tables of one member and the leader's admission of numbered requests.
+
+    Args:
+        store: the member's log.
+        node_dir: where the saved image lives (None: not saved, folded from the log).
+        config: `producer_id_expiration_ms` (log time after which an idle producer is
+            forgotten) and `java_compat` (no records there).
+        committed_index: the member's commit index now.
+    """
+
+    def __init__(
+        self, store: LogStore, node_dir: Path | None, config: DLedgerConfig, committed_index: Callable[[], int]
+    ) -> None:
+        self.store = store
+        self.path = node_dir / IMAGE_FILE if node_dir is not None else None
+        self.committed_index = committed_index
+        self.lock = threading.Lock()
+        table, folded = self._load(config.producer_id_expiration_ms)
+        self.log = ProducerLog(store, StampFold(table, folded + 1, read_stamp))
+        self.saved_index = folded
+        self._saved_at_ms = 0.0
+        self._clean = True
+        """No stamp folded since the last save: entries folded since hold none, so the
+        saved image covers them too (retention may take them)."""
+        self._inflight: dict[int, Future[int]] = {}
+
+    def _load(self, expiration_ms: int) -> tuple[ProducerTable, int]:
+        begin = max(self.store.begin_index, 0)
+        if self.path is not None and self.path.exists():
+            try:
+                data = self.path.read_bytes()
+                (folded,) = _INDEX.unpack_from(data)
+                table = ProducerTable.decode(data[_INDEX.size :])
+                table.expiration_ms = expiration_ms
+                # entries between the image and the log's start held no stamps (retention
+                # takes only what the image covers or what holds none)
+                return table, min(max(folded, begin - 1), self.store.end_index)
+            except (OSError, ValueError, struct.error) as exc:
+                log.warning("%s is unusable (%s): the producer table is rebuilt from the log", self.path, exc)
+        if begin > 0:
+            log.warning("the log starts at %d: producers stamped before it are not known", begin)
+        return ProducerTable(expiration_ms), begin - 1
+
+    # -- the background pass
+
+    def fold_pass(self) -> float | None:
+        """Fold newly committed entries and save the table when due; the milliseconds
+        until the next pass wants to run (0: more to fold)."""
+        with self.lock:
+            before = self.log.committed.changes
+            folded = self.log.fold_committed(self.committed_index())
+            if self.log.committed.changes == before and self._clean:
+                self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
+            else:
+                self._clean = False
+            due = time.monotonic() * 1000 - self._saved_at_ms >= SAVE_EVERY_MS
+            if due and not self._clean:
+                self.save()
+        return 0 if folded else None
+
+    def close(self) -> None:
+        """Fold what is committed and save the table (at shutdown)."""
+        with self.lock:
+            while self.log.fold_committed(self.committed_index()):
+                pass
+            if not self._clean:
+                self.save()
+
+    def save(self) -> None:
+        """Write the committed table atomically (caller holds `lock`). Where retention
+        may cut the log: up to `saved_index`, after which the image folds on."""
+        index = self.log.folded_index
+        if self.path is None:
+            self.saved_index = index
+            return
+        data = _INDEX.pack(index) + self.log.committed.table.encode()
+        tmp = self.path.with_name(IMAGE_FILE + ".tmp")
+        try:
+            write_synced(tmp, data)
+            tmp.replace(self.path)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            log.warning("cannot save the producer table: %s", exc)
+            return
+        self.saved_index = index
+        self._saved_at_ms = time.monotonic() * 1000
+        self._clean = not self.log.committed.open_run
+
+    def retention_floor(self) -> int:
+        """The lowest index retention must keep: what the saved table does not cover."""
+        return self.saved_index + 1
+
+    # -- the leader's admission
+
+    def append(
+        self, driver: RaftDriver, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int, now_ms: int
+    ) -> StampedAppend:
+        """Check and append one numbered request as leader (the node's lock held).
+
+        Raises:
+            DLedgerError: OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER,
+                UNEXPECTED_ARGUMENT (a field out of range), or what the leader's append
+                raises; nothing was appended.
+        """
+        if not bodies:
+            raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
+        if not (0 <= producer_id <= MAX_ID and 0 <= epoch <= MAX_ID and 0 <= first_seq <= MAX_ID - len(bodies)):
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT, f"producer id, epoch and sequence numbers must be in 0..{MAX_ID}"
+            )
+        member = driver.core.member_state
+        if not member.is_leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
+        with self.lock:
+            table = self.log.leader_table(member.current_term, member.committed_index)
+            check = table.check(Stamp(producer_id, epoch, first_seq, len(bodies)))
+            verdict = check.verdict
+            if verdict is Verdict.FENCED:
+                raise DLedgerError(
+                    ResponseCode.PRODUCER_FENCED,
+                    f"producer {producer_id}: epoch {epoch} is older than its current epoch {check.epoch}",
+                )
+            if verdict is Verdict.UNKNOWN_PRODUCER:
+                raise DLedgerError(
+                    ResponseCode.UNKNOWN_PRODUCER,
+                    f"producer {producer_id} epoch {epoch} is not known here (expired, or never started at "
+                    f"sequence 0): start it again at sequence 0 or with a new epoch",
+                )
+            if verdict is Verdict.OUT_OF_ORDER:
+                raise DLedgerError(
+                    ResponseCode.OUT_OF_ORDER_SEQUENCE,
+                    f"producer {producer_id}: sequence {first_seq} after a gap; expected sequence {check.expected_seq}",
+                )
+            if verdict in (Verdict.DUPLICATE, Verdict.STALE):
+                return StampedAppend(check.runs, True, self._committed(driver, check.runs, now_ms))
+            skip = check.expected_seq - first_seq if verdict is Verdict.PARTIAL else 0
+            run, future = self._append_new(driver, table, bodies[skip:], producer_id, epoch, first_seq + skip, now_ms)
+            if verdict is Verdict.PARTIAL and check.runs:
+                future = _both(self._committed(driver, check.runs, now_ms), future)
+            return StampedAppend((*check.runs, run), False, future)
+
+    def _append_new(
+        self,
+        driver: RaftDriver,
+        table: ProducerTable,
+        bodies: Sequence[bytes],
+        producer_id: int,
+        epoch: int,
+        first_seq: int,
+        now_ms: int,
+    ) -> tuple[tuple[int, int], Future[int]]:
+        append_time = max(table.clock_ms, time.time_ns() // 1_000_000)
+        count = len(bodies)
+        try:
+            first_body = stamp_record_body(bodies[0], producer_id, epoch, first_seq, count, append_time)
+        except ValueError as exc:
+            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body 0: {exc} (nothing was appended)") from None
+        first = self.store.end_index + 1
+        try:
+            future = driver.append_requests([[first_body, *bodies[1:]]], now_ms, [MAGIC_RECORD])[0]
+        except BaseException:
+            self.log.drop_leader_table()  # rebuilt from the log on the next request
+            raise
+        last = first + count - 1
+        self.log.leader_recorded(Stamp(producer_id, epoch, first_seq, count, append_time), first)
+        self._inflight[last] = future
+        future.add_done_callback(lambda _f: self._inflight.pop(last, None))
+        return (first, count), future
+
+    def _committed(self, driver: RaftDriver, runs: tuple[tuple[int, int], ...], now_ms: int) -> Future[int]:
+        """A future for the moment the highest index of `runs` is committed."""
+        if not runs:
+            return _done(-1)
+        last = max(first + count - 1 for first, count in runs)
+        member = driver.core.member_state
+        if last <= member.committed_index:
+            return _done(last)
+        inflight = self._inflight.get(last)
+        if inflight is not None:
+            return inflight
+        return driver.core.quorum.wait_committed(member.current_term, last)
+
+
+def _both(first: Future[int], second: Future[int]) -> Future[int]:
+    """A future completing with `second`'s result once both completed (or the first error)."""
+    out: Future[int] = Future()
+    lock = threading.Lock()
+
+    def settle(_f: Future[int]) -> None:
+        with lock:
+            if out.done() or not (first.done() and second.done()):
+                return
+            error = first.exception() or second.exception()
+            if error is not None:
+                out.set_exception(error)
+            else:
+                out.set_result(second.result())
+
+    first.add_done_callback(settle)
+    second.add_done_callback(settle)
+    return out
