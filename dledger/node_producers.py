@@ -85,12 +85,19 @@ class NodeProducers:
         config: `producer_id_expiration_ms` (log time after which an idle producer is
             forgotten) and `java_compat` (no records there).
         committed_index: the member's commit index now.
+        wall_ms: the clock a leader stamps appends with (ms since the epoch).
     """
 
     def __init__(
-        self, store: LogStore, node_dir: Path | None, config: DLedgerConfig, committed_index: Callable[[], int]
+        self,
+        store: LogStore,
+        node_dir: Path | None,
+        config: DLedgerConfig,
+        committed_index: Callable[[], int],
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.store = store
+        self.wall_ms = wall_ms
         self.path = node_dir / IMAGE_FILE if node_dir is not None else None
         self.committed_index = committed_index
         self.lock = threading.Lock()
@@ -228,7 +235,7 @@ class NodeProducers:
         first_seq: int,
         now_ms: int,
     ) -> tuple[tuple[int, int], Future[int]]:
-        append_time = max(table.clock_ms, time.time_ns() // 1_000_000)
+        append_time = max(table.clock_ms, self.wall_ms())
         count = len(bodies)
         try:
             first_body = stamp_record_body(bodies[0], producer_id, epoch, first_seq, count, append_time)

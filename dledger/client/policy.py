@@ -89,6 +89,9 @@ FAIL_CODES = frozenset(
         ResponseCode.REQUEST_WITH_EMPTY_BODYS,
         ResponseCode.UNSUPPORTED,
         ResponseCode.DISK_FULL,
+        ResponseCode.OUT_OF_ORDER_SEQUENCE,
+        ResponseCode.PRODUCER_FENCED,
+        ResponseCode.UNKNOWN_PRODUCER,
     }
 )
 """Refused as such (retrying the same request cannot help); nothing was appended."""

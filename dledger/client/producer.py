@@ -13,12 +13,19 @@ WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED) fails with `IndeterminateError` and is ne
 resent. A resent batch can land after batches sent later, so with `max_in_flight > 1`
 the log order of batches is the send order only when no batch is resent (the order of
 bodies inside a batch always is).
+
+An idempotent producer (`idempotent=True`, Kafka's `enable.idempotence`) sends records
+(a body is the value of a record with no key) numbered under its producer id and epoch
+(`ProducerStamp`): the leader appends only what it does not hold yet, so a batch whose
+outcome is unknown is sent again instead of failing, and its bodies land once, in send
+order. At most 5 batches are in flight (the requests a leader remembers per producer).
 """
 
 from __future__ import annotations
 
 import itertools
 import queue
+import secrets
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -36,13 +43,15 @@ from dledger.client.policy import (
     status_details,
     status_name,
 )
-from dledger.client.types import Batch, ProducerStats, SendFuture, Target, finish_batch
+from dledger.client.types import Batch, ProducerStamp, ProducerStats, SendFuture, Target, finish_batch
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
+from dledger.record import encode_record
 from dledger.transport.convert import pb
 
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry (a bigger one would fail its whole batch on the server)."""
+MAX_IDEMPOTENT_IN_FLIGHT = 5
 
 
 class _Stream:
@@ -117,6 +126,9 @@ class Producer:
         max_buffered_bytes: `send` blocks while this much is waiting or in flight.
         delivery_timeout_s: a batch not sent within this time fails (default: the
             members' `timeout_s`); once sent, the server's own deadline applies.
+        idempotent: number the records (see above); `max_in_flight` is then at most 5.
+        producer_id: the idempotent producer's id (default: a random one below 2^62;
+            `derive_producer_id` makes a stable one); `epoch` its epoch (default 0).
     """
 
     def __init__(
@@ -129,7 +141,19 @@ class Producer:
         max_in_flight: int = 8,
         max_buffered_bytes: int = 64 * 1024 * 1024,
         delivery_timeout_s: float | None = None,
+        idempotent: bool = False,
+        producer_id: int | None = None,
+        epoch: int = 0,
     ) -> None:
+        if idempotent and max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
+            raise ValueError(f"an idempotent producer keeps at most {MAX_IDEMPOTENT_IN_FLIGHT} batches in flight")
+        self.stamp = (
+            ProducerStamp(secrets.randbits(62) if producer_id is None else producer_id, epoch, 0)
+            if idempotent
+            else None
+        )
+        """The idempotent producer's id and epoch (None: not idempotent)."""
+        self._next_seq = 0
         if max_in_flight < 1 or max_batch_bytes < 1 or max_batch_count < 1 or linger_ms < 0:
             raise ValueError("max_in_flight, max_batch_bytes and max_batch_count must be >= 1, linger_ms >= 0")
         self.members = members
@@ -175,6 +199,8 @@ class Producer:
             DLedgerError: the producer is closed, or LEADER_PENDING_FULL when the buffer
                 stayed full for `timeout_s`.
         """
+        if self.stamp is not None:
+            body = encode_record(body)
         size = len(body)
         if size > MAX_BODY_BYTES:
             raise ValueError(f"a body of {size} bytes; at most {MAX_BODY_BYTES}")
@@ -198,10 +224,17 @@ class Producer:
             batch.size += size
             self._buffered += size
             if batch.size >= self.max_batch_bytes or offset + 1 >= self.max_batch_count:
-                self._ready.append(batch)
                 self._open = None
-                self.cond.notify_all()
+                self._make_ready(batch)
         return SendFuture(batch, offset)
+
+    def _make_ready(self, batch: Batch) -> None:
+        """Under the lock: queue a sealed batch (numbered when idempotent)."""
+        if self.stamp is not None:
+            batch.first_seq = self._next_seq
+            self._next_seq += len(batch.bodies)
+        self._ready.append(batch)
+        self.cond.notify_all()
 
     def _wait_room(self, size: int, timeout_s: float | None) -> bool:
         return self.cond.wait_for(
@@ -231,9 +264,8 @@ class Producer:
 
     def _seal(self) -> None:
         if self._open is not None and self._open.bodies:
-            self._ready.append(self._open)
-            self._open = None
-            self.cond.notify_all()
+            batch, self._open = self._open, None
+            self._make_ready(batch)
 
     # -- the sender thread
 
@@ -269,8 +301,12 @@ class Producer:
                 if self.clock.now_ms() > batch.deadline_ms:
                     last = batch.last_refusal
                     code = last.code if last is not None else ResponseCode.TIMEOUT
-                    text = f"not sent in time ({last.message if last else 'no stream'}); nothing was appended"
-                    self._done(batch, error=DLedgerError(code, text))
+                    if batch.maybe_appended:
+                        text = f"not answered in time ({last.message if last else 'no stream'}); the outcome is unknown"
+                        self._done(batch, error=IndeterminateError(code, text))
+                    else:
+                        text = f"not sent in time ({last.message if last else 'no stream'}); nothing was appended"
+                        self._done(batch, error=DLedgerError(code, text))
                     continue
                 self._inflight += 1
                 stream = self._stream if self._stream is not None and self._stream.usable else None
@@ -289,9 +325,17 @@ class Producer:
                     continue
                 request_id = next(self._ids)
                 stream.inflight.append((request_id, batch))
-                stream.requests.put(
-                    pb.AppendRequest(group=self.members.group, bodies=batch.bodies, request_id=request_id)
-                )
+                stream.requests.put(self._request(batch, request_id))
+
+    def _request(self, batch: Batch, request_id: int) -> Any:
+        if self.stamp is None:
+            return pb.AppendRequest(group=self.members.group, bodies=batch.bodies, request_id=request_id)
+        stamp = pb.ProducerStamp(
+            producer_id=self.stamp.producer_id, epoch=self.stamp.epoch, first_sequence=batch.first_seq
+        )
+        return pb.AppendRequest(
+            group=self.members.group, bodies=batch.bodies, request_id=request_id, magic=MAGIC_RECORD, stamp=stamp
+        )
 
     def _open_stream(self, deadline_ms: int) -> _Stream:
         target = self._target or self.members.discover(deadline_ms)
@@ -355,9 +399,20 @@ class Producer:
         decision = code_decision(answer.code)
         if decision is Decision.SUCCESS:
             self._retry_wait_ms = 0
+            if self.stamp is not None:
+                batch.runs = tuple((run.first_index, run.count) for run in answer.runs)
             self._done(batch, answer.first_index)
             return
         text = f"AppendStream to {stream.target.node_id}: {answer.message or ResponseCode.of(answer.code).name}"
+        if self.stamp is not None and decision is Decision.INDETERMINATE:
+            # safe to send again: the leader does not append what it holds twice
+            batch.maybe_appended = True
+            self._again(batch, IndeterminateError(answer.code, text), backoff=True)
+            return
+        if self.stamp is not None and answer.code == ResponseCode.OUT_OF_ORDER_SEQUENCE:
+            # an earlier batch is being sent again: this one follows it (until its deadline)
+            self._again(batch, DLedgerError(answer.code, text), backoff=True)
+            return
         if decision is Decision.FAIL:
             self._done(batch, error=DLedgerError(answer.code, text))
         elif decision is Decision.INDETERMINATE:
@@ -378,7 +433,10 @@ class Producer:
         while stream.inflight:
             _, batch = stream.inflight.popleft()
             self._inflight -= 1
-            if again:
+            if self.stamp is not None and not again:  # idempotent: sent again, never appended twice
+                batch.maybe_appended = True
+                self._again(batch, IndeterminateError(rpc_code(status), text), backoff=True)
+            elif again:
                 self._again(batch, DLedgerError(ResponseCode.NETWORK_ERROR, text), backoff=True)
             else:
                 self._done(batch, error=IndeterminateError(rpc_code(status), text))

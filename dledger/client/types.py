@@ -214,7 +214,10 @@ class Batch:
         "done",
         "error",
         "first_index",
+        "first_seq",
         "last_refusal",
+        "maybe_appended",
+        "runs",
         "size",
     )
 
@@ -228,6 +231,12 @@ class Batch:
         self.error: BaseException | None = None
         self.callbacks: list[tuple[Callable[[SendFuture], None], SendFuture]] | None = None
         self.last_refusal: DLedgerError | None = None
+        self.first_seq = -1
+        """An idempotent producer's sequence number of the first body (-1: none)."""
+        self.maybe_appended = False
+        """An idempotent batch sent with an unknown outcome: it may be in the log."""
+        self.runs: tuple[tuple[int, int], ...] | None = None
+        """An idempotent batch's (first index, count) runs (None: one run at first_index)."""
 
 
 class SendFuture:
@@ -257,9 +266,17 @@ class SendFuture:
         """
         if not self._batch.done.wait(timeout):
             raise TimeoutError(f"no answer within {timeout} s")
-        if self._batch.error is not None:
-            raise self._batch.error
-        return self._batch.first_index + self._offset
+        batch = self._batch
+        if batch.error is not None:
+            raise batch.error
+        if batch.runs is not None:  # an idempotent batch: -1 when its indexes are no longer known
+            offset = self._offset
+            for first, count in batch.runs:
+                if offset < count:
+                    return first + offset
+                offset -= count
+            return -1
+        return batch.first_index + self._offset
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """The error the body failed with, or None once it succeeded."""
