@@ -132,8 +132,8 @@ class DLedgerNode:
             else None
         )
         self._stopped = False
-        self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
         self.producers = NodeProducers(self.store, node_dir, config, lambda: self.core.member_state.committed_index)
+        self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
         self._role = self.core.member_state.role
         self._started = False
         self._threads: dict[str, ServiceThread] = {}  # by pass name (dledger.raft.driver)

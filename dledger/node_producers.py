@@ -139,13 +139,14 @@ class NodeProducers:
                 self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
             else:
                 self._clean = False
-            due = time.monotonic() * 1000 - self._saved_at_ms >= SAVE_EVERY_MS
+            due = self.wall_ms() - self._saved_at_ms >= SAVE_EVERY_MS
             if due and not self._clean:
                 self.save()
         return 0 if folded else None
 
     def close(self) -> None:
-        """Fold what is committed and save the table (at shutdown)."""
+        """Fold what is committed and save the table (at shutdown, and before the log is
+        compacted: the saved table then covers every committed entry)."""
         with self.lock:
             while self.log.fold_committed(self.committed_index()):
                 pass
@@ -169,7 +170,7 @@ class NodeProducers:
             log.warning("cannot save the producer table: %s", exc)
             return
         self.saved_index = index
-        self._saved_at_ms = time.monotonic() * 1000
+        self._saved_at_ms = self.wall_ms()
         self._clean = not self.log.committed.open_run
 
     def retention_floor(self) -> int:

@@ -34,6 +34,7 @@ from typing import Protocol
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.node_producers import NodeProducers
 from dledger.raft.core import RaftCore
 from dledger.raft.log import LogStore
 from dledger.raft.messages import (
@@ -73,6 +74,7 @@ class SnapshotHost(Protocol):
     config: DLedgerConfig
     caller: StateMachineCaller | None
     core: RaftCore
+    producers: NodeProducers
     store: LogStore
     transport: Transport | None
     clock: Clock
@@ -193,7 +195,10 @@ class NodeSnapshots:
         if config.snapshot_entry_reset_strategy == "RESET_BUT_KEEP_SOME_SYNC":
             upto = index - config.reset_snapshot_entries_but_keep_last_entries_num
         applied = node.caller.applied_index if node.caller is not None else index
-        upto = min(upto, node.core.member_state.committed_index, applied, store.end_index)
+        # nor past what the saved producer table covers (the table is folded from the log)
+        node.producers.close()
+        covered = node.producers.retention_floor() - 1
+        upto = min(upto, node.core.member_state.committed_index, applied, store.end_index, covered)
         if store.begin_index < 0 or upto < store.begin_index:
             return
         before_term = term if upto == index else store.term_at(upto)

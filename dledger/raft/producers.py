@@ -208,11 +208,12 @@ class ProducerTable:
         return ProducerTable.decode(self.encode())
 
     def encode(self) -> bytes:
-        """A versioned, checksummed image of the table (for snapshots and restarts)."""
-        parts = [
-            _HEADER.pack(_FORMAT_VERSION, self.clock_ms, self.expiration_ms, self.batches_kept, len(self._producers))
-        ]
-        for pid in sorted(self._producers):
+        """A versioned, checksummed image of the table (for snapshots and restarts);
+        expired producers are left out, so equal tables have equal images whenever
+        their sweeps ran."""
+        live = sorted(pid for pid in self._producers if self._live(pid) is not None)  # expired ones: as if swept
+        parts = [_HEADER.pack(_FORMAT_VERSION, self.clock_ms, self.expiration_ms, self.batches_kept, len(live))]
+        for pid in live:
             producer = self._producers[pid]
             parts.append(_PRODUCER.pack(pid, producer.epoch, producer.last_time_ms, len(producer.batches)))
             parts.extend(_BATCH.pack(b.first_seq, b.last_seq, b.first_index) for b in producer.batches)

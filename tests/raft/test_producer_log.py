@@ -3,6 +3,8 @@ term, runs split across reads, and the leader's own table."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -55,7 +57,7 @@ class _Log:
 def _fold(log: _Log, cuts: tuple[int, ...] = ()) -> StampFold:
     fold = StampFold(ProducerTable(), 0, _read_stamp)
     bounds = [0, *cuts, len(log.entries)]
-    for start, stop in zip(bounds, bounds[1:], strict=False):
+    for start, stop in itertools.pairwise(bounds):
         fold.feed(log.batch(start, stop))
     return fold
 

@@ -33,6 +33,7 @@ from tests.raft.cluster import FAST
 from tests.sim.checker import Checker, LossWindow, Op, Violation, broken, uid_of
 from tests.sim.disk import NodeDisk, SimCrash, register_disk, unregister_disk
 from tests.sim.episodes import EPISODES_PER_SECOND, Episode, start_episode
+from tests.sim.producers import ProducerLoad
 from tests.sim.reads import ReadLoad
 from tests.sim.term_watch import TermWatch
 
@@ -82,6 +83,7 @@ class Scenario:
     biased: bool = False
     disk_loss: bool = False
     reads: bool = False  # ReadIndex reads checked against the acknowledged appends (tests.sim.reads)
+    producers: int = 0  # > 0: idempotent producers expiring after this many ms (tests.sim.producers)
 
     @property
     def majority(self) -> int:
@@ -114,6 +116,7 @@ class Stats:
     checks: int = 0
     converge_ms: int = 0
     reads_confirmed: int = 0
+    producers: dict[str, int] = field(default_factory=dict)  # tests.sim.producers' counters
 
 
 class SimNode:
@@ -332,6 +335,7 @@ class Simulation:
         self.partition_until = -1
         self.faults_on = True
         self.reads = ReadLoad(self, seed) if scenario.reads else None
+        self.producers = ProducerLoad(self, seed, scenario.producers) if scenario.producers else None
         for node in self.nodes.values():
             node.open()
 
@@ -384,6 +388,8 @@ class Simulation:
         self.net.step()
         self._reap()
         self.check()
+        if self.producers is not None:
+            self.producers.step()
         if self.faults_on:
             self._client_load()
             self._faults()
@@ -790,4 +796,7 @@ class Simulation:
         if self.reads is not None:
             self.reads.check()
             self.stats.reads_confirmed = self.reads.confirmed
+        if self.producers is not None:
+            self.producers.final_check()
+            self.stats.producers = dict(self.producers.stats)
         return self.stats

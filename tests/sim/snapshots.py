@@ -38,6 +38,7 @@ from typing import BinaryIO
 from dledger.clock import ManualClock
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.entry import Entry
+from dledger.node_producers import NodeProducers
 from dledger.node_snapshots import NodeSnapshots, receive_install
 from dledger.node_store import member_core
 from dledger.raft.core import RaftCore
@@ -119,6 +120,7 @@ class _Host:
         self.store = store
         self.transport: Transport | None = None
         self.clock = member.sim.clock
+        self.producers = NodeProducers(store, member.dir, member.config, lambda: core.member_state.committed_index)
         self._lock = threading.RLock()
         self._stopped = False
 
