@@ -1,5 +1,6 @@
 # Included by dledger/_store.pyx (one extension module): the record codec (the body of
-# a magic-16 entry: version, timestamp, key, headers, value; docs/FORMAT.md "Records")
+# a magic-16 entry: version, timestamp, key, headers, value; docs/FORMAT.md "Records";
+# a version-2 body carries a 36-byte stamp after its version byte, which readers skip)
 # and `split_records`, which turns a column batch's bodies into Arrow-layout record
 # columns in C. Every read is bounds-checked against the body's length: a truncated or
 # lying record is a ValueError, never an over-read.
@@ -18,6 +19,9 @@ cdef enum:
     REC_E_HEADER_KEY = 7
     REC_E_UTF8 = 8
     REC_E_TRAILING = 9
+    REC_E_STAMP_TRUNCATED = 10
+    REC_E_STAMP_NEGATIVE = 11
+    REC_E_STAMP_COUNT = 12
 
 cdef enum:
     REC_FIXED = 9  # version byte + int64 timestamp
@@ -33,6 +37,9 @@ _REC_ERRORS = (
     "header key over %d bytes" % DL_REC_MAX_HEADER_KEY,
     "header key is not UTF-8",
     "bytes after the value",
+    "truncated stamp",
+    "negative stamp field",
+    "stamp count not in 1..%d" % DL_REC_MAX_STAMP_COUNT,
 )
 
 
@@ -131,22 +138,47 @@ cdef inline int _rec_header(const unsigned char *b, Py_ssize_t n, Py_ssize_t *at
     return REC_OK
 
 
+cdef int _rec_stamp(const unsigned char *b, Py_ssize_t n, Py_ssize_t *at) noexcept nogil:
+    """Validate the stamp of the version-2 body b[0:n] (`at`: where a fault is)."""
+    cdef uint32_t count
+    cdef Py_ssize_t f
+    if n < 1 + DL_REC_STAMP_SIZE:
+        at[0] = 1
+        return REC_E_STAMP_TRUNCATED
+    for f in range(4):  # producer id, epoch, first seq at 1, 9, 17; append time at 29
+        at[0] = 1 + 8 * f + (4 if f == 3 else 0)
+        if dl_get64(b + at[0]) < 0:
+            return REC_E_STAMP_NEGATIVE
+    at[0] = 25
+    count = <uint32_t>dl_get32(b + 25)
+    if count < 1 or count > DL_REC_MAX_STAMP_COUNT:
+        return REC_E_STAMP_COUNT
+    return REC_OK
+
+
 cdef int _rec_parse(const unsigned char *b, Py_ssize_t n, RecView *r) noexcept nogil:
     """Parse and validate the record body b[0:n] into `r` (REC_OK or an error code;
-    `r.at` is where parsing stopped)."""
-    cdef Py_ssize_t k, i, koff, klen, voff, vlen
+    `r.at` is where parsing stopped). A stamped (version 2) body is validated as its
+    stamp, then read as the version-1 body that follows it (offsets stay the body's)."""
+    cdef Py_ssize_t k, i, koff, klen, voff, vlen, base = 0
     cdef int err
     r.at = 0
     if n < 1:
         return REC_E_TRUNCATED
     if b[0] != DL_REC_VERSION:
-        return REC_E_VERSION
-    if n < REC_FIXED:
+        if b[0] != DL_REC_STAMPED:
+            return REC_E_VERSION
+        err = _rec_stamp(b, n, &r.at)
+        if err:
+            return err
+        base = DL_REC_STAMP_SIZE
+        r.at = base + 1
+    if n < base + REC_FIXED:
         return REC_E_TRUNCATED
-    r.timestamp = dl_get64(b + 1)
+    r.timestamp = dl_get64(b + base + 1)
     if r.timestamp < 0:
         return REC_E_TIMESTAMP
-    r.at = REC_FIXED
+    r.at = base + REC_FIXED
     err = _varint(b, n, &r.at, &k)
     if err:
         return err

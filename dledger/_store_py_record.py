@@ -14,10 +14,21 @@ from typing import Any
 import numpy as np
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, MAX_HEADER_KEY, MAX_RECORD_HEADERS, MAX_RECORD_KEY, RECORD_VERSION
+from dledger.entry import (
+    MAGIC_NORMAL,
+    MAGIC_RECORD,
+    MAX_HEADER_KEY,
+    MAX_RECORD_HEADERS,
+    MAX_RECORD_KEY,
+    MAX_STAMP_COUNT,
+    RECORD_STAMP_SIZE,
+    RECORD_STAMPED,
+    RECORD_VERSION,
+)
 
 _FIXED = 9  # version byte + int64 timestamp
 _TS = struct.Struct(">q")
+_STAMP = struct.Struct(">qqqIq")  # producer id, epoch, first seq, count, append time
 _ERRORS = (
     "",
     "truncated",
@@ -29,8 +40,12 @@ _ERRORS = (
     f"header key over {MAX_HEADER_KEY} bytes",
     "header key is not UTF-8",
     "bytes after the value",
+    "truncated stamp",
+    "negative stamp field",
+    f"stamp count not in 1..{MAX_STAMP_COUNT}",
 )
 E_TRUNCATED, E_VERSION, E_TIMESTAMP, E_VARINT, E_KEY, E_HEADERS, E_HEADER_KEY, E_UTF8, E_TRAILING = range(1, 10)
+E_STAMP_TRUNCATED, E_STAMP_NEGATIVE, E_STAMP_COUNT = range(10, 13)
 
 Header = tuple[str, bytes]
 Decoded = tuple[int, bytes | None, list[Header], bytes]
@@ -71,19 +86,36 @@ def _put_varint(v: int) -> bytes:
     return bytes(out)
 
 
+def _check_stamp(b: bytes) -> None:
+    """Validate the stamp of a version-2 body (as `_record.pxi`'s `_rec_stamp`)."""
+    if len(b) < 1 + RECORD_STAMP_SIZE:
+        raise _Bad(E_STAMP_TRUNCATED, 1)
+    producer_id, epoch, first_seq, count, append_time = _STAMP.unpack_from(b, 1)
+    for value, at in ((producer_id, 1), (epoch, 9), (first_seq, 17), (append_time, 29)):
+        if value < 0:
+            raise _Bad(E_STAMP_NEGATIVE, at)
+    if not 1 <= count <= MAX_STAMP_COUNT:
+        raise _Bad(E_STAMP_COUNT, 25)
+
+
 def _parse(b: bytes) -> tuple[int, int, int, list[tuple[int, int, int, int]], int]:
-    """(timestamp, key offset or -1, key length, [(hkey off, len, hval off, len)], value offset)."""
+    """(timestamp, key offset or -1, key length, [(hkey off, len, hval off, len)], value offset).
+    A stamped (version 2) body: its stamp validated, then the version-1 body after it."""
     n = len(b)
     if n < 1:
         raise _Bad(E_TRUNCATED, 0)
+    base = fault = 0
     if b[0] != RECORD_VERSION:
-        raise _Bad(E_VERSION, 0)
-    if n < _FIXED:
-        raise _Bad(E_TRUNCATED, 0)
-    (timestamp,) = _TS.unpack_from(b, 1)
+        if b[0] != RECORD_STAMPED:
+            raise _Bad(E_VERSION, 0)
+        _check_stamp(b)
+        base, fault = RECORD_STAMP_SIZE, RECORD_STAMP_SIZE + 1
+    if n < base + _FIXED:
+        raise _Bad(E_TRUNCATED, fault)
+    (timestamp,) = _TS.unpack_from(b, base + 1)
     if timestamp < 0:
-        raise _Bad(E_TIMESTAMP, 0)
-    k, at = _varint(b, _FIXED)
+        raise _Bad(E_TIMESTAMP, fault)
+    k, at = _varint(b, base + _FIXED)
     key_off, key_len = -1, 0
     if k > 0:
         if k - 1 > MAX_RECORD_KEY:

@@ -24,10 +24,12 @@ def _bits(bitmap: Any, count: int) -> npt.NDArray[np.bool_]:
 class RecordColumns:
     """The record fields of a batch's entries in Arrow's layouts (built in C by
     `dledger.record.split_records`; a plain entry has no key, no timestamp, no headers
-    and its body as value). Offsets are int32; bitmaps are Arrow validity bitmaps (LSB
-    first, 1 = present). The headers are Arrow's list<struct<key: string, value:
-    binary>>: entry k's headers are h in [header_offsets[k], header_offsets[k+1]), header
-    h's key header_keys[header_key_offsets[h]:header_key_offsets[h+1]], its value alike.
+    and its body as value; a stamped record body, layout version 2, gives the columns of
+    the record it carries: the stamp is no column). Offsets are int32; bitmaps are
+    Arrow validity bitmaps (LSB first, 1 = present). The headers are Arrow's
+    list<struct<key: string, value: binary>>: entry k's headers are h in
+    [header_offsets[k], header_offsets[k+1]), header h's key
+    header_keys[header_key_offsets[h]:header_key_offsets[h+1]], its value alike.
 
     Attributes:
         value_offsets, values: the values (count + 1 offsets); the batch's own offsets

@@ -17,6 +17,9 @@ MIN_BLANK_LEN = 8
 MAX_ENTRY_SIZE = 4 * 1024 * 1024
 
 RECORD_VERSION = 1  # the first byte of a record body
+RECORD_STAMPED = 2  # the first byte of a stamped record body (leader-written, see dledger.record)
+RECORD_STAMP_SIZE = 36  # producer id, epoch, first seq (int64 each), count (uint32), append time (int64)
+MAX_STAMP_COUNT = 65536  # records one stamp covers
 MAX_RECORD_KEY = 65536  # key bytes
 MAX_RECORD_HEADERS = 1024  # headers per record
 MAX_HEADER_KEY = 1024  # UTF-8 bytes of one header key

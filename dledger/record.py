@@ -33,6 +33,9 @@ from dledger.entry import (
     MAX_HEADER_KEY,
     MAX_RECORD_HEADERS,
     MAX_RECORD_KEY,
+    MAX_STAMP_COUNT,
+    RECORD_STAMP_SIZE,
+    RECORD_STAMPED,
     RECORD_VERSION,
     Entry,
 )
@@ -59,17 +62,15 @@ Header = tuple[str, bytes]
 """One header: a string key (repeats allowed, order kept, as Kafka) and a binary value."""
 
 
-STAMP_SIZE = 36
+STAMP_SIZE = RECORD_STAMP_SIZE
 """Bytes of a stamped record's stamp (after its version byte 2): producer id, epoch and
 first sequence number (int64 each), count (uint32), append time (int64), big-endian."""
 
-STAMPED_VERSION = 2
+STAMPED_VERSION = RECORD_STAMPED
 """The first byte of a stamped record body (a plain record body starts with 1)."""
 
 _STAMP = struct.Struct(">qqqIq")
 _INT63 = (1 << 63) - 1
-MAX_STAMP_COUNT = 65_536
-"""Most records one stamp covers (one request's bodies)."""
 
 _STAMPED_FIRST = bytes((STAMPED_VERSION,))
 _REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"
@@ -113,7 +114,8 @@ def encode_record(
 
 
 def decode_record(body: bytes) -> tuple[int, bytes | None, list[Header], bytes]:
-    """Decode a record body: (timestamp, key, headers, value).
+    """Decode a record body: (timestamp, key, headers, value); a stamped (version 2)
+    body decodes as the record it carries (see `record_stamp` for its stamp).
 
     Raises:
         ValueError: truncated, a length that lies, or a limit broken.
@@ -122,8 +124,9 @@ def decode_record(body: bytes) -> tuple[int, bytes | None, list[Header], bytes]:
 
 
 def record_of(entry: Entry) -> Record:
-    """The record an entry holds: decoded for magic 16; a plain entry (or a NOOP) as a
-    record with no key, no headers and no timestamp.
+    """The record an entry holds: decoded for magic 16 (a stamped body as the record it
+    carries); a plain entry (or a NOOP) as a record with no key, no headers and no
+    timestamp.
 
     Raises:
         ValueError: a magic-16 entry whose body is not a valid record body.

@@ -34,6 +34,9 @@
 /* Largest entry the Java leader can encode (4 MiB thread-local buffer). */
 /* Record bodies (magic 16): limits the encoder and the decoder enforce. */
 #define DL_REC_VERSION         1
+#define DL_REC_STAMPED         2      /* version 2: a stamped record (leader-written) */
+#define DL_REC_STAMP_SIZE      36     /* producer id, epoch, first seq (int64), count (uint32), time (int64) */
+#define DL_REC_MAX_STAMP_COUNT 65536  /* records one stamp covers */
 #define DL_REC_MAX_KEY         65536  /* key bytes */
 #define DL_REC_MAX_HEADERS     1024   /* headers per record */
 #define DL_REC_MAX_HEADER_KEY  1024   /* UTF-8 bytes of one header key */

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import re
 import struct
+from pathlib import Path
 
 import pytest
 
+from dledger import entry
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import STAMP_SIZE, check_append, encode_record, record_stamp, stamp_record_body
@@ -98,3 +101,12 @@ def test_check_append_refuses_stamped_bodies_from_clients() -> None:
     assert "nothing was appended" in str(err.value)
     check_append([good, good], MAGIC_RECORD, java_compat=False)
     check_append([stamped], MAGIC_NORMAL, java_compat=False)  # a plain entry's body is opaque
+
+
+def test_stamp_constants_agree_with_the_c_layout() -> None:
+    text = (Path(__file__).resolve().parents[2] / "native" / "dl_layout.h").read_text()
+    defines = {k: int(v) for k, v in re.findall(r"#define (DL_REC_\w+)\s+(\d+)", text)}
+    assert defines["DL_REC_VERSION"] == entry.RECORD_VERSION == 1
+    assert defines["DL_REC_STAMPED"] == entry.RECORD_STAMPED == 2
+    assert defines["DL_REC_STAMP_SIZE"] == entry.RECORD_STAMP_SIZE == STAMP_SIZE == struct.calcsize(">qqqIq")
+    assert defines["DL_REC_MAX_STAMP_COUNT"] == entry.MAX_STAMP_COUNT == 65_536
