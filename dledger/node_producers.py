@@ -133,12 +133,7 @@ class NodeProducers:
         """Fold newly committed entries and save the table when due; the milliseconds
         until the next pass wants to run (0: more to fold)."""
         with self.lock:
-            before = self.log.committed.changes
-            folded = self.log.fold_committed(self.committed_index())
-            if self.log.committed.changes == before and self._clean:
-                self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
-            else:
-                self._clean = False
+            folded = self._fold()
             due = self.wall_ms() - self._saved_at_ms >= SAVE_EVERY_MS
             if due and not self._clean:
                 self.save()
@@ -148,10 +143,20 @@ class NodeProducers:
         """Fold what is committed and save the table (at shutdown, and before the log is
         compacted: the saved table then covers every committed entry)."""
         with self.lock:
-            while self.log.fold_committed(self.committed_index()):
+            while self._fold():
                 pass
             if not self._clean:
                 self.save()
+
+    def _fold(self) -> int:
+        """Fold a batch of committed entries (caller holds `lock`); how many."""
+        before = self.log.committed.changes
+        folded = self.log.fold_committed(self.committed_index())
+        if self.log.committed.changes == before and self._clean:
+            self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
+        else:
+            self._clean = False
+        return folded
 
     def save(self) -> None:
         """Write the committed table atomically (caller holds `lock`). Where retention
