@@ -57,10 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DLedgerNode", "NodeStatus"]
 
-IDLE_PASS_MS = 10
-"""How often the service threads run when nobody wakes them."""
-SM_CALLER = "sm-caller"
-"""The state-machine caller's thread, beside the driver's passes."""
+IDLE_PASS_MS = 10  # how often the service threads run when nobody wakes them
+SM_CALLER = "sm-caller"  # the state-machine caller's thread, beside the driver's passes
 PRODUCERS = "producers"  # the thread folding the committed log's producer stamps
 
 
@@ -132,7 +130,7 @@ class DLedgerNode:
             else None
         )
         self._stopped = False
-        self.producers = NodeProducers(self.store, node_dir, config, lambda: self.core.member_state.committed_index)
+        self.producers = NodeProducers(self.store, node_dir, config, self._fold_limit)
         self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
         self._role = self.core.member_state.role
         self._started = False
@@ -142,7 +140,7 @@ class DLedgerNode:
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.metrics.watch(self.status)
         if self.caller is not None:
-            self.caller.observer = self._observe_apply
+            self.caller.observer = self.metrics.observe_apply
         self.reads = NodeReads(self)  # Query: reads of the state machine (dledger.node_reads)
 
     # -- lifecycle
@@ -251,6 +249,10 @@ class DLedgerNode:
             floor = min(floor, self.producers.retention_floor())
             self.store.set_retention_floor(floor)
 
+    def _fold_limit(self) -> int:  # the producer table folds what is committed and applied
+        committed = self.core.member_state.committed_index
+        return committed if self.caller is None else min(committed, self.caller.applied_index)
+
     def _wake(self, name: str) -> None:
         """The driver's wake hook: run the thread of pass `name` now."""
         thread = self._threads.get(name)
@@ -303,10 +305,6 @@ class DLedgerNode:
         if self._durable is None or not _is_append_push(request):
             return answer
         return self._durable.after_durable(answer)
-
-    def _observe_apply(self, latency_us: float, count: int) -> None:
-        self.metrics.apply_latency.observe(latency_us)
-        self.metrics.apply_batch_count.observe(count)
 
     # -- client operations
 

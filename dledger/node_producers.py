@@ -21,7 +21,6 @@ on from there. Retention keeps every entry the saved image does not cover yet.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +43,6 @@ log = logging.getLogger(__name__)
 IMAGE_FILE = "producers"
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
-_INDEX = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -101,31 +99,34 @@ class NodeProducers:
         self.path = node_dir / IMAGE_FILE if node_dir is not None else None
         self.committed_index = committed_index
         self.lock = threading.Lock()
-        table, folded = self._load(config.producer_id_expiration_ms)
-        self.log = ProducerLog(store, StampFold(table, folded + 1, read_stamp))
-        self.saved_index = folded
+        fold = self._load(config.producer_id_expiration_ms)
+        self.log = ProducerLog(store, fold)
+        self.saved_index = fold.next_index - 1
         self._saved_at_ms = 0.0
         self._clean = True
         """No stamp folded since the last save: entries folded since hold none, so the
         saved image covers them too (retention may take them)."""
         self._inflight: dict[int, Future[int]] = {}
 
-    def _load(self, expiration_ms: int) -> tuple[ProducerTable, int]:
-        begin = max(self.store.begin_index, 0)
+    def _load(self, expiration_ms: int) -> StampFold:
+        begin, end = max(self.store.begin_index, 0), self.store.end_index
         if self.path is not None and self.path.exists():
             try:
-                data = self.path.read_bytes()
-                (folded,) = _INDEX.unpack_from(data)
-                table = ProducerTable.decode(data[_INDEX.size :])
-                table.expiration_ms = expiration_ms
-                # entries between the image and the log's start held no stamps (retention
-                # takes only what the image covers or what holds none)
-                return table, min(max(folded, begin - 1), self.store.end_index)
-            except (OSError, ValueError, struct.error) as exc:
+                fold = StampFold.decode(self.path.read_bytes(), read_stamp)
+                if fold.next_index > end + 1:
+                    raise ValueError(f"it covers up to {fold.next_index - 1}, past the log's end {end}")
+                fold.table.expiration_ms = expiration_ms
+                if fold.next_index < begin:
+                    # entries between the image and the log's start held no stamps (retention
+                    # takes only what the image covers or what holds none)
+                    fold.finish()
+                    fold.next_index = begin
+                return fold
+            except (OSError, ValueError) as exc:
                 log.warning("%s is unusable (%s): the producer table is rebuilt from the log", self.path, exc)
         if begin > 0:
             log.warning("the log starts at %d: producers stamped before it are not known", begin)
-        return ProducerTable(expiration_ms), begin - 1
+        return StampFold(ProducerTable(expiration_ms), begin, read_stamp)
 
     # -- the background pass
 
@@ -158,6 +159,36 @@ class NodeProducers:
             self._clean = False
         return folded
 
+    # -- snapshots (dledger.statemachine.snapshot_manager.SnapshotCompanion)
+
+    def capture(self, index: int) -> bytes | None:
+        """The committed table at exactly `index` (the apply thread, as a snapshot at
+        `index` is captured: the background fold never passes the applied index)."""
+        with self.lock:
+            while self.log.folded_index < index and self.log.fold_committed(index):
+                pass
+            if self.log.folded_index != index:
+                log.warning(
+                    "the producer table is at %d, not %d: snapshot %d does not carry it",
+                    self.log.folded_index,
+                    index,
+                    index,
+                )
+                return None
+            return self.log.committed.encode()
+
+    def load(self, image: bytes) -> None:
+        """Adopt the table a snapshot carried when it is ahead of this member's."""
+        fold = StampFold.decode(image, read_stamp)
+        with self.lock:
+            if fold.next_index <= self.log.committed.next_index:
+                return
+            fold.table.expiration_ms = self.log.committed.table.expiration_ms
+            self.log.committed = fold
+            self.log.drop_leader_table()
+            self._clean = False
+            self.save()
+
     def save(self) -> None:
         """Write the committed table atomically (caller holds `lock`). Where retention
         may cut the log: up to `saved_index`, after which the image folds on."""
@@ -165,7 +196,7 @@ class NodeProducers:
         if self.path is None:
             self.saved_index = index
             return
-        data = _INDEX.pack(index) + self.log.committed.table.encode()
+        data = self.log.committed.encode()
         tmp = self.path.with_name(IMAGE_FILE + ".tmp")
         try:
             write_synced(tmp, data)
