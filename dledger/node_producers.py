@@ -30,12 +30,12 @@ from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
-from dledger.entry import MAGIC_RECORD
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.raft.driver import RaftDriver
 from dledger.raft.log import LogStore
 from dledger.raft.producer_log import ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
-from dledger.record import record_stamp, stamp_record_body
+from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
 from dledger.store.kvfile import fsync_dir, write_synced
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,12 @@ class NodeProducers:
             first_body = stamp_record_body(bodies[0], producer_id, epoch, first_seq, count, append_time)
         except ValueError as exc:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body 0: {exc} (nothing was appended)") from None
+        if len(first_body) > MAX_ENTRY_SIZE - HEADER_SIZE:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"body 0 is {len(first_body)} bytes with its {STAMP_SIZE}-byte producer stamp; "
+                f"an entry body holds at most {MAX_ENTRY_SIZE - HEADER_SIZE} (nothing was appended)",
+            )
         first = self.store.end_index + 1
         try:
             future = driver.append_requests([[first_body, *bodies[1:]]], now_ms, [MAGIC_RECORD])[0]

@@ -8,10 +8,12 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import MAGIC_RECORD, Entry
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
 from dledger.raft.producers import Stamp, Verdict
-from dledger.record import encode_record
+from dledger.record import STAMP_SIZE, encode_record
 from dledger.statemachine.snapshot_manager import read_companion
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
@@ -93,3 +95,18 @@ def test_the_saved_table_is_read_back_at_restart(cluster_factory: Callable[..., 
     retry = again.append_idempotent([encode_record(b"p%d" % s) for s in range(4)], PID, 0, 0)
     assert retry.duplicate and retry.runs == (runs[0],)
     assert _produce(cluster, 6, 1)[0][0] == again.store.end_index
+
+
+def test_a_body_the_stamp_would_push_over_the_entry_limit_is_refused(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(1)
+    node = cluster.leader()
+    limit = MAX_ENTRY_SIZE - HEADER_SIZE
+    body = encode_record(b"x" * (limit - 20))  # fits as a plain record, not with 36 more bytes
+    assert limit - STAMP_SIZE < len(body) <= limit
+    end = node.store.end_index
+    with pytest.raises(DLedgerError, match="producer stamp") as info:
+        node.append_idempotent([body], PID, 0, 0)
+    assert info.value.code == ResponseCode.UNEXPECTED_ARGUMENT and node.store.end_index == end
+    assert _produce(cluster, 0, 1)  # the producer is not started by the refusal: 0 is still new
