@@ -347,8 +347,7 @@ class DLedgerNode:
         return future
 
     def append_idempotent(self, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int) -> StampedAppend:
-        """Append a numbered request of record bodies for an idempotent producer as leader
-        (`dledger.node_producers.NodeProducers.append`, whose errors it raises)."""
+        """An idempotent producer's numbered request, as leader (`NodeProducers.append`)."""
         if self._stopped:
             raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
         check_append(bodies, MAGIC_RECORD, self.config.store.java_compat)
@@ -357,6 +356,11 @@ class DLedgerNode:
         if self._durable is not None and not answer.duplicate:
             self._durable.leader_copy(answer.future)
         return answer
+
+    def init_producer(self) -> int:
+        """A producer id for an idempotent producer, as leader (`NodeProducers.allocate`)."""
+        with self._step():
+            return self.producers.allocate(self.core.member_state)
 
     def _commit_pass(self) -> None:
         with self._step() as now:
@@ -439,8 +443,7 @@ class DLedgerNode:
         return batch
 
     def wait_committed(self, above_index: int, timeout_s: float) -> int:
-        """Block until the committed index exceeds `above_index` (or the timeout, or
-        shutdown); returns the committed index."""
+        """The committed index once it exceeds `above_index` (or at timeout or shutdown)."""
         with self._commit_cond:
             self._commit_cond.wait_for(
                 lambda: self.core.member_state.committed_index > above_index or self._stopped, timeout_s

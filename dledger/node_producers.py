@@ -33,6 +33,7 @@ from dledger.config import DLedgerConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.raft.driver import RaftDriver
 from dledger.raft.log import LogStore
+from dledger.raft.member_state import MemberState
 from dledger.raft.producer_log import ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
 from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
@@ -41,6 +42,9 @@ from dledger.store.kvfile import fsync_dir, write_synced
 log = logging.getLogger(__name__)
 
 IMAGE_FILE = "producers"
+ALLOCATED_PER_TERM = 1 << 20
+MAX_ALLOCATING_TERM = 1 << 42
+"""Ids a leader allocates are (term << 20) + n < 2^62."""
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
 
@@ -107,6 +111,7 @@ class NodeProducers:
         """No stamp folded since the last save: entries folded since hold none, so the
         saved image covers them too (retention may take them)."""
         self._inflight: dict[int, Future[int]] = {}
+        self._allocated_term, self._allocated = -1, 0
 
     def _load(self, expiration_ms: int) -> StampFold:
         begin, end = max(self.store.begin_index, 0), self.store.end_index
@@ -214,6 +219,25 @@ class NodeProducers:
         return self.saved_index + 1
 
     # -- the leader's admission
+
+    def allocate(self, member: MemberState) -> int:
+        """A producer id for an idempotent producer (`InitProducer`; the node's lock
+        held): (term << 20) + the leader's count of ids given in that term. Unique in
+        the group, since a term has one leader; always below 2^62 (derived ids,
+        `dledger.client.derive_producer_id`, are above).
+
+        Raises:
+            DLedgerError: NOT_LEADER; LEADER_PENDING_FULL when the term's 2^20 ids are
+                used up or the term is too high for the scheme (a new term has more).
+        """
+        if not member.is_leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
+        term = member.current_term
+        given = self._allocated if self._allocated_term == term else 0
+        if given >= ALLOCATED_PER_TERM or term >= MAX_ALLOCATING_TERM:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"no producer ids left in term {term}")
+        self._allocated_term, self._allocated = term, given + 1
+        return term * ALLOCATED_PER_TERM + given
 
     def append(
         self, driver: RaftDriver, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int, now_ms: int
