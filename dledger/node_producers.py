@@ -314,6 +314,7 @@ class NodeProducers:
         except BaseException:
             self.log.drop_leader_table()  # rebuilt from the log on the next request
             raise
+        driver.dispatch_all(now_ms)  # the pushes go out now, as for any client append
         last = first + count - 1
         self.log.leader_recorded(Stamp(producer_id, epoch, first_seq, count, append_time), first)
         self._inflight[last] = future
