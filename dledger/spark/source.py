@@ -40,7 +40,7 @@ from dledger.spark.live import (
     close_client,
     default_client_factory,
     fetch_view,
-    fetch_view_once,
+    index_at_time,
     plan_batch_read,
     plan_tasks,
     read_task,
@@ -64,10 +64,11 @@ from dledger.spark.planning import (
     make_offset,
     next_end,
     offset_index,
-    resolve_end,
+    resolve_range,
     resolve_start,
 )
 from dledger.store import checkpoint_committed
+from dledger.timeindex import search_store
 
 FORMAT = "dledger"
 
@@ -118,7 +119,8 @@ class _ReadPlan:
         try:
             bounds = bounds_of(store)
             if start is None or end is None:
-                start, end = resolve_start(opts.starting, bounds), resolve_end(opts.ending, bounds)
+                rng = resolve_range(opts, bounds, lambda ts: search_store(store, ts).index)
+                start, end = rng.start, rng.end
             elif end > bounds.latest:
                 raise RuntimeError(
                     f"entries up to {end - 1} of {self.node_dir} were seen committed but the store now ends at "
@@ -157,8 +159,14 @@ class DLedgerBatchReader(DataSourceReader):
         plan = self.plan
         if plan.node_dir is not None:
             return plan.local_partitions(None, None)
-        view = fetch_view_once(plan.options.target, plan.factory, plan.connect_timeout_s)
-        return [InputPartition(t) for t in plan_batch_read(view, plan.options, plan.min_partitions)]
+        target = plan.options.target
+        client = plan.factory(target.peers or "", target.group, plan.connect_timeout_s)
+        try:
+            view = fetch_view(target, client)
+            tasks = plan_batch_read(view, plan.options, plan.min_partitions, lambda ts: index_at_time(client, view, ts))
+        finally:
+            close_client(client)
+        return [InputPartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         """Arrow record batches of one task."""
@@ -231,8 +239,17 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- offsets
 
     def initialOffset(self) -> dict[str, Any]:
-        """startingIndex resolved: earliest, latest (default) or a number."""
-        return make_offset(self.group, resolve_start(self.plan.options.starting, self._bounds()))
+        """startingIndex resolved: earliest, latest (default) or a number; or the first
+        record at or after startingTimestamp (committed + 1 when none is)."""
+        starting_timestamp = self.plan.options.starting_timestamp
+        if starting_timestamp is None:
+            return make_offset(self.group, resolve_start(self.plan.options.starting, self._bounds()))
+        if self.plan.node_dir is not None:
+            with open_store(self.plan.node_dir_path) as store:
+                return make_offset(self.group, search_store(store, starting_timestamp).index)
+        view = self._view()
+        assert self._client is not None
+        return make_offset(self.group, index_at_time(self._client, view, starting_timestamp))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """maxEntriesPerTrigger as ReadMaxRows, else everything available."""
