@@ -1,5 +1,6 @@
 """Finding entries by time: the first record at or after a timestamp, by binary search
-over the log (O(log n) small reads, never a scan). Used by the embedded API
+over the log (O(log n) small reads, never a scan; interpolation picks the probes, so an
+evenly growing log takes a handful). Used by the embedded API
 (`LocalLog.index_at_time`) and the Spark source (`startingTimestamp`, `endingTimestamp`),
 offline and live; the reads are passed in, so the same search runs over a store
 directory, a local log and a cluster.
@@ -94,10 +95,24 @@ def check_timestamp(timestamp_ms: int) -> int:
     return int(timestamp_ms)
 
 
-def search_time(timestamp_ms: int, begin: int, end: int, read: WindowReader, window: int = PROBE_WINDOW) -> TimeSearch:
+def search_time(
+    timestamp_ms: int,
+    begin: int,
+    end: int,
+    read: WindowReader,
+    window: int = PROBE_WINDOW,
+    *,
+    interpolate: bool = True,
+) -> TimeSearch:
     """The first record in [begin, end) whose timestamp is at or after `timestamp_ms`
-    (see the module doc for the semantics), by binary search: about log2(end - begin)
-    reads of at most `window` entries.
+    (see the module doc for the semantics), by a binary search whose probes are guided
+    by interpolation: at most 2 + 2 log2(end - begin) reads of at most `window` entries,
+    a handful when timestamps grow about evenly along the log.
+
+    The first probe reads the start of the range, the second its end; after that each
+    probe goes where the time falls between the nearest older and newer records seen
+    (interpolation), except after an interpolated probe that did not halve the range:
+    then it bisects, so every two probes at least halve it.
 
     Args:
         timestamp_ms: the time, ms since the epoch (>= 0).
@@ -105,6 +120,7 @@ def search_time(timestamp_ms: int, begin: int, end: int, read: WindowReader, win
             index + 1); empty when end <= begin.
         read: reads entries (see `WindowReader`).
         window: entries one probe reads (>= 1).
+        interpolate: False: plain bisection (every probe in the middle; for comparison).
 
     Returns:
         The record's index and timestamp, or `end` (timestamp None) when there is none.
@@ -117,9 +133,13 @@ def search_time(timestamp_ms: int, begin: int, end: int, read: WindowReader, win
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
     best, best_ts = end, None
-    lo, hi, probes = begin, end, 0
+    older: tuple[int, int] | None = None  # (index, timestamp) of the last older record seen
+    lo, hi, probes, bisect = begin, end, 0, not interpolate
     while lo < hi:
-        mid = (lo + hi) // 2
+        size = hi - lo
+        newer = None if best_ts is None else (best, best_ts)
+        mid = _probe_position(target, lo, hi, probes, older, newer, window, bisect)
+        interpolated = not bisect and probes >= 2 and older is not None and newer is not None
         count = min(window, hi - mid)
         batch = read(mid, count)
         probes += 1
@@ -130,20 +150,49 @@ def search_time(timestamp_ms: int, begin: int, end: int, read: WindowReader, win
         indexes, times = record_times(batch)
         in_range = indexes < mid + count
         indexes, times = indexes[in_range], times[in_range]
-        newer = np.flatnonzero(times >= target)
-        if len(newer) == 0 and len(indexes) == 0 and mid + count == hi:
+        at_or_after = np.flatnonzero(times >= target)
+        if len(at_or_after) == 0 and len(indexes) == 0 and mid + count == hi:
             hi = mid  # plain entries up to hi: no answer among them, it lies before mid
-        elif len(newer) == 0:  # only older records and plain entries (older than any time)
+        elif len(at_or_after) == 0:  # only older records and plain entries (older than any time)
             lo = mid + count
-        elif newer[0] > 0:
+            if len(indexes):
+                older = (int(indexes[-1]), int(times[-1]))
+        elif at_or_after[0] > 0:
             # older records, then a newer one: that is the answer (every record before it
             # that was probed is older)
-            best, best_ts = int(indexes[newer[0]]), int(times[newer[0]])
+            best, best_ts = int(indexes[at_or_after[0]]), int(times[at_or_after[0]])
             lo = hi = mid
         else:
             best, best_ts = int(indexes[0]), int(times[0])
             hi = mid  # entries mid..best-1 are plain: the answer is best or before mid
+        bisect = not interpolate or (interpolated and (hi - lo) * 2 > size)
     return TimeSearch(best, best_ts, probes)
+
+
+def _probe_position(
+    target: int,
+    lo: int,
+    hi: int,
+    probes: int,
+    older: tuple[int, int] | None,
+    newer: tuple[int, int] | None,
+    window: int,
+    bisect: bool,
+) -> int:
+    """Where the next probe reads, in [lo, hi): the start, then the end of the range,
+    then by interpolation between the older and the newer record (the window centred on
+    the estimate), or the middle when told to bisect or when an anchor is missing."""
+    if bisect:
+        return (lo + hi) // 2
+    if probes == 0:
+        return lo
+    if probes == 1 and newer is None:
+        return max(lo, hi - window)
+    if older is None or newer is None or newer[1] <= older[1]:
+        return (lo + hi) // 2
+    (a_index, a_ts), (b_index, b_ts) = older, newer
+    estimate = a_index + (target - a_ts) * (b_index - a_index) // (b_ts - a_ts)
+    return min(max(estimate - window // 2, lo), hi - 1)
 
 
 class ColumnReadable(Protocol):
@@ -164,7 +213,9 @@ class ColumnReadable(Protocol):
         ...
 
 
-def search_store(store: ColumnReadable, timestamp_ms: int, window: int = PROBE_WINDOW) -> TimeSearch:
+def search_store(
+    store: ColumnReadable, timestamp_ms: int, window: int = PROBE_WINDOW, *, interpolate: bool = True
+) -> TimeSearch:
     """`search_time` over a store's committed entries (from its first kept one): the
     first record at or after `timestamp_ms`, else committed index + 1.
 
@@ -178,4 +229,4 @@ def search_store(store: ColumnReadable, timestamp_ms: int, window: int = PROBE_W
     def read(start: int, count: int) -> ColumnBatch:
         return store.read_columns(start, count, PROBE_BYTES)
 
-    return search_time(timestamp_ms, begin, end, read, window)
+    return search_time(timestamp_ms, begin, end, read, window, interpolate=interpolate)

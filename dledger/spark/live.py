@@ -34,7 +34,7 @@ from dledger.spark.planning import (
     plan_live,
     resolve_range,
 )
-from dledger.timeindex import PROBE_BYTES, search_time
+from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
 
@@ -221,8 +221,15 @@ def plan_tasks(view: ClusterView, rng: IndexRange, opts: ReadOptions, min_partit
 
 def index_at_time(client: LedgerClient, view: ClusterView, timestamp_ms: int) -> int:
     """The first record at or after `timestamp_ms` in the cluster's committed log, else
-    its committed index + 1: `dledger.timeindex.search_time` with each probe one small
-    read from the leader (about log2(n) round trips; nothing is scanned)."""
+    its committed index + 1 (see `search_cluster`)."""
+    return search_cluster(client, view, timestamp_ms).index
+
+
+def search_cluster(
+    client: LedgerClient, view: ClusterView, timestamp_ms: int, *, interpolate: bool = True
+) -> TimeSearch:
+    """`dledger.timeindex.search_time` over the cluster's committed log, each probe one
+    small read from the leader (at most 2 + 2 log2(n) round trips; nothing is scanned)."""
     bounds = view.bounds
 
     def read(start: int, count: int) -> ColumnBatch:
@@ -236,7 +243,7 @@ def index_at_time(client: LedgerClient, view: ClusterView, timestamp_ms: int) ->
             if close is not None:
                 close()  # ends the stream (the rest of the window is not needed)
 
-    return search_time(timestamp_ms, bounds.earliest, bounds.latest, read).index
+    return search_time(timestamp_ms, bounds.earliest, bounds.latest, read, interpolate=interpolate)
 
 
 def plan_batch_read(

@@ -89,7 +89,9 @@ def test_random_logs_match_a_scan(tmp_path: Path, seed: int) -> None:
             assert result.found == (result.index < len(items))
             if result.found:
                 assert result.timestamp == items[result.index]
-            assert result.probes <= len(items).bit_length() + 2
+            assert result.probes <= 2 + 2 * len(items).bit_length()  # every two probes halve the range
+            bisected = search_store(view, target, window, interpolate=False)
+            assert bisected.index == result.index and bisected.probes <= len(items).bit_length() + 1
 
 
 def test_decreasing_timestamps_give_a_newer_record_with_older_probes(tmp_path: Path) -> None:
@@ -110,8 +112,22 @@ def test_decreasing_timestamps_give_a_newer_record_with_older_probes(tmp_path: P
             result = search_time(target, 0, len(items), read, window=1)
             if result.index < len(items):  # else every probe was older: the end
                 assert items[result.index] is not None and items[result.index] >= target  # type: ignore[operator]
-            assert len(set(probed)) <= 10
+            assert len(set(probed)) <= 2 + 2 * len(items).bit_length()
             assert all(items[k] < target for k in probed if k < result.index)  # type: ignore[operator]
+
+
+def test_probes_interpolate_on_even_logs_and_stay_logarithmic_on_skewed_ones(tmp_path: Path) -> None:
+    """Evenly growing times: a handful of probes; times growing exponentially (where
+    interpolation guesses badly): still at most 2 + 2 log2(n), and exact."""
+    even: list[Item] = [1000 + 3 * k for k in range(5000)]
+    skewed: list[Item] = [int(1.004**k) for k in range(5000)]
+    for name, items in (("even", even), ("skewed", skewed)):
+        node = write_log(tmp_path / name, items)
+        with StoreView.open(node) as view:
+            for target in (0, items[17], items[2500] + 1, items[4990], items[-1] + 1):  # type: ignore[operator]
+                result = search_store(view, target, window=8)
+                assert result.index == brute(items, target), (name, target)
+                assert result.probes <= (5 if name == "even" else 2 + 2 * 13), (name, target, result.probes)
 
 
 def test_empty_log_and_compacted_prefix(tmp_path: Path) -> None:
@@ -144,7 +160,7 @@ def test_a_reader_that_skips_entries_is_an_error() -> None:
     def read(start: int, count: int) -> ColumnBatch:
         return ColumnBatch.empty()
 
-    with pytest.raises(RuntimeError, match="a read of entry 5 returned 0 entries"):
+    with pytest.raises(RuntimeError, match="a read of entry 0 returned 0 entries starting at None"):
         search_time(1, 0, 10, read)
 
 
