@@ -9,7 +9,7 @@ round (spread over the log, plus one past its end):
 * `offline-search`: `search_store` over an open `StoreView` (the search alone);
   `offline-search-bisect`: the same by plain bisection (`interpolate=False`: every probe
   in the middle, what a log whose times grow unevenly costs at worst, about log2(n / 64)
-  probes, where interpolation needs 2–3 on this evenly growing log);
+  probes, where interpolation needs 2-3 on this evenly growing log);
 * `offline-open-search`: open the store directory read-only, search, close (what the
   Spark source's planning does for an offline `startingTimestamp`);
 * `live-1-member`: `index_at_time` through the gRPC client against a one-member
