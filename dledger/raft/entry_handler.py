@@ -181,10 +181,11 @@ class EntryHandler:
         if self._appended_in_term[0] != req.term:
             self._appended_in_term = (req.term, end + 1)
         if req.first_index == end + 1:
-            if self.store.begin_index < 0 <= end and req.entries:
+            pos = _entry_pos(req.entries, 0) if req.entries else -1
+            if self.store.begin_index < 0 <= end and pos != getattr(self.store, "write_pos", pos):
                 # an emptied log (after a snapshot) continues at the leader's position of
-                # its next entry; a restart placed it at its own (a no-op when they agree)
-                self.store.reset(end, req.prev_term, _entry_pos(req.entries, 0))
+                # its next entry; a restart placed it at its own
+                self.store.reset(end, req.prev_term, pos)
             self.store.append_encoded(req.entries)
             if self.store.end_index != req.last_index or self.store.end_term != req.last_term:
                 # headers carry no CRC: a run whose end disagrees with what the leader
