@@ -109,6 +109,7 @@ def _fill(workdir: Path, entries: int, threshold: int, snapshots: bool, segment:
         store=store,
     )
     samples: list[int] = []  # bytes on disk
+    appended: list[int] = []  # entries acknowledged at each sample
     live: list[int] = []  # entries in the log
     lag: list[int] = []  # entries appended, not applied yet
     stop = threading.Event()
@@ -119,14 +120,16 @@ def _fill(workdir: Path, entries: int, threshold: int, snapshots: bool, segment:
         def sample() -> None:
             while not stop.wait(0.05):
                 samples.append(disk_bytes(node_dir))
+                appended.append(load.count)
                 begin, end = node.store.begin_index, node.store.end_index
                 live.append(end - begin + 1 if begin >= 0 else 0)
                 lag.append(end - node.applied_index)
 
+        load = Appenders(node, batch=1000)
         sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
         start = time.perf_counter()
-        with Appenders(node, batch=1000) as load:
+        with load:
+            sampler.start()
             load.rate_while(lambda: load.count < entries)
         elapsed = time.perf_counter() - start
         wait_for(lambda: node.applied_index >= node.store.end_index, "everything applied")
@@ -137,11 +140,12 @@ def _fill(workdir: Path, entries: int, threshold: int, snapshots: bool, segment:
         samples.append(disk_bytes(node_dir))
         snapshot_dirs = len(list((node_dir / "snapshot").glob("snapshot_*")))
         entry_bytes = node.store.write_pos / max(node.store.end_index + 1, 1)
-        half = len(samples) // 2
+        appended.append(load.count)
+        first = [b for b, n in zip(samples, appended, strict=True) if n <= entries // 2]
         return {
             "peak": max(samples),
-            "peak_first_half": max(samples[:half] or samples),
-            "peak_second_half": max(samples[half:]),
+            "peak_first_half": max(first or [0]),  # while the first half of the entries went in
+            "peak_second_half": max(b for b, n in zip(samples, appended, strict=True) if n > entries // 2),
             "max_live": max(live or [0]),
             "max_lag": max(lag or [0]),
             "final": samples[-1],
