@@ -167,6 +167,13 @@ class NodeSnapshots:
             store, member = node.store, node.core.member_state
             if store.end_index < index:
                 store.reset(index, term)
+            elif store.begin_index >= 0 and store.begin_index <= index and store.term_at(index) != term:
+                # the log holds another entry at the snapshot's index (an install whose log
+                # reset a power loss undid): it and everything after it are not committed
+                log.warning("the log holds another entry at snapshot %d's index: dropped from there", index)
+                if store.end_index > index:
+                    store.truncate(index + 1)
+                store.reset(index, term)
             member.update_committed_index(index)
             self._note(index, term)
             if node.caller is not None and node.caller.applied_index < index:

@@ -40,6 +40,10 @@ def _entry_term(run: bytes, offset: int) -> int:
     return int.from_bytes(run[offset + 16 : offset + 24], "big", signed=True)
 
 
+def _entry_pos(run: bytes, offset: int) -> int:
+    return int.from_bytes(run[offset + 24 : offset + 32], "big", signed=True)
+
+
 class EntryHandler:
     """Follower replication (DLedger's EntryHandler).
 
@@ -177,6 +181,11 @@ class EntryHandler:
         if self._appended_in_term[0] != req.term:
             self._appended_in_term = (req.term, end + 1)
         if req.first_index == end + 1:
+            pos = _entry_pos(req.entries, 0) if req.entries else -1
+            if self.store.begin_index < 0 <= end and pos != getattr(self.store, "write_pos", pos):
+                # an emptied log (after a snapshot) continues at the leader's position of
+                # its next entry; a restart placed it at its own
+                self.store.reset(end, req.prev_term, pos)
             self.store.append_encoded(req.entries)
             if self.store.end_index != req.last_index or self.store.end_term != req.last_term:
                 # headers carry no CRC: a run whose end disagrees with what the leader

@@ -35,6 +35,7 @@ from dledger.statemachine.snapshot_files import (
     TMP_DIR,
     DamagedSnapshotError,
     Snapshot,
+    file_ops,
     publish,
     remove_tree,
     snapshot_index,
@@ -55,7 +56,7 @@ class SnapshotWriter(io.BufferedWriter):
     """
 
     def __init__(self, store: SnapshotStore, directory: Path) -> None:
-        super().__init__(io.FileIO(directory / DATA_FILE, "wb"), buffer_size=1 << 20)
+        super().__init__(io.FileIO(file_ops().open_new(directory / DATA_FILE), "wb"), buffer_size=1 << 20)
         self.directory = directory
         self._store = store
         self._ended = False
@@ -168,7 +169,7 @@ class SnapshotStore:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "a snapshot is already being saved")
             directory = self.root / TMP_DIR
             remove_tree(directory)
-            directory.mkdir()
+            file_ops().mkdir(directory)
             self._writer = SnapshotWriter(self, directory)
             return self._writer
 

@@ -209,26 +209,77 @@ def verify(directory: Path, index: int) -> Snapshot:
     return Snapshot(directory, meta)
 
 
-def fsync_path(path: Path, directory: bool = False) -> None:
-    """fsync a file or a directory by path."""
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
+class FileOps:
+    """The file-system calls that change a node's snapshot files, in one place.
+
+    Every file and directory the snapshot store creates, syncs, renames or deletes goes
+    through the active `FileOps` (`file_ops()`), so a test can observe each durable step
+    (the simulation's power-loss model, tests/sim/snapshot_disk.py, swaps in its own
+    with `set_file_ops`). This class is what production uses: plain POSIX calls.
+    """
+
+    def open_new(self, path: Path) -> int:
+        """Create (or truncate) `path` for writing; returns the file descriptor."""
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def fsync(self, fd: int, path: Path) -> None:
+        """Make the data of the open file `fd` (at `path`) durable."""
         os.fsync(fd)
-    finally:
-        os.close(fd)
+
+    def fsync_path(self, path: Path, directory: bool = False) -> None:
+        """fsync a file or a directory by path."""
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mkdir(self, path: Path) -> None:
+        """Create the directory `path` (its parent is not synced)."""
+        path.mkdir()
+
+    def replace(self, source: Path, target: Path) -> None:
+        """Rename `source` to `target` (atomically; the parent is not synced)."""
+        os.replace(source, target)
+
+    def remove_tree(self, path: Path) -> bool:
+        """Delete a directory tree (or a file or link in its place) and fsync its
+        parent; False when nothing was there."""
+        if not os.path.lexists(path):
+            return False
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        self.fsync_path(path.parent, directory=True)
+        return True
+
+
+_file_ops = FileOps()
+
+
+def file_ops() -> FileOps:
+    """The `FileOps` the snapshot store uses now."""
+    return _file_ops
+
+
+def set_file_ops(ops: FileOps) -> FileOps:
+    """Make the snapshot store use `ops` from now on; returns the previous one (for
+    tests: production never calls this)."""
+    global _file_ops
+    previous, _file_ops = _file_ops, ops
+    return previous
+
+
+def fsync_path(path: Path, directory: bool = False) -> None:
+    """fsync a file or a directory by path (through `file_ops()`)."""
+    _file_ops.fsync_path(path, directory)
 
 
 def remove_tree(path: Path) -> bool:
     """Delete a directory tree (or a file or link in its place) and fsync its parent;
-    False when nothing was there."""
-    if not os.path.lexists(path):
-        return False
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-    fsync_path(path.parent, directory=True)
-    return True
+    False when nothing was there (through `file_ops()`)."""
+    return _file_ops.remove_tree(path)
 
 
 def publish(work_dir: Path, root: Path, index: int, term: int) -> Snapshot:
@@ -242,17 +293,18 @@ def publish(work_dir: Path, root: Path, index: int, term: int) -> Snapshot:
     Raises:
         OSError: a step failed (the snapshot may or may not have been published).
     """
+    ops = _file_ops
     data = work_dir / DATA_FILE
-    fsync_path(data)
+    ops.fsync_path(data)
     crc, size = data_checksum(data)
     meta = SnapshotMeta(index, term, crc, size)
-    with open(work_dir / META_FILE, "wb") as fh:
+    meta_path = work_dir / META_FILE
+    with io.FileIO(ops.open_new(meta_path), "wb") as fh:
         fh.write(meta.to_json())
-        fh.flush()
-        os.fsync(fh.fileno())
-    fsync_path(work_dir, directory=True)
+        ops.fsync(fh.fileno(), meta_path)
+    ops.fsync_path(work_dir, directory=True)
     target = root / f"{DIR_PREFIX}{index}"
-    remove_tree(target)
-    os.replace(work_dir, target)
-    fsync_path(root, directory=True)
+    ops.remove_tree(target)
+    ops.replace(work_dir, target)
+    ops.fsync_path(root, directory=True)
     return Snapshot(target, meta)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.statemachine.snapshot_files import DATA_FILE, Snapshot, data_checksum, remove_tree
+from dledger.statemachine.snapshot_files import DATA_FILE, Snapshot, data_checksum, file_ops, remove_tree
 
 _ERR = ResponseCode.INSTALL_SNAPSHOT_ERROR
 
@@ -50,8 +50,8 @@ class SnapshotInstall:
         self._received = 0
         self._state = "receiving"
         remove_tree(directory)
-        directory.mkdir()
-        self._fd: int | None = os.open(directory / DATA_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        file_ops().mkdir(directory)
+        self._fd: int | None = file_ops().open_new(directory / DATA_FILE)
 
     @property
     def active(self) -> bool:
@@ -112,7 +112,7 @@ class SnapshotInstall:
             if size > self._received:
                 raise DLedgerError(_ERR, f"received {self._received} of {size} bytes: resume from {self._received}")
             try:
-                os.fsync(fd)
+                file_ops().fsync(fd, self.directory / DATA_FILE)
                 self._close()
                 actual = data_checksum(self.directory / DATA_FILE)
                 if actual != (crc32, size):

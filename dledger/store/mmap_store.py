@@ -312,15 +312,20 @@ class MmapLogStore(impl.LogCore, Durability):
         self.write_checkpoint()
 
     def _truncate_all(self, from_index: int) -> None:
+        term = -1
         if from_index == self.begin_index >= 0:
             # the log keeps its end position: the first entry's (after a reset's head blank)
             pos = self.get_locked(from_index).pos
             truncate.empty_data_at(self.data_list, pos, int(self.write_pos))
+            # and its end term, the last reset's (a vote compares it: never -1 when known)
+            reset = kvfile.read(self.node_dir / RESET_FILE)
+            if kvfile.read_int(reset, "beforeBeginIndex", -1) == from_index - 1:
+                term = kvfile.read_int(reset, "beforeBeginTerm", -1)
         else:
             self.data_list.drop_all()
             pos = 0
         self.index_list.drop_all()
-        self._set_state(-1, from_index - 1, -1, pos)
+        self._set_state(-1, from_index - 1, term, pos)
         self._after_shrink()
 
     def _zero_tail(self, segments: SegmentList, start: int, end: int) -> None:

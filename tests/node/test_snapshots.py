@@ -13,7 +13,7 @@ import pytest
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.node import DLedgerNode
-from dledger.statemachine.snapshot_files import DATA_FILE
+from dledger.statemachine.snapshot_files import DATA_FILE, META_FILE, SnapshotMeta
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
 
@@ -249,3 +249,72 @@ def test_reset_but_keep_some_keeps_the_last_entries_before_the_snapshot(
     cluster.stop("n0")
     again = cluster.start("n0")  # the kept entries stay kept across a restart
     assert again.store.begin_index == node.snapshots.last_index - 7 + 1
+
+
+def test_restart_drops_a_log_whose_entry_at_the_snapshot_index_is_another(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    """Found by the snapshot simulation's power losses (tests/sim/snapshot_power.py): a
+    follower installed snapshot (N, t) over a log holding an uncommitted entry of another
+    term at N; the power failed before its log reset was durable, so it restarted with
+    the snapshot and that stale log. The entry at N and the ones after it are not
+    committed (the committed entry at N is the snapshot's), so the log is dropped from
+    there instead of being taken as committed up to N."""
+    keep = 5
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=keep,
+        **SNAP,
+    )
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.store.begin_index > 0, what="compaction")
+    taken = snapshot_dirs(node_dir(cluster, "n0"))[-1]
+    log_term = node.store.term_at(taken)
+    append_values(node, range(25, 28))  # entries after the snapshot, of the same history
+    cluster.stop("n0")
+    # the snapshot is of another history at `taken`: the term of its last entry differs
+    snap = node_dir(cluster, "n0") / "snapshot" / f"snapshot_{taken}"
+    old = SnapshotMeta.from_json((snap / META_FILE).read_bytes())
+    meta = SnapshotMeta(taken, log_term + 1, old.crc32, old.size)
+    (snap / META_FILE).write_bytes(meta.to_json())
+
+    again = cluster.start("n0")
+    sm = machine(cluster, "n0")
+    assert sm.loads == [taken]
+    store = again.store
+    # nothing at or below the snapshot's index is left in the log, nor after it: the
+    # log continues right after the snapshot, in its term
+    assert store.end_index >= taken
+    assert store.begin_index == -1 or store.begin_index > taken, (store.begin_index, store.end_index)
+    if store.begin_index >= 0:  # (empty here: the log ends at the snapshot)
+        for index in range(store.begin_index, store.end_index + 1):
+            assert store.term_at(index) > log_term  # written in the new leadership's terms
+    # and the log is usable: new entries commit and apply after the snapshot
+    assert cluster.leader() is again
+    append_values(again, range(100, 103))
+    wait_until(lambda: again.applied_index == again.store.end_index, what="apply")
+    assert all(index > taken for index in sm.applied)
+
+
+def test_restart_keeps_a_log_that_matches_the_snapshot(cluster_factory: Callable[..., NodeCluster]) -> None:
+    """The check above leaves a log whose entry at the snapshot's index has its term."""
+    keep = 5
+    cluster = cluster_factory(
+        1,
+        machine_factory=SumMachine,
+        snapshot_entry_reset_strategy="RESET_BUT_KEEP_SOME_SYNC",
+        reset_snapshot_entries_but_keep_last_entries_num=keep,
+        **SNAP,
+    )
+    node = cluster.leader()
+    append_values(node, range(25))
+    wait_until(lambda: node.store.begin_index > 0, what="compaction")
+    taken = snapshot_dirs(node_dir(cluster, "n0"))[-1]
+    begin, end = node.store.begin_index, node.store.end_index
+    cluster.stop("n0")
+    again = cluster.start("n0")
+    assert (again.store.begin_index, again.store.end_index) == (begin, end)
+    assert again.store.begin_index <= taken <= again.store.end_index

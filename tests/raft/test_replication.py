@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import random
 from concurrent.futures import Future
+from pathlib import Path
 
 import pytest
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, member_store_config
 from dledger.raft.core import RaftCore
 from dledger.raft.dispatcher import COALESCE_BYTES, DispatchState, EntryDispatcher
 from dledger.raft.elector import LeaderElector
@@ -20,6 +21,7 @@ from dledger.raft.member_state import MemberState, MemoryTermStore
 from dledger.raft.messages import HeartBeatRequest, PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.store.memory import MemoryLogStore
+from dledger.store.mmap_store import MmapLogStore
 from tests.raft.cluster import Cluster, Member
 
 pytestmark = pytest.mark.interaction
@@ -687,3 +689,33 @@ def test_a_stale_truncate_never_deletes_what_the_same_leader_pushed_in_its_term(
     handler.run_once(2)
     assert answer.result().code == ResponseCode.SUCCESS
     assert store.end_index == 3 and [store.get_body(i) for i in range(4)] == [b"x"] * 4
+
+
+def test_an_emptied_log_placed_elsewhere_takes_the_leaders_entries_at_their_positions(tmp_path: Path) -> None:
+    """Found by the snapshot simulation's power losses: a follower restarted with a
+    snapshot (5, term 1) over a shorter log, so its log was emptied at its own end
+    position, not where the leader's entry 6 starts. Every push of entry 6 was refused
+    (position mismatch) and every compare succeeded: it never caught up. The handler now
+    moves an emptied log to the leader's position of its next entry."""
+    config = DLedgerConfig(group="g", self_id="n1", peers=PEERS, follower_push_timeout_ms=1000)
+    store = MmapLogStore(tmp_path, member_store_config(data_file_size=4096, index_file_size=32 * 64))
+    store.term = 1
+    for _ in range(3):
+        store.append(b"y" * 30)  # its own entries, at other positions than the leader's
+    store.reset(5, 1)
+    ms = MemberState(config, store, MemoryTermStore(1, None))
+    LeaderElector(config, ms, random.Random(0)).handle_heartbeat(
+        HeartBeatRequest(group="g", local_id="n0", remote_id="n1", leader_id="n0", term=1), 0
+    )
+    handler = EntryHandler(config, ms)
+    log = leader_log(12)
+    assert store.write_pos != log.get(6).pos
+    answer = handler.handle_push(append_push(log, 6, 3), 0)
+    while handler.run_once(0):
+        pass
+    assert answer.result().code == ResponseCode.SUCCESS
+    assert store.end_index == 8 and [store.get(i).pos for i in (6, 8)] == [log.get(i).pos for i in (6, 8)]
+    store.close()
+    again = MmapLogStore(tmp_path, member_store_config(data_file_size=4096, index_file_size=32 * 64))
+    assert (again.begin_index, again.end_index, again.get(7).pos) == (6, 8, log.get(7).pos)
+    again.close()

@@ -72,6 +72,8 @@ class NodeDisk:
         crash_armed: the next msync of this node raises SimCrash (and sets `crashed`).
         crashed: a SimCrash was raised (the harness takes the node down).
         msyncs: how many msyncs were observed.
+        atom: the unit a torn write is cut at (1: any byte; 512: a disk whose sector
+            writes are atomic, so an 8-byte header at a sector's start is never torn).
     """
 
     node_dir: Path
@@ -79,6 +81,7 @@ class NodeDisk:
     crash_armed: bool = False
     crashed: bool = False
     msyncs: int = 0
+    atom: int = 1
 
     # -- observation (called by TracingTable / TracingSegmentList)
 
@@ -154,7 +157,7 @@ class NodeDisk:
             report = TornReport(kind, "clean", lo, hi)
             if lo >= 0:
                 report.dirty_bytes = sum(int(np.count_nonzero(current[o] != durable[o])) for o in current)
-                keep = self._torn_selection(rng, report, lo, hi, dirty, mode)
+                keep = self._torn_selection(rng, report, lo, hi, dirty, mode, self.atom)
                 for offset, path in files:
                     cur, new = current[offset], durable[offset].copy()
                     for start, stop in keep:
@@ -178,7 +181,13 @@ class NodeDisk:
 
     @staticmethod
     def _torn_selection(
-        rng: random.Random, report: TornReport, lo: int, hi: int, dirty_pages: list[int], mode: str | None
+        rng: random.Random,
+        report: TornReport,
+        lo: int,
+        hi: int,
+        dirty_pages: list[int],
+        mode: str | None,
+        atom: int = 1,
     ) -> list[tuple[int, int]]:
         """Which unsynced byte ranges reach the disk: nothing, everything, a random prefix
         (a torn tail, cut at any byte), or a random subset of the dirty pages with the
@@ -194,13 +203,15 @@ class NodeDisk:
             return [(lo, hi)]
         if roll < 0.85 or (len(dirty_pages) < 2 and mode is None):
             report.mode = "prefix"
-            return [(lo, rng.randint(lo, hi))]
+            cut = rng.randint(lo, hi)
+            return [(lo, max(lo, cut - cut % atom))]
         report.mode = "pages"
         chosen = [p for p in dirty_pages if rng.random() < 0.5]
         ranges = [(p, p + PAGE) for p in chosen]
         if ranges:
             last = ranges[-1][0]
-            ranges[-1] = (last, last + rng.randint(0, PAGE))
+            cut = rng.randint(0, PAGE)
+            ranges[-1] = (last, last + cut - cut % atom)
         return ranges
 
 

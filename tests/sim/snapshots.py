@@ -18,8 +18,9 @@ Invariants after every step: one leader per term; every committed index holds th
 same entry on every member that holds it; and every live member's state machine equals
 the sequential application of the committed log up to its applied index (a digest of
 the user entries, compared with the one computed from the committed history).
-Power loss (unflushed page cache lost) is not modelled here: tests/sim/harness.py does
-that for the log alone.
+Power loss (what was not made durable is lost, torn) is added by
+tests/sim/snapshot_power.py (`PowerSim`), over the disk models of tests/sim/disk.py (the
+log's segments) and tests/sim/snapshot_disk.py (the snapshot files).
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ class SimMember:
 
     def open(self) -> None:
         sim = self.sim
-        store = MmapLogStore(self.dir, sim.store_config)
+        store = sim.store_class(self.dir, sim.store_config)
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
         unclean = self.incarnation > 1 and not self.wiped  # every restart follows a crash
@@ -216,12 +217,16 @@ class SimMember:
     def restart(self) -> None:
         sim = self.sim
         if sim.rng.random() < sim.faults.wipe and sim.others_hold_everything(self):
-            shutil.rmtree(self.dir)
-            self.config.initial_cluster_state = "existing"
-            self.wiped = True
-            sim.stats["wipes"] += 1
-            sim.log(f"{self.node_id} restarts wiped")
+            self.wipe()
         self.open()
+
+    def wipe(self) -> None:
+        """While down, the member loses its directory (it restarts as a new member)."""
+        shutil.rmtree(self.dir)
+        self.config.initial_cluster_state = "existing"
+        self.wiped = True
+        self.sim.stats["wipes"] += 1
+        self.sim.log(f"{self.node_id} restarts wiped")
 
     # -- the apply pass and the snapshot thread, inline
 
@@ -272,6 +277,8 @@ class SnapshotSim:
     """A cluster of `nodes` members with snapshots, a client load and faults."""
 
     STEP_MS = 5
+    store_class: type[MmapLogStore] = MmapLogStore
+    member_class: type[SimMember] = SimMember
 
     def __init__(
         self,
@@ -293,7 +300,7 @@ class SnapshotSim:
         self.trace: list[str] = []
         ids = [f"n{k}" for k in range(nodes)]
         peers = ";".join(f"{i}-127.0.0.1:{30000 + k}" for k, i in enumerate(ids))
-        self.members = {i: SimMember(self, i, k, peers) for k, i in enumerate(ids)}
+        self.members = {i: self.member_class(self, i, k, peers) for k, i in enumerate(ids)}
         self.history: dict[int, tuple[int, bytes, bool]] = {}  # committed index -> (term, body, is noop)
         self.expected: dict[int, int] = {}  # index -> digest after applying everything up to it
         self.leaders: dict[int, str] = {}

@@ -64,3 +64,24 @@ def test_memory_store_takes_the_position_too() -> None:
     store.append(b"a")
     store.reset(20, 3, next_pos=777)
     assert (store.end_index, store.end_term, store.write_pos) == (20, 3, 777)
+
+
+@pytest.mark.parametrize("kind", ["mmap", "memory"])
+def test_truncating_every_entry_after_a_reset_keeps_the_reset_term(tmp_path: Path, kind: str) -> None:
+    """Found by the snapshot simulation: a follower compacted to snapshot (9, term 2),
+    then the leader truncated every entry after it (a stale tail of its own). Its log end
+    must stay (9, term 2): with term -1 it voted for a candidate whose log ended at an
+    older index in term 2, which then overwrote committed entries."""
+    store = leader_store(tmp_path / "s", 20) if kind == "mmap" else MemoryLogStore()
+    if isinstance(store, MemoryLogStore):
+        store.term = 2
+        for _ in range(20):
+            store.append(b"x" * 50)
+    store.reset(9, 2)
+    assert (store.begin_index, store.end_term) == (10, 2)
+    store.truncate(10)
+    assert (store.begin_index, store.end_index, store.end_term) == (-1, 9, 2)
+    store.term = 3
+    store.append(b"y" * 40)  # the leader's entry 10 follows
+    assert (store.begin_index, store.end_index, store.end_term) == (10, 10, 3)
+    store.close()
