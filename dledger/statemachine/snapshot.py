@@ -31,10 +31,12 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.statemachine.snapshot_files import (
     DATA_FILE,
     INSTALL_TMP_DIR,
+    META_FILE,
     SNAPSHOT_DIR,
     TMP_DIR,
     DamagedSnapshotError,
     Snapshot,
+    SnapshotMeta,
     file_ops,
     publish,
     remove_tree,
@@ -115,6 +117,10 @@ class SnapshotStore:
         self._lock = threading.RLock()
         self._writer: SnapshotWriter | None = None
         self._install: SnapshotInstall | None = None
+        self._checked: dict[int, tuple[int, int, int]] = {}
+        """Snapshots verified already, by index: their data's (inode, size, mtime) then.
+        Published snapshots never change: while the file is the same one, unchanged,
+        it is not read again (a leader streams its newest snapshot to every follower)."""
         self.root.mkdir(parents=True, exist_ok=True)
         for name in (TMP_DIR, INSTALL_TMP_DIR):
             if remove_tree(self.root / name):
@@ -145,8 +151,15 @@ class SnapshotStore:
         for index in self.indexes():
             if limit is not None and len(good) >= limit:
                 break
+            directory = self.root / f"snapshot_{index}"
             try:
-                good.append(verify(self.root / f"snapshot_{index}", index))
+                seen = _file_identity(directory / DATA_FILE)
+                if seen is not None and self._checked.get(index) == seen:
+                    good.append(Snapshot(directory, SnapshotMeta.from_json((directory / META_FILE).read_bytes())))
+                    continue
+                good.append(verify(directory, index))
+                if seen is not None:
+                    self._checked[index] = seen
             except DamagedSnapshotError as exc:
                 log.warning("snapshot %s is damaged and skipped: %s", self.root / f"snapshot_{index}", exc)
             except OSError as exc:
@@ -267,3 +280,12 @@ def _check_range(last_index: int, last_term: int) -> None:
     for name, value in (("last index", last_index), ("last term", last_term)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 63:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"snapshot {name} {value!r} is out of range")
+
+
+def _file_identity(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of `path`, None when it cannot be read."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

@@ -387,3 +387,21 @@ def test_the_writer_is_a_binary_file(tmp_path: Path) -> None:
     writer.writelines([b"a", b"b"])
     writer.close()  # a state machine may close it
     assert content(writer.commit(1, 1)) == (1, 1, b"ab")
+
+
+def test_an_unchanged_snapshot_is_read_once_and_a_changed_one_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader streams its newest snapshot to every follower that needs it: the data
+    is verified once, not before every stream, unless the file changed since."""
+    import dledger.statemachine.snapshot as snapshot_module
+
+    store = SnapshotStore(tmp_path)
+    newest = save(store, 9, 1, b"newer" * 100)
+    checks: list[Path] = []
+    real = snapshot_module.verify
+    monkeypatch.setattr(snapshot_module, "verify", lambda d, i: checks.append(d) or real(d, i))
+    assert [s.index for s in store.snapshots()] == [9] and len(checks) == 1
+    assert content(store.latest()) == (9, 1, b"newer" * 100) and len(checks) == 1
+    flip(newest.data_path, 3, 0x80)  # a new write: read again, found damaged
+    assert store.latest() is None and len(checks) == 2
