@@ -235,19 +235,27 @@ class SnapshotStore:
             return False
         return True
 
-    def _publish_install(self, directory: Path, last_index: int, last_term: int) -> Snapshot:
-        return self._publish(directory, last_index, last_term, ResponseCode.INSTALL_SNAPSHOT_ERROR)
+    def _publish_install(self, directory: Path, last_index: int, last_term: int, checksum: tuple[int, int]) -> Snapshot:
+        return self._publish(directory, last_index, last_term, ResponseCode.INSTALL_SNAPSHOT_ERROR, checksum)
 
     def _publish(
-        self, directory: Path, last_index: int, last_term: int, code: ResponseCode = ResponseCode.UNEXPECTED_ARGUMENT
+        self,
+        directory: Path,
+        last_index: int,
+        last_term: int,
+        code: ResponseCode = ResponseCode.UNEXPECTED_ARGUMENT,
+        checksum: tuple[int, int] | None = None,
     ) -> Snapshot:
         _check_range(last_index, last_term)
         with self._lock:
             self._check_newer(last_index, code)
             try:
-                snapshot = publish(directory, self.root, last_index, last_term)
+                snapshot = publish(directory, self.root, last_index, last_term, checksum)
             except OSError as exc:
                 raise DLedgerError(ResponseCode.DISK_ERROR, f"publishing snapshot {last_index}: {exc}") from exc
+            seen = _file_identity(snapshot.data_path)  # its checksum is known: no need to read it again
+            if seen is not None:
+                self._checked[last_index] = seen
             self._retain(snapshot)
             return snapshot
 

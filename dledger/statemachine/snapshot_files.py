@@ -282,9 +282,10 @@ def remove_tree(path: Path) -> bool:
     return _file_ops.remove_tree(path)
 
 
-def publish(work_dir: Path, root: Path, index: int, term: int) -> Snapshot:
+def publish(work_dir: Path, root: Path, index: int, term: int, checksum: tuple[int, int] | None = None) -> Snapshot:
     """Turn a directory holding a complete `data` into `root/snapshot_<index>`: checksum
-    `data`, write `snapshot_meta`, fsync both files and the work directory, rename it and
+    `data` (unless the caller knows its (CRC-32, size): an install checked them as the
+    bytes arrived), write `snapshot_meta`, fsync both files and the work directory, rename it and
     fsync `root`. A crash at any step leaves either no `snapshot_<index>` or a whole one
     (the work directory is removed when the store next opens).
 
@@ -296,7 +297,7 @@ def publish(work_dir: Path, root: Path, index: int, term: int) -> Snapshot:
     ops = _file_ops
     data = work_dir / DATA_FILE
     ops.fsync_path(data)
-    crc, size = data_checksum(data)
+    crc, size = data_checksum(data) if checksum is None else checksum
     meta = SnapshotMeta(index, term, crc, size)
     meta_path = work_dir / META_FILE
     with io.FileIO(ops.open_new(meta_path), "wb") as fh:

@@ -31,7 +31,8 @@ class SnapshotInstall:
         last_index: the snapshot's lastIncludedIndex.
         last_term: its lastIncludedTerm.
         lock: the store's lock (one lock for installs, saves and retention).
-        publish: the store's step that verifies freshness and publishes the directory.
+        publish: the store's step that verifies freshness and publishes the directory
+            (with the CRC-32 and size of the bytes written).
     """
 
     def __init__(
@@ -40,7 +41,7 @@ class SnapshotInstall:
         last_index: int,
         last_term: int,
         lock: threading.RLock,
-        publish: Callable[[Path, int, int], Snapshot],
+        publish: Callable[[Path, int, int, tuple[int, int]], Snapshot],
     ) -> None:
         self.directory = directory
         self.last_index = last_index
@@ -123,7 +124,7 @@ class SnapshotInstall:
                         f"snapshot data has CRC-32 {actual[0]:#010x} and {actual[1]} bytes, sender says "
                         f"{crc32:#010x} and {size}: install dropped",
                     )
-                snapshot = self._publish(self.directory, last_index, last_term)
+                snapshot = self._publish(self.directory, last_index, last_term, actual)
             except BaseException:
                 self._fail()
                 raise

@@ -392,8 +392,10 @@ def test_the_writer_is_a_binary_file(tmp_path: Path) -> None:
 def test_an_unchanged_snapshot_is_read_once_and_a_changed_one_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A leader streams its newest snapshot to every follower that needs it: the data
-    is verified once, not before every stream, unless the file changed since."""
+    """A leader streams its newest snapshot to every follower that needs it: data whose
+    checksum the store computed as it published it is not read again before every
+    stream, unless the file changed since; a store that did not publish it (a restart)
+    verifies it once."""
     import dledger.statemachine.snapshot as snapshot_module
 
     store = SnapshotStore(tmp_path)
@@ -401,7 +403,10 @@ def test_an_unchanged_snapshot_is_read_once_and_a_changed_one_again(
     checks: list[Path] = []
     real = snapshot_module.verify
     monkeypatch.setattr(snapshot_module, "verify", lambda d, i: checks.append(d) or real(d, i))
-    assert [s.index for s in store.snapshots()] == [9] and len(checks) == 1
-    assert content(store.latest()) == (9, 1, b"newer" * 100) and len(checks) == 1
+    assert [s.index for s in store.snapshots()] == [9] and content(store.latest()) == (9, 1, b"newer" * 100)
+    assert not checks  # checksummed as it was published
+    reopened = SnapshotStore(tmp_path)
+    assert [s.index for s in reopened.snapshots()] == [9] and [s.index for s in reopened.snapshots()] == [9]
+    assert len(checks) == 1  # verified once
     flip(newest.data_path, 3, 0x80)  # a new write: read again, found damaged
-    assert store.latest() is None and len(checks) == 2
+    assert reopened.latest() is None and store.latest() is None and len(checks) == 3
