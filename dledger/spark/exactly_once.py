@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.record import Record
+from dledger.record import Record, decode_record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ class StampedClient(Protocol):
     """What a task needs of `dledger.client.DLedgerClient`."""
 
     def append_records(self, records: Sequence[Record], *, stamp: Any = None) -> Any:
-        """Append `records` numbered from `stamp.first_seq` (an `AppendResult`)."""
+        """Append `records` numbered from `stamp.first_seq` (an `AppendResult`); a
+        `DLedgerClient` is given the encoded bodies (`_append_stamped`) instead."""
         ...
 
     def close(self) -> None:
@@ -122,9 +123,25 @@ def _refusal(exc: DLedgerError, producer_id: int, first_seq: int) -> BaseExcepti
     return exc
 
 
-def send_request(client: StampedClient, producer_id: int, first_seq: int, records: Sequence[Record]) -> Any:
-    """Append `records` numbered from `first_seq` with epoch 0, sending them again (same
-    stamp, so never twice in the log) after an unknown outcome, at most `RESENDS` times.
+def _append_stamped(client: StampedClient, bodies: list[bytes], stamp: Any) -> Any:
+    """`client.append_records(records, stamp=stamp)` for records already encoded: a
+    `DLedgerClient` takes the bodies as they are (its `_append_stamped`, the second half
+    of `append_records`: a row encoded once, no `Record` objects, which cost more than
+    the rest of a task's work per row); another client gets the decoded `Record`s."""
+    direct = getattr(client, "_append_stamped", None)
+    if direct is not None:
+        return direct(bodies, stamp)
+    records = []
+    for body in bodies:
+        timestamp, key, headers, value = decode_record(body)
+        records.append(Record(value, key, timestamp, tuple(headers)))
+    return client.append_records(records, stamp=stamp)
+
+
+def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies: list[bytes]) -> Any:
+    """Append the record `bodies` numbered from `first_seq` with epoch 0, sending them
+    again (same stamp, so never twice in the log) after an unknown outcome, at most
+    `RESENDS` times (the client itself resends until its timeout first).
 
     Raises:
         ProducerWriteError: OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER, PRODUCER_FENCED or a
@@ -136,7 +153,7 @@ def send_request(client: StampedClient, producer_id: int, first_seq: int, record
     stamp = ProducerStamp(producer_id, 0, first_seq)
     for attempt in itertools.count():
         try:
-            return client.append_records(records, stamp=stamp)
+            return _append_stamped(client, bodies, stamp)
         except IndeterminateError as exc:
             if attempt >= RESENDS:
                 raise
@@ -154,7 +171,7 @@ class _NumberedSender:
     def __init__(self, client: StampedClient, producer_id: int) -> None:
         self.client = client
         self.producer_id = producer_id
-        self.requests: queue.Queue[tuple[int, list[Record]] | None] = queue.Queue(maxsize=1)
+        self.requests: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.stopped = False
         self.rows = self.appended = 0
@@ -166,13 +183,13 @@ class _NumberedSender:
         while (request := self.requests.get()) is not None:
             if self.error is not None or self.stopped:
                 continue  # drain without sending
-            first_seq, records = request
+            first_seq, bodies = request
             try:
-                result = send_request(self.client, self.producer_id, first_seq, records)
+                result = send_request(self.client, self.producer_id, first_seq, bodies)
             except BaseException as exc:
                 self.error = exc
                 continue
-            self._account(result, len(records))
+            self._account(result, len(bodies))
 
     def _account(self, result: Any, count: int) -> None:
         runs = tuple(getattr(result, "runs", ()) or ())
@@ -187,11 +204,11 @@ class _NumberedSender:
         self.rows += count
         self.appended += 0 if duplicate else count
 
-    def put(self, first_seq: int, records: list[Record]) -> None:
+    def put(self, first_seq: int, bodies: list[bytes]) -> None:
         """Queue a request (waits while one is queued already); raises an earlier failure."""
         if self.error is not None:
             raise self.error
-        self.requests.put((first_seq, records))
+        self.requests.put((first_seq, bodies))
 
     def stop(self) -> None:
         """Send nothing more: the queued request is dropped, the one in flight completes."""
@@ -210,15 +227,15 @@ class _NumberedSender:
 
 def send_numbered(
     client: StampedClient,
-    chunks: Iterable[tuple[list[Record], list[int]]],
+    chunks: Iterable[list[bytes]],
     batch_entries: int,
     batch_bytes: int,
     producer_id: int,
 ) -> TaskOutcome:
-    """Append every record, numbered 0, 1, 2, ... in order, in requests of at most
-    `batch_entries` records and about `batch_bytes` bytes (at least one record each).
-    `chunks`: (records, their encoded sizes) per Arrow batch. The request boundaries
-    depend only on the records, so a retried attempt sends the same requests.
+    """Append every record body, numbered 0, 1, 2, ... in order, in requests of at most
+    `batch_entries` records and `batch_bytes` bytes (at least one record each).
+    `chunks`: the bodies of each Arrow batch. The request boundaries depend only on the
+    bodies, so a retried attempt sends the same requests.
 
     Raises:
         ProducerWriteError, DLedgerError: as `send_request`; the rows sent before stay in
@@ -226,17 +243,17 @@ def send_numbered(
         ValueError: a bad row (from `chunks`); nothing more is sent.
     """
     sender = _NumberedSender(client, producer_id)
-    pending: list[Record] = []
+    pending: list[bytes] = []
     size = seq = 0
     try:
-        for records, sizes in chunks:
-            k, n = 0, len(records)
+        for bodies in chunks:
+            k, n = 0, len(bodies)
             while k < n:
                 take = min(n - k, batch_entries - len(pending))
-                cumulative = list(itertools.accumulate(sizes[k : k + take]))
+                cumulative = list(itertools.accumulate(map(len, bodies[k : k + take])))
                 fit = bisect.bisect_right(cumulative, batch_bytes - size) or (0 if pending else 1)
                 if fit:
-                    pending.extend(records[k : k + fit])
+                    pending.extend(bodies[k : k + fit])
                     size += cumulative[fit - 1]
                     k += fit
                 if k < n or len(pending) >= batch_entries:  # full: by count or by bytes

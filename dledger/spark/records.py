@@ -1,7 +1,6 @@
 """Kafka's columns in the `dledger` data source, without pyspark: the Arrow arrays of
 `key`, `value`, `timestamp` and `headers` built over a batch's record columns (no
-Python work per row), and the write side's rows: encoded bodies for at-least-once writes,
-`Record`s for exactly-once writes (the schema check is
+Python work per row), and the write side's row encoding (its schema check is
 `dledger.spark.write_schema.write_columns_of`).
 
 Reads: `value` (and its alias `body`) is the payload, `key` null when the record has
@@ -17,7 +16,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.record import Record, encode_record, now_ms
+from dledger.record import encode_record, now_ms
 from dledger.spark.write_schema import WriteColumns
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
@@ -73,10 +72,12 @@ def _millis(array: Any) -> list[int | None]:
     return list(array.to_pylist())
 
 
-def bodies_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[bytes], int]:
+def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) -> tuple[list[bytes], int]:
     """The entry bodies of an Arrow record batch and their magic: the values as plain
     bodies, or record bodies when the write has key/timestamp/headers columns (a null
-    key: no key; a null timestamp: now; null headers: none).
+    key: no key; a null timestamp: now; null headers: none) or `as_records` is set
+    (exactly-once writes: the idempotent producer numbers records; a value alone is
+    then a record with no key, no headers and the write time).
 
     Raises:
         ValueError: a null value, a negative timestamp or a field over its limit.
@@ -86,7 +87,10 @@ def bodies_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[bytes], int]
         raise ValueError("value (body) must not be null")
     bodies = list(_binary(values).to_pylist())
     if not columns.records:
-        return bodies, MAGIC_NORMAL
+        if not as_records:
+            return bodies, MAGIC_NORMAL
+        now = now_ms()
+        return [encode_record(value, None, now) for value in bodies], MAGIC_RECORD
     n = len(bodies)
     keys = _binary(batch.column(columns.key)).to_pylist() if columns.key >= 0 else [None] * n
     stamps = _millis(batch.column(columns.timestamp)) if columns.timestamp >= 0 else [None] * n
@@ -99,54 +103,3 @@ def bodies_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[bytes], int]
             raise ValueError("a header key must not be null")
         out.append(encode_record(value, key, now if stamp is None else stamp, hs))
     return out, MAGIC_RECORD
-
-
-RECORD_OVERHEAD = 32
-"""Bytes a record body adds to its value, key and headers (version, timestamp, lengths),
-rounded up: the size estimate that batches exactly-once writes by `batchBytes`."""
-
-
-def _lengths(array: Any) -> list[int]:
-    import pyarrow.compute as pc  # type: ignore[import-untyped]
-
-    return list(pc.fill_null(pc.binary_length(_binary(array)), 0).to_pylist())
-
-
-def records_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[Record], list[int]]:
-    """The `Record`s of an Arrow record batch, in row order, and an estimate of each one's
-    encoded size: for exactly-once writes, which are always records (the idempotent
-    producer numbers records). A value alone becomes a record with no key, no headers
-    and the write time; otherwise as `bodies_of_rows` (a null key: no key; a null
-    timestamp: now; null headers: none).
-
-    Raises:
-        ValueError: a null value, a null header key or a negative timestamp.
-    """
-    values = batch.column(columns.value)
-    if values.null_count:
-        raise ValueError("value (body) must not be null")
-    bodies = list(_binary(values).to_pylist())
-    sizes = [RECORD_OVERHEAD + n for n in _lengths(values)]
-    now = now_ms()
-    if not columns.records:
-        return [Record(value, None, now) for value in bodies], sizes
-    n = len(bodies)
-    if columns.key >= 0:
-        key_array = batch.column(columns.key)
-        keys = _binary(key_array).to_pylist()
-        sizes = [s + k for s, k in zip(sizes, _lengths(key_array), strict=True)]
-    else:
-        keys = [None] * n
-    stamps = _millis(batch.column(columns.timestamp)) if columns.timestamp >= 0 else [None] * n
-    headers = batch.column(columns.headers).to_pylist() if columns.headers >= 0 else [None] * n
-    out = []
-    for k, (value, key, stamp, pairs) in enumerate(zip(bodies, keys, stamps, headers, strict=True)):
-        hs = tuple((h["key"], h["value"] if h["value"] is not None else b"") for h in pairs or ())
-        if any(name is None for name, _ in hs):
-            raise ValueError("a header key must not be null")
-        if stamp is not None and stamp < 0:
-            raise ValueError(f"timestamp must not be negative (before 1970), got {stamp} ms")
-        if hs:
-            sizes[k] += sum(len(name.encode()) + len(v) + 8 for name, v in hs)
-        out.append(Record(value, key, now if stamp is None else stamp, hs))
-    return out, sizes

@@ -25,7 +25,7 @@ from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, close_quietly, send_numbered
 from dledger.spark.live import ClientFactory, append_all, close_client, default_client_factory
 from dledger.spark.options import WriteOptions, parse_write_options
-from dledger.spark.records import bodies_of_rows, records_of_rows
+from dledger.spark.records import bodies_of_rows
 from dledger.spark.sink_report import abort_report, commit_report
 from dledger.spark.write_schema import WriteColumns, write_columns_of
 
@@ -110,7 +110,7 @@ def write_task(
     client = factory(options.target.peers or "", options.target.group, options.rpc_timeout_ms / 1000)
     try:
         if options.exactly_once:
-            chunks = (records_of_rows(batch, columns) for batch in rows)
+            chunks = (bodies_of_rows(batch, columns, as_records=True)[0] for batch in rows)
             pid = ids.producer_id()
             out = send_numbered(cast(StampedClient, client), chunks, options.batch_entries, options.batch_bytes, pid)
             return AppendedMessage(

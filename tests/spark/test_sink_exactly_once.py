@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
 
 from dledger.client import IndeterminateError
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.record import Record
+from dledger.record import Record, encode_record
 from dledger.spark.exactly_once import RESENDS, ProducerWriteError, TaskIds, _NumberedSender, send_numbered
 from dledger.spark.live import _Sender, append_all
 from dledger.spark.options import OptionError, parse_write_options
@@ -24,11 +24,20 @@ from tests.spark.fake_leader import FakeClient, FakeLeader
 PID = TaskIds("job-1", -1, 0).producer_id()
 
 
-def chunks(n: int, per_chunk: int = 7, tag: str = "r") -> Iterator[tuple[list[Record], list[int]]]:
-    """`n` records in Arrow-batch-sized chunks, with their sizes."""
+def bodies(values: Iterable[bytes]) -> list[bytes]:
+    """Record bodies of `values` (as `bodies_of_rows` makes them for exactly-once writes)."""
+    return [encode_record(v.ljust(8, b"."), None, 1) for v in values]
+
+
+def chunks(n: int, per_chunk: int = 7, tag: str = "r") -> Iterator[list[bytes]]:
+    """The record bodies of `n` rows in Arrow-batch-sized chunks."""
     for lo in range(0, n, per_chunk):
-        records = [Record(f"{tag}{k}".encode(), None, 1) for k in range(lo, min(n, lo + per_chunk))]
-        yield records, [40] * len(records)
+        yield bodies(f"{tag}{k}".encode() for k in range(lo, min(n, lo + per_chunk)))
+
+
+def values(n: int, tag: str = "r") -> list[bytes]:
+    """The values `chunks` carries."""
+    return [f"{tag}{k}".encode().ljust(8, b".") for k in range(n)]
 
 
 def send(leader: FakeLeader, n: int, pid: int = PID, batch_entries: int = 5, tag: str = "r") -> Any:
@@ -38,7 +47,7 @@ def send(leader: FakeLeader, n: int, pid: int = PID, batch_entries: int = 5, tag
 def test_rows_are_numbered_in_order_in_requests_of_batch_entries() -> None:
     leader = FakeLeader()
     out = send(leader, 23)
-    assert leader.values() == [b"r%d" % k for k in range(23)]
+    assert leader.values() == values(23)
     assert [seq for _, seq, _ in leader.log] == list(range(23))
     assert leader.calls == 5  # 5 + 5 + 5 + 5 + 3
     assert (out.rows, out.appended, out.runs, out.first, out.last) == (23, 23, ((0, 23),), 0, 22)
@@ -46,11 +55,12 @@ def test_rows_are_numbered_in_order_in_requests_of_batch_entries() -> None:
 
 def test_batch_bytes_split_requests_and_keep_one_record_at_least() -> None:
     leader = FakeLeader()
-    out = send_numbered(FakeClient(leader), chunks(10), 100, 100, PID)  # 40 bytes each: 2 per request
+    size = len(bodies([b"r0"])[0])
+    out = send_numbered(FakeClient(leader), chunks(10), 100, 2 * size + 1, PID)  # 2 per request
     assert leader.calls == 5 and out.rows == 10
     leader2 = FakeLeader()
-    send_numbered(FakeClient(leader2), chunks(3), 100, 10, PID)  # larger than batchBytes: one each
-    assert leader2.calls == 3 and leader2.values() == [b"r0", b"r1", b"r2"]
+    send_numbered(FakeClient(leader2), chunks(3), 100, size - 1, PID)  # larger than batchBytes: one each
+    assert leader2.calls == 3 and leader2.values() == values(3)
 
 
 def test_a_retried_task_resends_the_same_numbered_rows_and_nothing_lands_twice() -> None:
@@ -62,10 +72,10 @@ def test_a_retried_task_resends_the_same_numbered_rows_and_nothing_lands_twice()
     leader.before = fail_third
     with pytest.raises(DLedgerError, match="member gone"):
         send(leader, 23)
-    assert leader.values() == [b"r%d" % k for k in range(10)]  # a prefix: requests 1 and 2
+    assert leader.values() == values(10)  # a prefix: requests 1 and 2
     leader.before = None
     out = send(leader, 23)  # the retry: same rows, same producer id
-    assert leader.values() == [b"r%d" % k for k in range(23)]
+    assert leader.values() == values(23)
     assert (out.rows, out.appended) == (23, 13)
     assert out.runs == ((0, 23),)
     again = send(leader, 23)  # a third attempt after success: all duplicates
@@ -80,7 +90,7 @@ def test_concurrent_attempts_of_one_partition_write_each_row_once() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert leader.values() == [b"r%d" % k for k in range(500)]
+    assert leader.values() == values(500)
     assert sorted(o.rows for o in outs) == [500, 500, 500]
     assert sum(o.appended for o in outs) == 500
 
@@ -106,7 +116,7 @@ def test_producer_ids_are_stable_in_range_and_ignore_the_attempt() -> None:
 def test_an_unknown_outcome_is_sent_again_and_lands_once() -> None:
     leader = FakeLeader(lose_answer={2, 4})
     out = send(leader, 12)
-    assert leader.values() == [b"r%d" % k for k in range(12)]
+    assert leader.values() == values(12)
     assert out.rows == 12 and out.appended == 5  # the resent ones were found as duplicates
     assert leader.calls == 5  # 3 requests, 2 of them sent twice
 
@@ -116,7 +126,7 @@ def test_an_outcome_unknown_after_every_resend_fails_the_task() -> None:
     with pytest.raises(IndeterminateError):
         send(leader, 12)
     assert leader.calls == RESENDS + 1
-    assert leader.values() == [b"r%d" % k for k in range(5)]  # the first request, once; nothing after it
+    assert leader.values() == values(5)  # the first request, once; nothing after it
 
 
 @pytest.mark.parametrize(
@@ -134,7 +144,7 @@ def test_producer_refusals_fail_the_task_with_a_clear_message(code: ResponseCode
     with pytest.raises(ProducerWriteError, match=words) as info:
         send(leader, 23)
     assert "numbered from 5" in str(info.value) or code == ResponseCode.UNSUPPORTED
-    assert leader.values() == [b"r%d" % k for k in range(5)]
+    assert leader.values() == values(5)
     assert leader.calls == 2  # nothing sent after the refusal
 
 
@@ -164,9 +174,9 @@ def test_a_bad_row_stops_the_task_at_once(monkeypatch: pytest.MonkeyPatch) -> No
     leader.lock = threading.RLock()  # type: ignore[assignment]
     leader.before = hold_first
 
-    def rows() -> Iterator[tuple[list[Record], list[int]]]:
-        yield [Record(b"a%d" % k, None, 1) for k in range(5)], [40] * 5  # request 1: sent, held
-        yield [Record(b"b%d" % k, None, 1) for k in range(5)], [40] * 5  # request 2: queued
+    def rows() -> Iterator[list[bytes]]:
+        yield bodies(b"a%d" % k for k in range(5))  # request 1: sent, held
+        yield bodies(b"b%d" % k for k in range(5))  # request 2: queued
         assert in_flight.wait(60)
         raise ValueError("value (body) must not be null")
 
@@ -180,7 +190,7 @@ def test_a_bad_row_stops_the_task_at_once(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(_NumberedSender, "stop", stop_then_release)
     with pytest.raises(ValueError, match="must not be null"):
         send_numbered(FakeClient(leader), rows(), 5, 1 << 20, PID)
-    assert leader.values() == [b"a%d" % k for k in range(5)] and leader.calls == 1
+    assert leader.values() == [(b"a%d" % k).ljust(8, b".") for k in range(5)] and leader.calls == 1
 
 
 class _PlainClient:
@@ -254,3 +264,24 @@ def test_the_commit_report_counts_rows_found_as_duplicates() -> None:
     text = commit_report([_Msg(0, 100, 100, 0, 99), _Msg(1, 50, 0, -1, -1)], "dledger write")
     assert text.startswith("dledger write wrote 150 rows in 2 tasks (50 of them were found in the log already")
     assert "partition 1: 50 rows, 50 of them found in the log already" in text
+
+
+def test_exactly_once_rows_are_records_even_for_a_value_alone() -> None:
+    import pyarrow as pa  # type: ignore[import-untyped]
+
+    from dledger.entry import MAGIC_RECORD
+    from dledger.record import decode_record
+    from dledger.spark.records import bodies_of_rows
+    from dledger.spark.write_schema import write_columns_of
+
+    batch = pa.record_batch([pa.array(["a", "bb"])], names=["value"])
+    out, magic = bodies_of_rows(batch, write_columns_of([("value", "string")]), as_records=True)
+    decoded = [decode_record(body) for body in out]
+    assert magic == MAGIC_RECORD and [(key, headers, value) for _, key, headers, value in decoded] == [
+        (None, [], b"a"),
+        (None, [], b"bb"),
+    ]
+    assert decoded[0][0] == decoded[1][0] > 0  # one write time per Arrow batch
+    nulls = pa.record_batch([pa.array(["a", None])], names=["value"])
+    with pytest.raises(ValueError, match="must not be null"):
+        bodies_of_rows(nulls, write_columns_of([("value", "string")]), as_records=True)

@@ -35,7 +35,6 @@ pytestmark = pytest.mark.spark
 cluster = test_live.cluster  # the module-scoped 3-member group fixture
 
 JOB_TIMEOUT_S = 600
-ZOMBIE_EO, ZOMBIE_WAIT = "true", "5000"
 
 
 def log_values(cluster: LocalCluster, start: int) -> list[bytes]:
@@ -174,20 +173,14 @@ def test_a_failed_job_has_no_task_still_writing_when_it_fails(
         if ctx is None or ctx.partitionId() != 1:
             return client
         Path(marks, "p1.pid").write_text(str(os_.getpid()))
-        inner, inner_many = client.append_records, client.append_many
+        inner = client._append_stamped  # what the exactly-once task calls (with encoded bodies)
 
-        def slow_append(records: Any, *, stamp: Any = None) -> Any:
+        def slow_append(bodies: Any, stamp: Any) -> Any:
             time.sleep(0.2)  # a slow task: 100 requests take 20 s
             Path(marks, f"sent-{stamp.first_seq}").touch()
-            return inner(records, stamp=stamp)
+            return inner(bodies, stamp)
 
-        def slow_many(bodies: Any) -> Any:  # the same for an at-least-once write
-            time.sleep(0.2)
-            Path(marks, f"sent-{len(list(Path(marks).glob('sent-*')))}").touch()
-            return inner_many(bodies)
-
-        client.append_records = slow_append  # type: ignore[method-assign]
-        client.append_many = slow_many  # type: ignore[method-assign]
+        client._append_stamped = slow_append  # type: ignore[method-assign]
         return client
 
     source = type(
@@ -198,7 +191,6 @@ def test_a_failed_job_has_no_task_still_writing_when_it_fails(
     spark.dataSource.register(source)
     df = spark.range(0, 4000, numPartitions=2).selectExpr("IF(id = 0, NULL, concat('z', id)) AS value")
     writer = df.write.format("dledger_slow").option("peers", cluster.peers).option("group", GROUP)
-    writer = writer.option("exactlyOnce", ZOMBIE_EO).option("abortWaitMs", ZOMBIE_WAIT)
     with pytest.raises(Exception, match="must not be null"):
         writer.option("batchEntries", "20").mode("append").save()
     pid = int(Path(marks, "p1.pid").read_text())
