@@ -285,3 +285,21 @@ def test_exactly_once_rows_are_records_even_for_a_value_alone() -> None:
     nulls = pa.record_batch([pa.array(["a", None])], names=["value"])
     with pytest.raises(ValueError, match="must not be null"):
         bodies_of_rows(nulls, write_columns_of([("value", "string")]), as_records=True)
+
+
+def test_reports_read_the_tasks_commit_messages() -> None:
+    from dledger.spark.sink import AppendedMessage
+
+    done = AppendedMessage(5, 9, 5, partition=0, attempt=1, appended=2, runs=((5, 5),), exactly_once=True)
+    text = abort_report([done, None], "dledger write", True, streaming=False)
+    assert "1 of 2 tasks finished: their 5 rows stay in the log (partition 0: 5 rows at indexes 5..9" in text
+    assert "3 of them found in the log already" in text and "partitions 1)" in text
+
+
+def test_a_write_outside_a_spark_task_is_refused_clearly() -> None:
+    from dledger.spark.sink import task_ids
+
+    with pytest.raises(ProducerWriteError, match="inside a Spark task"):
+        task_ids("job")
+    with pytest.raises(ProducerWriteError, match="inside a Spark task"):
+        task_ids(None)

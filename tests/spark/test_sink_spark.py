@@ -21,6 +21,8 @@ import pytest
 import dledger
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.client import DLedgerClient
+from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
+from dledger.record import record_of
 from dledger.spark.exactly_once import TaskIds
 from dledger.spark.live import default_client_factory
 from dledger.spark.options import parse_write_options
@@ -141,6 +143,21 @@ def test_a_stream_killed_mid_batch_and_restarted_writes_every_row_once(cluster: 
     assert finish.wait(JOB_TIMEOUT_S) == 0, (tmp_path / "finish.log").read_text(errors="replace")[-4000:]
     values = Counter(v for v in log_values(cluster, start) if v.startswith(b"s"))
     assert values == Counter(b"s%d" % k for k in range(rows))
+
+
+def test_exactly_once_writes_records_and_at_least_once_plain_entries(spark: Any, cluster: LocalCluster) -> None:
+    df = spark.createDataFrame([("m-eo",)], "value string")
+    start = committed(cluster) + 1
+    base = df.write.format("dledger").option("peers", cluster.peers).option("group", GROUP).mode("append")
+    base.save()
+    df.selectExpr("'m-plain' AS value").write.format("dledger").option("peers", cluster.peers).option(
+        "group", GROUP
+    ).option("exactlyOnce", "false").mode("append").save()
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        end = client.metadata().committed_index
+        magic = {record_of(e).value: e.magic for e in client.get(start, end - start + 1)}
+    assert magic[b"m-eo"] == MAGIC_RECORD  # a record, numbered for the idempotent producer
+    assert magic[b"m-plain"] == MAGIC_NORMAL  # exactlyOnce=false: a plain entry, as before records
 
 
 def _alive(pid: int) -> bool:
