@@ -265,11 +265,3 @@ def send_numbered(
         sender.stop()  # the task fails: nothing more leaves it
         raise
     return sender.finish()
-
-
-def close_quietly(client: StampedClient) -> None:
-    """Close a client, never raising."""
-    try:
-        client.close()
-    except Exception as exc:  # pragma: no cover - a close failure changes nothing
-        log.debug("closing a dledger client failed: %s", exc)

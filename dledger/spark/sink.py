@@ -22,7 +22,7 @@ from typing import Any, cast
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, close_quietly, send_numbered
+from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, send_numbered
 from dledger.spark.live import ClientFactory, append_all, close_client, default_client_factory
 from dledger.spark.options import WriteOptions, parse_write_options
 from dledger.spark.records import bodies_of_rows
@@ -121,16 +121,22 @@ def write_task(
         done = append_all(client, bodies, options.batch_entries, options.batch_bytes, magic)
         return AppendedMessage(done.first, done.last, done.count, ids.partition, ids.attempt, done.count)
     finally:
-        close_quietly(cast(StampedClient, client)) if options.exactly_once else close_client(client)
+        close_client(client)
 
 
-def _wait_for_cancelled_tasks(options: WriteOptions) -> None:
+def _pause(seconds: float) -> None:
+    """Wait `seconds` (tests replace it)."""
+    threading.Event().wait(seconds)
+
+
+def _wait_for_cancelled_tasks(options: WriteOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
     """Spark calls abort as soon as the job fails, while its other tasks may still run:
     they are cancelled, and a Python worker that holds rows keeps appending until Spark
-    kills it, `spark.python.task.killTimeout` (2 s) later. Waiting `abortWaitMs` here
-    keeps the job's failure from reaching the caller before those tasks are gone."""
-    if options.abort_wait_ms > 0:
-        threading.Event().wait(options.abort_wait_ms / 1000)
+    kills it, `spark.python.task.killTimeout` (2 s) after noticing. Waiting `abortWaitMs`
+    here keeps the job's failure from reaching the caller before those tasks are gone
+    (no wait when every task finished: none is left running)."""
+    if options.abort_wait_ms > 0 and any(m is None for m in messages):
+        _pause(options.abort_wait_ms / 1000)
 
 
 class DLedgerArrowWriter(DataSourceArrowWriter):
@@ -155,7 +161,7 @@ class DLedgerArrowWriter(DataSourceArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing can be undone: wait for the job's cancelled tasks, then log what stays
         in the log (finished tasks' rows; a prefix of each failed task's rows)."""
-        _wait_for_cancelled_tasks(self.options)
+        _wait_for_cancelled_tasks(self.options, messages)
         log.warning("%s", abort_report(messages, "dledger write", self.options.exactly_once, streaming=False))
 
 
@@ -180,8 +186,10 @@ class DLedgerStreamArrowWriter(DataSourceStreamArrowWriter):
         log.info("%s", commit_report(messages, f"dledger stream batch {batchId}"))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Wait for the batch's cancelled tasks, then log what stays in the log (the batch
-        is run again, with the same ids when exactly-once)."""
-        _wait_for_cancelled_tasks(self.options)
+        """Log what stays in the log. The batch is run again under the same ids, which
+        de-duplicates whatever its cancelled tasks still append when exactly-once; an
+        at-least-once write first waits for them, as a batch write does."""
+        if not self.options.exactly_once:
+            _wait_for_cancelled_tasks(self.options, messages)
         what = f"dledger stream batch {batchId}"
         log.warning("%s", abort_report(messages, what, self.options.exactly_once, streaming=True))

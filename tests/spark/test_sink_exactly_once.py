@@ -303,3 +303,31 @@ def test_a_write_outside_a_spark_task_is_refused_clearly() -> None:
         task_ids("job")
     with pytest.raises(ProducerWriteError, match="inside a Spark task"):
         task_ids(None)
+
+
+@pytest.mark.parametrize(
+    ("streaming", "exactly_once", "messages", "waits"),
+    [
+        (False, True, [None, "done"], [5.0]),  # a batch job with a task left: waits for it
+        (False, True, ["done", "done"], []),  # every task finished: none left running
+        (True, True, [None], []),  # an exactly-once stream's batch runs again under the same ids
+        (True, False, [None], [5.0]),  # an at-least-once stream waits like a batch job
+    ],
+)
+def test_abort_waits_only_while_a_cancelled_task_may_still_append(
+    monkeypatch: pytest.MonkeyPatch, streaming: bool, exactly_once: bool, messages: list[Any], waits: list[float]
+) -> None:
+    from dledger.spark import sink
+    from dledger.spark.write_schema import write_columns_of
+
+    waited: list[float] = []
+    monkeypatch.setattr(sink, "_pause", waited.append)
+    options = parse_write_options({"peers": "n0-127.0.0.1:1", "exactlyOnce": str(exactly_once).lower()}, False)
+    done = sink.AppendedMessage(0, 0, 1, partition=0, appended=1)
+    given = [done if m == "done" else None for m in messages]
+    columns = write_columns_of([("value", "binary")])
+    if streaming:
+        sink.DLedgerStreamArrowWriter(options, FakeClient, columns).abort(given, 3)  # type: ignore[arg-type]
+    else:
+        sink.DLedgerArrowWriter(options, FakeClient, columns).abort(given)  # type: ignore[arg-type]
+    assert waited == waits
