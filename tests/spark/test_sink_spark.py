@@ -215,3 +215,23 @@ def test_a_failed_job_has_no_task_still_writing_when_it_fails(
     assert sent, "partition 1 had not started appending: nothing was tested"
     assert len(sent) < 100, "partition 1 finished before the job failed: nothing was tested"
     assert not _alive(pid), "the failed job's slow task was still running when save() raised"
+
+
+def test_the_leaders_refusals_fail_a_task_clearly_and_append_nothing(cluster: LocalCluster) -> None:
+    from dledger.record import encode_record
+    from dledger.spark.exactly_once import ProducerWriteError, send_request
+
+    pid = TaskIds("job-refused", -1, 0).producer_id()
+    bodies = [encode_record(b"refused-%d" % k, None, 1) for k in range(3)]
+    start = committed(cluster) + 1
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        with pytest.raises(ProducerWriteError, match="UNKNOWN_PRODUCER"):
+            send_request(client, pid, 5, bodies)  # a producer the leader never saw, not from 0
+        send_request(client, pid, 0, bodies)
+        with pytest.raises(ProducerWriteError, match="OUT_OF_ORDER_SEQUENCE"):
+            send_request(client, pid, 7, bodies)  # a gap after 0..2
+        again = send_request(client, pid, 0, bodies)  # the same numbers again: a duplicate
+    assert again.duplicate
+    assert Counter(v for v in log_values(cluster, start) if v.startswith(b"refused-")) == Counter(
+        b"refused-%d" % k for k in range(3)
+    )
