@@ -142,12 +142,14 @@ def batch_round(client: DLedgerClient, bodies: list[bytes], total: int) -> Calla
     return partial(run_in_threads, worker, THREADS)
 
 
-def stream_round(client: DLedgerClient, bodies: list[bytes], total: int) -> Callable[[], None]:
+def stream_round(
+    client: DLedgerClient, bodies: list[bytes], total: int, idempotent: bool = False
+) -> Callable[[], None]:
     """One Producer sending `total` bodies (linger 2 ms, 4096 bodies / 1 MiB per batch,
-    4 batches in flight) and flushing."""
+    4 batches in flight) and flushing; `idempotent`: numbered records (issue 20)."""
 
     def run() -> None:
-        with client.producer(linger_ms=2, max_batch_count=4096, max_in_flight=4) as producer:
+        with client.producer(linger_ms=2, max_batch_count=4096, max_in_flight=4, idempotent=idempotent) as producer:
             send = producer.send
             n = len(bodies)
             for k in range(total):
@@ -183,6 +185,15 @@ def test_async_stream(benchmark: Any, async_client: DLedgerClient, label: str) -
     size, total = SIZES[label]
     run = stream_round(async_client, make_bodies(size, 20 * BATCH), total)
     bench_entries(benchmark, f"service-{label}", "dledger-async-stream", run, total)
+
+
+@pytest.mark.parametrize("label", list(SIZES))
+def test_async_stream_idempotent(benchmark: Any, async_client: DLedgerClient, label: str) -> None:
+    """The same stream from an idempotent producer: each body a numbered record, the
+    leader checking every batch against its producer table (target: >= 0.9x plain)."""
+    size, total = SIZES[label]
+    run = stream_round(async_client, make_bodies(size, 20 * BATCH), total, idempotent=True)
+    bench_entries(benchmark, f"service-{label}", "dledger-async-stream-idempotent", run, total)
 
 
 def test_async_latency_at_50k_1kib(benchmark: Any, async_client: DLedgerClient) -> None:

@@ -17,6 +17,9 @@ Groups:
 * `spark-read-2M-100B-records-offline`: records (an 8-byte key, a timestamp, a 100-byte
   value) read offline with `index, term, key, value, timestamp` into `noop`, beside the
   plain log's `index, term, pos, body` read the same way (issue 20: >= 0.8x);
+  `spark-read-2M-100B-records-live`: the same from the cluster (2 M records appended
+  after the plain rows). The cases run one after the other: for an interleaved
+  comparison use `bench/record_read_probe.py`;
 * `spark-write-2M-100B`: a DataFrame of 2 M generated 100-byte bodies written with
   `.write.format("dledger")` into the cluster: plain entries, at-least-once
   (`dledger-live-write`, `exactlyOnce=false`), and exactly-once records numbered for the
@@ -337,6 +340,57 @@ def test_spark_read_records_offline(
         df.write.format("noop").mode("overwrite").save()
 
     group = "spark-read-2M-100B-records-offline"
+    benchmark.group = group
+    benchmark.pedantic(meter.measure(run), rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    meter.report(benchmark, 1)
+    record(benchmark, group, impl, ROWS)
+
+
+@pytest.fixture(scope="module")
+def record_range(cluster: Cluster) -> tuple[int, int]:
+    """[first, end) of 2M records (as `record_log`'s) appended to the cluster (untimed)."""
+    from dledger.entry import MAGIC_RECORD
+    from dledger.record import encode_record
+
+    chunk = _bodies()
+    first = last = -1
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=60.0) as client:
+        for k in range(0, ROWS, FILL_BATCH):
+            count = min(FILL_BATCH, ROWS - k)
+            values = (chunk * (count // len(chunk) + 1))[:count]
+            bodies = [
+                encode_record(v, b"%08d" % ((k + i) % 4096), 1_700_000_000_000 + k + i) for i, v in enumerate(values)
+            ]
+            index = int(client.append_batch(bodies, MAGIC_RECORD).first_index)
+            first = index if first < 0 else first
+            last = index + count - 1
+    return first, last + 1
+
+
+@pytest.mark.parametrize("impl", ["plain-body", "record-key-timestamp"])
+def test_spark_read_records_live(
+    benchmark: Any, spark: Any, cluster: Cluster, record_range: tuple[int, int], impl: str
+) -> None:
+    """Records with their key and timestamp columns against plain bodies, from the cluster."""
+    schema, (first, end) = (
+        (PLAIN_SCHEMA, (cluster.first, cluster.end)) if impl == "plain-body" else (RECORD_SCHEMA, record_range)
+    )
+    df = (
+        spark.read.format("dledger")
+        .schema(schema)
+        .option("peers", cluster.peers)
+        .option("group", GROUP)
+        .option("startingIndex", str(first))
+        .option("endingIndex", str(end))
+        .load()
+    )
+    assert df.count() == ROWS
+    meter = CpuMeter(cluster.pids, [], [])
+
+    def run() -> None:
+        df.write.format("noop").mode("overwrite").save()
+
+    group = "spark-read-2M-100B-records-live"
     benchmark.group = group
     benchmark.pedantic(meter.measure(run), rounds=ROUNDS, iterations=1, warmup_rounds=1)
     meter.report(benchmark, 1)

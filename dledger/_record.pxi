@@ -459,9 +459,13 @@ cdef void _fill_records(Py_ssize_t count, const int32_t *off, const unsigned cha
             val_off[k + 1] = <int32_t>tv
 
 
-def check_records(bodies) -> None:
+_REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"
+
+
+def check_records(bodies, bint allow_stamped=True) -> None:
     """Validate record bodies without decoding them into objects: ValueError naming the
-    first bad one ("body k: bad record body ...")."""
+    first bad one ("body k: bad record body ..."). With `allow_stamped` False (a
+    client's request) a stamped body (version 2) is refused."""
     cdef Py_buffer view
     cdef RecView r
     cdef int err
@@ -469,6 +473,8 @@ def check_records(bodies) -> None:
     for body in bodies:
         PyObject_GetBuffer(body, &view, PyBUF_SIMPLE)
         try:
+            if not allow_stamped and view.len and (<const unsigned char *>view.buf)[0] == DL_REC_STAMPED:
+                raise ValueError("body %d: %s" % (k, _REFUSED_STAMPED))
             err = _rec_parse(<const unsigned char *>view.buf, view.len, &r)
             if err:
                 raise ValueError("body %d: %s" % (k, _rec_error(err, r.at, view.len)))

@@ -86,8 +86,9 @@ def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iter
 def decode_record(body: ReadableBuffer) -> _Record:
     """Decode a record body; ValueError when it is truncated, lies about a length or breaks a limit."""
 
-def check_records(bodies: Iterable[ReadableBuffer]) -> None:
-    """Validate record bodies without decoding them: ValueError naming the first bad one."""
+def check_records(bodies: Iterable[ReadableBuffer], allow_stamped: bool = True) -> None:
+    """Validate record bodies without decoding them: ValueError naming the first bad one
+    (with `allow_stamped` False, a stamped body, version 2, is one)."""
 
 def split_records(count: int, offsets: ReadableBuffer, bodies: ReadableBuffer, magic: ReadableBuffer) -> _RecordColumns:
     """The record columns of a column batch (plain entries: no key, no timestamp, no headers, the body as value)."""

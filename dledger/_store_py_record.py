@@ -151,11 +151,17 @@ def _parse(b: bytes) -> tuple[int, int, int, list[tuple[int, int, int, int]], in
     return timestamp, key_off, key_len, headers, at
 
 
-def check_records(bodies: Iterable[Any]) -> None:
+_REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"
+
+
+def check_records(bodies: Iterable[Any], allow_stamped: bool = True) -> None:
     """Validate record bodies without decoding them into objects: ValueError naming the
-    first bad one ("body k: bad record body ...")."""
+    first bad one ("body k: bad record body ..."). With `allow_stamped` False (a
+    client's request) a stamped body (version 2) is refused."""
     for k, body in enumerate(bodies):
         b = bytes(body)
+        if not allow_stamped and b[:1] == bytes((RECORD_STAMPED,)):
+            raise ValueError(f"body {k}: {_REFUSED_STAMPED}")
         try:
             _parse(b)
         except _Bad as bad:

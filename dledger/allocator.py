@@ -31,10 +31,16 @@ ENV_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 """glibc's own environment settings: when the user set one, it is left as it is."""
 
 
-def keep_freed_memory() -> bool:
+def keep_freed_memory(trim_threshold: int = TRIM_THRESHOLD_BYTES) -> bool:
     """Make glibc's malloc keep freed buffers of up to MMAP_THRESHOLD_BYTES for reuse
-    instead of unmapping them (a process holds up to TRIM_THRESHOLD_BYTES of free heap
-    more than it would). Call once, early, in a server process; a library must not.
+    instead of unmapping them (a process holds up to `trim_threshold` bytes of free heap
+    more than it would). Call once, early, in a server process (or a worker process that
+    exists to run dledger's code, such as a Spark Python worker reading a log); a library
+    must not.
+
+    Args:
+        trim_threshold: free memory at the top of the heap beyond this goes back to the
+            kernel (default TRIM_THRESHOLD_BYTES).
 
     Returns:
         True when the settings were applied; False on a C library without `mallopt`
@@ -48,9 +54,7 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-    )
+    applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD, trim_threshold))
     if not applied:
         log.debug("mallopt refused the thresholds; keeping the C library's defaults")
     return applied

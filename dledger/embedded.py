@@ -10,6 +10,7 @@
             ...
         i = log.append_record(b"v", key=b"k", headers=[("h", b"1")])
         log.get_record(i).key         # b"k" (a Record: key, value, timestamp, headers, index, term)
+        log.index_at_time(1_700_000_000_000)  # first record at or after a time (binary search)
 
 A local log is a single-node DLedger store: every appended entry counts as committed
 and `checkpoint` is kept current, so offline readers (Spark, `dledger check`) see it.
@@ -42,6 +43,7 @@ from dledger.store import (
 )
 from dledger.store.checkpoint import load_checkpoint
 from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE
+from dledger.timeindex import search_store
 
 
 class _LocalLogBase(MmapLogStore):
@@ -109,6 +111,18 @@ class _LocalLogBase(MmapLogStore):
         reads prefer `read_columns(..., records=True)`."""
         for entry in self.iterate(from_index, to_index):
             yield record_of(entry)
+
+    def index_at_time(self, timestamp_ms: int) -> int:
+        """The index of the first record whose event timestamp is at or after
+        `timestamp_ms` (ms since the epoch), found by binary search (about log2(n) reads
+        of 64 entries); `end_index + 1` when no record is. Exact when timestamps do not
+        decrease along the log; plain entries count as older than any time (see
+        `dledger.timeindex`).
+
+        Raises:
+            ValueError: a negative timestamp, or a record body that does not decode.
+        """
+        return search_store(self, timestamp_ms).index
 
     def _start_pass_threads(self) -> None:
         if not self._pass_threads:

@@ -88,6 +88,11 @@ class NodeMetrics:
         size.observe(nbytes)
         entries.observe(count)
 
+    def observe_apply(self, latency_us: float, count: int) -> None:
+        """One batch the state machine applied."""
+        self.apply_latency.observe(latency_us)
+        self.apply_batch_count.observe(count)
+
     def watch(self, status: Callable[[], NodeStatus]) -> None:
         """Export the gauges of `status()` (read at scrape time)."""
         self.registry.register(_StatusCollector(status, self.labels))

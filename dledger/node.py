@@ -57,10 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DLedgerNode", "NodeStatus"]
 
-IDLE_PASS_MS = 10
-"""How often the service threads run when nobody wakes them."""
-SM_CALLER = "sm-caller"
-"""The state-machine caller's thread, beside the driver's passes."""
+IDLE_PASS_MS = 10  # how often the service threads run when nobody wakes them
+SM_CALLER = "sm-caller"  # the state-machine caller's thread, beside the driver's passes
 PRODUCERS = "producers"  # the thread folding the committed log's producer stamps
 
 
@@ -132,7 +130,7 @@ class DLedgerNode:
             else None
         )
         self._stopped = False
-        self.producers = NodeProducers(self.store, node_dir, config, lambda: self.core.member_state.committed_index)
+        self.producers = NodeProducers(self.store, node_dir, config, self._fold_limit)
         self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
         self._role = self.core.member_state.role
         self._started = False
@@ -142,7 +140,7 @@ class DLedgerNode:
         self.metrics = NodeMetrics(config.group, config.self_id)
         self.metrics.watch(self.status)
         if self.caller is not None:
-            self.caller.observer = self._observe_apply
+            self.caller.observer = self.metrics.observe_apply
         self.reads = NodeReads(self)  # Query: reads of the state machine (dledger.node_reads)
 
     # -- lifecycle
@@ -251,6 +249,10 @@ class DLedgerNode:
             floor = min(floor, self.producers.retention_floor())
             self.store.set_retention_floor(floor)
 
+    def _fold_limit(self) -> int:  # the producer table folds what is committed and applied
+        committed = self.core.member_state.committed_index
+        return committed if self.caller is None else min(committed, self.caller.applied_index)
+
     def _wake(self, name: str) -> None:
         """The driver's wake hook: run the thread of pass `name` now."""
         thread = self._threads.get(name)
@@ -304,10 +306,6 @@ class DLedgerNode:
             return answer
         return self._durable.after_durable(answer)
 
-    def _observe_apply(self, latency_us: float, count: int) -> None:
-        self.metrics.apply_latency.observe(latency_us)
-        self.metrics.apply_batch_count.observe(count)
-
     # -- client operations
 
     def append(self, bodies: Sequence[bytes], magic: int = MAGIC_NORMAL) -> Future[int]:
@@ -349,8 +347,7 @@ class DLedgerNode:
         return future
 
     def append_idempotent(self, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int) -> StampedAppend:
-        """Append a numbered request of record bodies for an idempotent producer as leader
-        (`dledger.node_producers.NodeProducers.append`, whose errors it raises)."""
+        """An idempotent producer's numbered request, as leader (`NodeProducers.append`)."""
         if self._stopped:
             raise DLedgerError(ResponseCode.NOT_LEADER, "the node is shut down")
         check_append(bodies, MAGIC_RECORD, self.config.store.java_compat)
@@ -359,6 +356,11 @@ class DLedgerNode:
         if self._durable is not None and not answer.duplicate:
             self._durable.leader_copy(answer.future)
         return answer
+
+    def init_producer(self) -> int:
+        """A producer id for an idempotent producer, as leader (`NodeProducers.allocate`)."""
+        with self._step():
+            return self.producers.allocate(self.core.member_state)
 
     def _commit_pass(self) -> None:
         with self._step() as now:
@@ -441,8 +443,7 @@ class DLedgerNode:
         return batch
 
     def wait_committed(self, above_index: int, timeout_s: float) -> int:
-        """Block until the committed index exceeds `above_index` (or the timeout, or
-        shutdown); returns the committed index."""
+        """The committed index once it exceeds `above_index` (or at timeout or shutdown)."""
         with self._commit_cond:
             self._commit_cond.wait_for(
                 lambda: self.core.member_state.committed_index > above_index or self._stopped, timeout_s

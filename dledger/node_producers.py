@@ -21,7 +21,6 @@ on from there. Retention keeps every entry the saved image does not cover yet.
 from __future__ import annotations
 
 import logging
-import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,20 +30,23 @@ from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
-from dledger.entry import MAGIC_RECORD
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.raft.driver import RaftDriver
 from dledger.raft.log import LogStore
+from dledger.raft.member_state import MemberState
 from dledger.raft.producer_log import ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
-from dledger.record import record_stamp, stamp_record_body
+from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
 from dledger.store.kvfile import fsync_dir, write_synced
 
 log = logging.getLogger(__name__)
 
 IMAGE_FILE = "producers"
+ALLOCATED_PER_TERM = 1 << 20
+MAX_ALLOCATING_TERM = 1 << 42
+"""Ids a leader allocates are (term << 20) + n < 2^62."""
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
-_INDEX = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -101,31 +103,35 @@ class NodeProducers:
         self.path = node_dir / IMAGE_FILE if node_dir is not None else None
         self.committed_index = committed_index
         self.lock = threading.Lock()
-        table, folded = self._load(config.producer_id_expiration_ms)
-        self.log = ProducerLog(store, StampFold(table, folded + 1, read_stamp))
-        self.saved_index = folded
+        fold = self._load(config.producer_id_expiration_ms)
+        self.log = ProducerLog(store, fold)
+        self.saved_index = fold.next_index - 1
         self._saved_at_ms = 0.0
         self._clean = True
         """No stamp folded since the last save: entries folded since hold none, so the
         saved image covers them too (retention may take them)."""
         self._inflight: dict[int, Future[int]] = {}
+        self._allocated_term, self._allocated = -1, 0
 
-    def _load(self, expiration_ms: int) -> tuple[ProducerTable, int]:
-        begin = max(self.store.begin_index, 0)
+    def _load(self, expiration_ms: int) -> StampFold:
+        begin, end = max(self.store.begin_index, 0), self.store.end_index
         if self.path is not None and self.path.exists():
             try:
-                data = self.path.read_bytes()
-                (folded,) = _INDEX.unpack_from(data)
-                table = ProducerTable.decode(data[_INDEX.size :])
-                table.expiration_ms = expiration_ms
-                # entries between the image and the log's start held no stamps (retention
-                # takes only what the image covers or what holds none)
-                return table, min(max(folded, begin - 1), self.store.end_index)
-            except (OSError, ValueError, struct.error) as exc:
+                fold = StampFold.decode(self.path.read_bytes(), read_stamp)
+                if fold.next_index > end + 1:
+                    raise ValueError(f"it covers up to {fold.next_index - 1}, past the log's end {end}")
+                fold.table.expiration_ms = expiration_ms
+                if fold.next_index < begin:
+                    # entries between the image and the log's start held no stamps (retention
+                    # takes only what the image covers or what holds none)
+                    fold.finish()
+                    fold.next_index = begin
+                return fold
+            except (OSError, ValueError) as exc:
                 log.warning("%s is unusable (%s): the producer table is rebuilt from the log", self.path, exc)
         if begin > 0:
             log.warning("the log starts at %d: producers stamped before it are not known", begin)
-        return ProducerTable(expiration_ms), begin - 1
+        return StampFold(ProducerTable(expiration_ms), begin, read_stamp)
 
     # -- the background pass
 
@@ -133,12 +139,7 @@ class NodeProducers:
         """Fold newly committed entries and save the table when due; the milliseconds
         until the next pass wants to run (0: more to fold)."""
         with self.lock:
-            before = self.log.committed.changes
-            folded = self.log.fold_committed(self.committed_index())
-            if self.log.committed.changes == before and self._clean:
-                self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
-            else:
-                self._clean = False
+            folded = self._fold()
             due = self.wall_ms() - self._saved_at_ms >= SAVE_EVERY_MS
             if due and not self._clean:
                 self.save()
@@ -148,10 +149,50 @@ class NodeProducers:
         """Fold what is committed and save the table (at shutdown, and before the log is
         compacted: the saved table then covers every committed entry)."""
         with self.lock:
-            while self.log.fold_committed(self.committed_index()):
+            while self._fold():
                 pass
             if not self._clean:
                 self.save()
+
+    def _fold(self) -> int:
+        """Fold a batch of committed entries (caller holds `lock`); how many."""
+        before = self.log.committed.changes
+        folded = self.log.fold_committed(self.committed_index())
+        if self.log.committed.changes == before and self._clean:
+            self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
+        else:
+            self._clean = False
+        return folded
+
+    # -- snapshots (dledger.statemachine.snapshot_manager.SnapshotCompanion)
+
+    def capture(self, index: int) -> bytes | None:
+        """The committed table at exactly `index` (the apply thread, as a snapshot at
+        `index` is captured: the background fold never passes the applied index)."""
+        with self.lock:
+            while self.log.folded_index < index and self.log.fold_committed(index):
+                pass
+            if self.log.folded_index != index:
+                log.warning(
+                    "the producer table is at %d, not %d: snapshot %d does not carry it",
+                    self.log.folded_index,
+                    index,
+                    index,
+                )
+                return None
+            return self.log.committed.encode()
+
+    def load(self, image: bytes) -> None:
+        """Adopt the table a snapshot carried when it is ahead of this member's."""
+        fold = StampFold.decode(image, read_stamp)
+        with self.lock:
+            if fold.next_index <= self.log.committed.next_index:
+                return
+            fold.table.expiration_ms = self.log.committed.table.expiration_ms
+            self.log.committed = fold
+            self.log.drop_leader_table()
+            self._clean = False
+            self.save()
 
     def save(self) -> None:
         """Write the committed table atomically (caller holds `lock`). Where retention
@@ -160,7 +201,7 @@ class NodeProducers:
         if self.path is None:
             self.saved_index = index
             return
-        data = _INDEX.pack(index) + self.log.committed.table.encode()
+        data = self.log.committed.encode()
         tmp = self.path.with_name(IMAGE_FILE + ".tmp")
         try:
             write_synced(tmp, data)
@@ -178,6 +219,25 @@ class NodeProducers:
         return self.saved_index + 1
 
     # -- the leader's admission
+
+    def allocate(self, member: MemberState) -> int:
+        """A producer id for an idempotent producer (`InitProducer`; the node's lock
+        held): (term << 20) + the leader's count of ids given in that term. Unique in
+        the group, since a term has one leader; always below 2^62 (derived ids,
+        `dledger.client.derive_producer_id`, are above).
+
+        Raises:
+            DLedgerError: NOT_LEADER; LEADER_PENDING_FULL when the term's 2^20 ids are
+                used up or the term is too high for the scheme (a new term has more).
+        """
+        if not member.is_leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
+        term = member.current_term
+        given = self._allocated if self._allocated_term == term else 0
+        if given >= ALLOCATED_PER_TERM or term >= MAX_ALLOCATING_TERM:
+            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"no producer ids left in term {term}")
+        self._allocated_term, self._allocated = term, given + 1
+        return term * ALLOCATED_PER_TERM + given
 
     def append(
         self, driver: RaftDriver, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int, now_ms: int
@@ -242,12 +302,19 @@ class NodeProducers:
             first_body = stamp_record_body(bodies[0], producer_id, epoch, first_seq, count, append_time)
         except ValueError as exc:
             raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body 0: {exc} (nothing was appended)") from None
+        if len(first_body) > MAX_ENTRY_SIZE - HEADER_SIZE:
+            raise DLedgerError(
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"body 0 is {len(first_body)} bytes with its {STAMP_SIZE}-byte producer stamp; "
+                f"an entry body holds at most {MAX_ENTRY_SIZE - HEADER_SIZE} (nothing was appended)",
+            )
         first = self.store.end_index + 1
         try:
             future = driver.append_requests([[first_body, *bodies[1:]]], now_ms, [MAGIC_RECORD])[0]
         except BaseException:
             self.log.drop_leader_table()  # rebuilt from the log on the next request
             raise
+        driver.dispatch_all(now_ms)  # the pushes go out now, as for any client append
         last = first + count - 1
         self.log.leader_recorded(Stamp(producer_id, epoch, first_seq, count, append_time), first)
         self._inflight[last] = future

@@ -104,7 +104,9 @@ class NodeSnapshots:
         self.machine = machine if isinstance(machine, SnapshottingStateMachine) else None
         self.manager: SnapshotManager | None = None
         if caller is not None and self.machine is not None:
-            self.manager = SnapshotManager(self.store, self.machine, config.snapshot_threshold, self.compact)
+            self.manager = SnapshotManager(
+                self.store, self.machine, config.snapshot_threshold, self.compact, companion=node.producers
+            )
             if config.enable_snapshot:
                 caller.after_apply = self.manager.after_apply
         elif config.enable_snapshot:
@@ -416,10 +418,9 @@ class NodeSnapshots:
         caller = node.caller
         hold: AbstractContextManager[object] = caller.apply_lock if caller is not None else nullcontext()
         with self._load_lock, hold:
-            if self.machine is not None:
+            if self.manager is not None:
                 try:
-                    with snapshot.open() as reader:
-                        self.machine.on_snapshot_load(reader)
+                    self.manager.load(snapshot)
                 except Exception as exc:
                     log.exception("loading installed snapshot %d failed; applying stopped", snapshot.index)
                     if caller is not None:

@@ -73,7 +73,6 @@ _STAMP = struct.Struct(">qqqIq")
 _INT63 = (1 << 63) - 1
 
 _STAMPED_FIRST = bytes((STAMPED_VERSION,))
-_REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"
 
 
 def now_ms() -> int:
@@ -155,11 +154,8 @@ def check_append(bodies: Sequence[bytes], magic: int, java_compat: bool) -> None
         raise DLedgerError(
             ResponseCode.UNSUPPORTED, "record entries are disabled (java_compat): Java DLedger cannot read them"
         )
-    for k, body in enumerate(bodies):
-        if body[:1] == _STAMPED_FIRST:
-            raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body {k}: {_REFUSED_STAMPED} (nothing was appended)")
     try:
-        impl.check_records(bodies)
+        impl.check_records(bodies, False)
     except ValueError as exc:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"{exc} (nothing was appended)") from None
 

@@ -191,6 +191,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "ReadIndex: a new leader's commit index may lag the group's until it committed the log it "
         "was elected with (etcd: an entry of its own term); a read index before that can be stale",
     ),
+    Mutant(
+        "producer-tail-ignored",
+        "dledger/raft/producer_log.py",
+        "            while _fold_range(self.store, tail, self.store.end_index, FOLD_BATCH_ENTRIES):",
+        "            while False:  # mutant: the leader's table ignores its uncommitted tail",
+        "idempotent producers: a new leader's table must include the stamped requests its log holds "
+        "uncommitted (its predecessor appended them); without them a resent request is appended twice "
+        "(tests/sim/producers.py)",
+    ),
 )
 
 

@@ -361,7 +361,10 @@ class DLedgerClient(RecordMethods):
         return int(answer.term)
 
     def producer(self, **options: Any) -> Producer:
-        """A streaming `Producer` on this client's members (options: see `Producer`)."""
+        """A streaming `Producer` on this client's members (options: see `Producer`); an
+        idempotent one without a `producer_id` registers for one (`init_producer`)."""
+        if options.get("idempotent") and options.get("producer_id") is None:
+            options["producer_id"] = self.init_producer()
         return Producer(self.members, **options)
 
     # -- reads

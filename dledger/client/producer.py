@@ -127,8 +127,9 @@ class Producer:
         delivery_timeout_s: a batch not sent within this time fails (default: the
             members' `timeout_s`); once sent, the server's own deadline applies.
         idempotent: number the records (see above); `max_in_flight` is then at most 5.
-        producer_id: the idempotent producer's id (default: a random one below 2^62;
-            `derive_producer_id` makes a stable one); `epoch` its epoch (default 0).
+        producer_id: the idempotent producer's id (`DLedgerClient.producer` registers
+            for one with the leader; `derive_producer_id` makes a stable one; default
+            here: a random one below 2^62); `epoch` its epoch (default 0).
     """
 
     def __init__(

@@ -87,6 +87,16 @@ class RecordMethods:
             return self.append_batch(bodies, MAGIC_RECORD)
         return self._append_stamped(bodies, stamp)
 
+    def init_producer(self) -> int:
+        """A producer id of its own for an idempotent producer, allocated by the leader
+        (Kafka's InitProducerId): unique in the group, below 2^62.
+
+        Raises:
+            DLedgerError: no leader answered in time.
+        """
+        request = pb.InitProducerRequest(group=self.group)
+        return int(self._write("InitProducer", request, self.members.deadline_ms(), appends=False).producer_id)
+
     def _append_stamped(self, bodies: Sequence[bytes], stamp: ProducerStamp) -> AppendResult:
         request = pb.AppendRequest(
             group=self.group,

@@ -164,6 +164,9 @@ class LedgerStubs:
         self.Query = channel.unary_unary(
             _SERVICE + "Query", pb.QueryRequest.SerializeToString, pb.QueryResponse.FromString
         )
+        self.InitProducer = channel.unary_unary(
+            _SERVICE + "InitProducer", pb.InitProducerRequest.SerializeToString, pb.InitProducerResponse.FromString
+        )
 
 
 def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:

@@ -207,6 +207,32 @@ class ReadCommittedResponse(_message.Message):
     leader_address: str
     def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., committed_index: _Optional[int] = ..., batch: _Optional[_Union[ColumnBatch, _Mapping]] = ..., message: _Optional[str] = ..., leader_address: _Optional[str] = ...) -> None: ...
 
+class InitProducerRequest(_message.Message):
+    __slots__ = ("group", "remote_id")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    remote_id: str
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ...) -> None: ...
+
+class InitProducerResponse(_message.Message):
+    __slots__ = ("code", "leader_id", "term", "leader_address", "message", "producer_id", "epoch")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    leader_id: str
+    term: int
+    leader_address: str
+    message: str
+    producer_id: int
+    epoch: int
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., message: _Optional[str] = ..., producer_id: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
+
 class MetadataRequest(_message.Message):
     __slots__ = ("group", "remote_id")
     GROUP_FIELD_NUMBER: _ClassVar[int]

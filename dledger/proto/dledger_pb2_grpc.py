@@ -71,6 +71,11 @@ class LedgerStub:
                 request_serializer=dledger_dot_proto_dot_dledger__pb2.QueryRequest.SerializeToString,
                 response_deserializer=dledger_dot_proto_dot_dledger__pb2.QueryResponse.FromString,
                 _registered_method=True)
+        self.InitProducer = channel.unary_unary(
+                '/dledger.v1.Ledger/InitProducer',
+                request_serializer=dledger_dot_proto_dot_dledger__pb2.InitProducerRequest.SerializeToString,
+                response_deserializer=dledger_dot_proto_dot_dledger__pb2.InitProducerResponse.FromString,
+                _registered_method=True)
 
 
 class LedgerServicer:
@@ -131,6 +136,14 @@ class LedgerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def InitProducer(self, request, context):
+        """dledger-py: a producer id of its own for an idempotent producer, allocated by the
+        leader (docs/OPERATIONS.md, "Idempotent producers").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LedgerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -168,6 +181,11 @@ def add_LedgerServicer_to_server(servicer, server):
                     servicer.Query,
                     request_deserializer=dledger_dot_proto_dot_dledger__pb2.QueryRequest.FromString,
                     response_serializer=dledger_dot_proto_dot_dledger__pb2.QueryResponse.SerializeToString,
+            ),
+            'InitProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.InitProducer,
+                    request_deserializer=dledger_dot_proto_dot_dledger__pb2.InitProducerRequest.FromString,
+                    response_serializer=dledger_dot_proto_dot_dledger__pb2.InitProducerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -361,6 +379,33 @@ class Ledger:
             '/dledger.v1.Ledger/Query',
             dledger_dot_proto_dot_dledger__pb2.QueryRequest.SerializeToString,
             dledger_dot_proto_dot_dledger__pb2.QueryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InitProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/dledger.v1.Ledger/InitProducer',
+            dledger_dot_proto_dot_dledger__pb2.InitProducerRequest.SerializeToString,
+            dledger_dot_proto_dot_dledger__pb2.InitProducerResponse.FromString,
             options,
             channel_credentials,
             insecure,

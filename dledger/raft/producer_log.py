@@ -23,6 +23,7 @@ Two tables are kept:
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +42,9 @@ a damaged stamp."""
 
 STAMPED_VERSION = 2
 """The first byte of a stamped record body."""
+
+_FOLD = struct.Struct(">q?")  # next index, open run follows
+_RUN = struct.Struct(">qqqIqqqI")  # the open run's stamp, first index, term, entries seen
 
 FOLD_BATCH_ENTRIES = 65_536
 FOLD_BATCH_BYTES = 16 << 20
@@ -75,6 +79,39 @@ class StampFold:
     def open_run(self) -> bool:
         """A stamped run whose end is not folded yet."""
         return self._open is not None
+
+    def encode(self) -> bytes:
+        """The fold's state: where it is, its open run and its table (for saved copies
+        and snapshots; `decode` reads it back)."""
+        run = self._open
+        head = _FOLD.pack(self.next_index, run is not None)
+        if run is not None:
+            s = run.stamp
+            head += _RUN.pack(
+                s.producer_id, s.epoch, s.first_seq, s.count, s.append_time_ms, run.first_index, run.term, run.seen
+            )
+        return head + self.table.encode()
+
+    @classmethod
+    def decode(cls, data: bytes, read_stamp: StampReader) -> StampFold:
+        """The fold `encode` wrote.
+
+        Raises:
+            ValueError: the image is truncated or damaged.
+        """
+        try:
+            next_index, has_run = _FOLD.unpack_from(data)
+            offset = _FOLD.size
+            run = None
+            if has_run:
+                pid, epoch, first_seq, count, time_ms, first_index, term, seen = _RUN.unpack_from(data, offset)
+                run = _OpenRun(Stamp(pid, epoch, first_seq, count, time_ms), first_index, term, seen)
+                offset += _RUN.size
+        except struct.error as exc:
+            raise ValueError(f"producer fold image is truncated: {exc}") from None
+        fold = cls(ProducerTable.decode(data[offset:]), next_index, read_stamp)
+        fold._open = run
+        return fold
 
     def copy(self) -> StampFold:
         """An independent fold at the same point (its table copied)."""

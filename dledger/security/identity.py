@@ -27,6 +27,7 @@ LEDGER_METHOD_ROLES: dict[str, str] = {
     "Query": "read",
     "Append": "write",
     "AppendStream": "write",
+    "InitProducer": "write",
     "LeadershipTransfer": "admin",
 }
 """The least role each `dledger.v1.Ledger` method needs (methods not listed: admin)."""

@@ -25,15 +25,16 @@ from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL
 from dledger.spark.options import ReadOptions, Target
 from dledger.spark.planning import (
+    IndexAtTime,
     IndexRange,
     LogBounds,
     assign_nodes,
     candidate_nodes,
     check_data_loss,
     plan_live,
-    resolve_end,
-    resolve_start,
+    resolve_range,
 )
+from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
 
@@ -218,10 +219,44 @@ def plan_tasks(view: ClusterView, rng: IndexRange, opts: ReadOptions, min_partit
     ]
 
 
-def plan_batch_read(view: ClusterView, opts: ReadOptions, min_partitions: int) -> list[LiveTask]:
-    """The tasks of a batch read: [startingIndex, endingIndex) bounded by the committed index."""
-    start = resolve_start(opts.starting, view.bounds)
-    end = resolve_end(opts.ending, view.bounds)
+def index_at_time(client: LedgerClient, view: ClusterView, timestamp_ms: int) -> int:
+    """The first record at or after `timestamp_ms` in the cluster's committed log, else
+    its committed index + 1 (see `search_cluster`)."""
+    return search_cluster(client, view, timestamp_ms).index
+
+
+def search_cluster(
+    client: LedgerClient, view: ClusterView, timestamp_ms: int, *, interpolate: bool = True
+) -> TimeSearch:
+    """`dledger.timeindex.search_time` over the cluster's committed log, each probe one
+    small read from the leader (at most 2 + 2 log2(n) round trips; nothing is scanned)."""
+    bounds = view.bounds
+
+    def read(start: int, count: int) -> ColumnBatch:
+        batches = client.read_committed(
+            start, start + count, PROBE_BYTES, node_id=view.leader_id, max_batch_count=count
+        )
+        try:
+            return next((b for b in batches if b.count), ColumnBatch.empty())
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()  # ends the stream (the rest of the window is not needed)
+
+    return search_time(timestamp_ms, bounds.earliest, bounds.latest, read, interpolate=interpolate)
+
+
+def plan_batch_read(
+    view: ClusterView, opts: ReadOptions, min_partitions: int, at_time: IndexAtTime | None = None
+) -> list[LiveTask]:
+    """The tasks of a batch read: [startingIndex, endingIndex) bounded by the committed
+    index; `at_time` resolves startingTimestamp / endingTimestamp (needed when given)."""
+
+    def no_search(timestamp_ms: int) -> int:
+        raise ValueError("a read by timestamp needs a client to search the log")
+
+    rng = resolve_range(opts, view.bounds, at_time or no_search)
+    start, end = rng.start, rng.end
     if start >= end:
         return []
     start = check_data_loss(start, view.bounds, opts.fail_on_data_loss)

@@ -85,6 +85,8 @@ SPARK_OPTIONS = ("checkpointLocation",)
 READ_OPTIONS = (
     "startingIndex",
     "endingIndex",
+    "startingTimestamp",
+    "endingTimestamp",
     "failOnDataLoss",
     "minPartitions",
     "maxPartitionBytes",
@@ -100,6 +102,7 @@ MAX_PER_TRIGGER_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
 MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
 STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
 WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs")
+BATCH_ONLY_OPTIONS = ("endingIndex", "endingTimestamp")
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class ReadOptions:
         target: where the log is.
         starting: first index to read: "earliest", "latest" (streaming only) or a number.
         ending: batch only: exclusive end, "latest" (committed index + 1) or a number.
+        starting_timestamp: start at the first record at or after this time (ms since the
+            epoch; `dledger.timeindex`) instead of `starting`; None: not given.
+        ending_timestamp: batch only: end before the first record at or after this time
+            instead of `ending`; None: not given.
         fail_on_data_loss: fail when the start lies before the first kept entry (true), or
             skip ahead to it (false).
         min_partitions: at least this many Spark tasks for a large range (None: Spark's
@@ -170,6 +177,8 @@ class ReadOptions:
     min_entries_per_trigger: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     include_noops: bool = False
+    starting_timestamp: int | None = None
+    ending_timestamp: int | None = None
 
 
 @dataclass(frozen=True)
@@ -276,11 +285,12 @@ def check_options_at_load(options: Mapping[str, str]) -> None:
     """
     opts = _lower(options)
     stream_given = [name for name in STREAM_OPTIONS if name.lower() in opts]
-    if "endingindex" in opts and stream_given:
+    ending_given = [name for name in BATCH_ONLY_OPTIONS if name.lower() in opts]
+    if ending_given and stream_given:
         raise OptionError(
-            f"option endingIndex is for batch reads and {stream_given[0]} for streams: a read cannot have both"
+            f"option {ending_given[0]} is for batch reads and {stream_given[0]} for streams: a read cannot have both"
         )
-    parse_read_options(opts, streaming="endingindex" not in opts)
+    parse_read_options(opts, streaming=not ending_given)
 
 
 def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -368,8 +378,10 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         for name in STREAM_OPTIONS:
             if name.lower() in opts:
                 raise OptionError(f"option {name} is for streaming reads only")
-    elif "endingindex" in opts:
-        raise OptionError("option endingIndex is for batch reads only (a stream has no end)")
+    else:
+        for name in BATCH_ONLY_OPTIONS:
+            if name.lower() in opts:
+                raise OptionError(f"option {name} is for batch reads only (a stream has no end)")
     _check_known(opts, allowed, "stream" if streaming else "read")
     target = parse_target(opts)
     read_from = opts.get("readfrom", "any").strip().lower() or "any"
@@ -401,7 +413,20 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         min_entries_per_trigger=min_per_trigger,
         max_trigger_delay_ms=parse_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
         include_noops=parse_bool(opts, "includeNoops", False),
+        starting_timestamp=_parse_timestamp(opts, "startingIndex", "startingTimestamp"),
+        ending_timestamp=_parse_timestamp(opts, "endingIndex", "endingTimestamp"),
     )
+
+
+def _parse_timestamp(opts: Mapping[str, str], index_name: str, name: str) -> int | None:
+    """`startingTimestamp` / `endingTimestamp`: ms since the epoch (>= 0), exclusive with
+    the index option that says the same thing; None when absent."""
+    if name.lower() not in opts:
+        return None
+    if index_name.lower() in opts:
+        where = "starts" if name.startswith("starting") else "ends"
+        raise OptionError(f"options {index_name} and {name} both say where the read {where}: give one")
+    return parse_int(opts, name, 0, minimum=0)
 
 
 def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOptions:

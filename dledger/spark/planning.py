@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
-from dledger.spark.options import OptionError, ReadFrom, Start
+from dledger.spark.options import OptionError, ReadFrom, ReadOptions, Start
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,26 @@ def resolve_end(ending: int | Literal["latest"], bounds: LogBounds) -> int:
     if ending == "latest":
         return bounds.latest
     return min(int(ending), bounds.latest)
+
+
+IndexAtTime = Callable[[int], int]
+"""A time (ms since the epoch) -> the index of the first record at or after it, or one past
+the last committed entry when none is (`dledger.timeindex`)."""
+
+
+def resolve_range(opts: ReadOptions, bounds: LogBounds, at_time: IndexAtTime) -> IndexRange:
+    """[start, end) of a batch read (a stream uses only the start): startingIndex or
+    startingTimestamp, endingIndex or endingTimestamp, never past the committed index.
+    `at_time` is only called for the timestamp options."""
+    if opts.starting_timestamp is not None:
+        start = at_time(opts.starting_timestamp)
+    else:
+        start = resolve_start(opts.starting, bounds)
+    if opts.ending_timestamp is not None:
+        end = min(at_time(opts.ending_timestamp), bounds.latest)
+    else:
+        end = resolve_end(opts.ending, bounds)
+    return IndexRange(start, end)
 
 
 def check_data_loss(start: int, bounds: LogBounds, fail_on_data_loss: bool) -> int:

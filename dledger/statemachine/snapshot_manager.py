@@ -15,13 +15,21 @@
   skipped here, and one older than the log's first entry minus one (a gap no entry
   could fill) is not usable. With none left the log is replayed when it still starts at
   index 0, else the node must not start (LOAD_SNAPSHOT_ERROR).
+- Companion state: a node may keep state beside the machine's that a snapshot must
+  carry (the idempotent producers' table, `dledger.node_producers`). Its image at the
+  snapshot's index is captured on the apply thread with the machine's view and written
+  at the start of `data` (`COMPANION_MAGIC`, a 4-byte length, the image); the machine's
+  bytes follow and its `on_snapshot_load` reads from there. A snapshot without it (an
+  older one, or a machine's own) loads as before.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from collections.abc import Callable
+from typing import BinaryIO, Protocol
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.statemachine.caller import SnapshottingStateMachine
@@ -29,6 +37,32 @@ from dledger.statemachine.snapshot import SnapshotStore
 from dledger.statemachine.snapshot_files import Snapshot
 
 log = logging.getLogger(__name__)
+
+COMPANION_MAGIC = b"DLCOMP01"
+_LENGTH = struct.Struct(">I")
+
+
+class SnapshotCompanion(Protocol):
+    """State a snapshot carries beside the machine's (see the module docstring)."""
+
+    def capture(self, index: int) -> bytes | None:
+        """Its image at exactly `index` (apply thread); None: not this time."""
+
+    def load(self, image: bytes) -> None:
+        """Adopt an image a snapshot carried."""
+
+
+def read_companion(reader: BinaryIO) -> bytes | None:
+    """The companion image at the start of a snapshot's data (the reader is then at the
+    machine's bytes), or None (the reader back at 0)."""
+    head = reader.read(len(COMPANION_MAGIC) + _LENGTH.size)
+    if len(head) == len(COMPANION_MAGIC) + _LENGTH.size and head.startswith(COMPANION_MAGIC):
+        (length,) = _LENGTH.unpack_from(head, len(COMPANION_MAGIC))
+        image = reader.read(length)
+        if len(image) == length:
+            return image
+    reader.seek(0)
+    return None
 
 
 class SnapshotManager:
@@ -41,6 +75,7 @@ class SnapshotManager:
             (DLedger's `snapshotThreshold`).
         on_saved: called with (index, term) on the snapshot thread after each committed
             snapshot (compaction); its exceptions are logged.
+        companion: state the snapshots carry beside the machine's.
     """
 
     def __init__(
@@ -49,8 +84,10 @@ class SnapshotManager:
         machine: SnapshottingStateMachine,
         threshold: int,
         on_saved: Callable[[int, int], None] | None = None,
+        companion: SnapshotCompanion | None = None,
     ) -> None:
         self.store = store
+        self.companion = companion
         self.machine = machine
         self.threshold = threshold
         self.on_saved = on_saved
@@ -77,18 +114,19 @@ class SnapshotManager:
             return
         try:
             self.machine.on_snapshot_capture()
+            image = self.companion.capture(applied_index) if self.companion is not None else None
         except Exception:
             self.failures += 1
             log.exception("snapshot capture at index %d failed; snapshot dropped", applied_index)
             return
         thread = threading.Thread(
-            target=self._save, args=(applied_index, applied_term), name="dledger-snapshot-save", daemon=True
+            target=self._save, args=(applied_index, applied_term, image), name="dledger-snapshot-save", daemon=True
         )
         with self._lock:
             self._thread = thread
         thread.start()
 
-    def _save(self, index: int, term: int) -> None:
+    def _save(self, index: int, term: int, image: bytes | None = None) -> None:
         try:
             writer = self.store.begin_save()
         except Exception:
@@ -96,6 +134,8 @@ class SnapshotManager:
             log.exception("cannot begin snapshot %d; snapshot dropped", index)
             return
         try:
+            if image is not None:
+                writer.write(COMPANION_MAGIC + _LENGTH.pack(len(image)) + image)
             self.machine.on_snapshot_save(writer)
             snapshot = writer.commit(index, term)
         except Exception:
@@ -134,6 +174,15 @@ class SnapshotManager:
 
     # -- loading
 
+    def load(self, snapshot: Snapshot) -> None:
+        """Load `snapshot` into the machine (and its companion state, once the machine
+        took it); the machine's errors propagate."""
+        with snapshot.open() as reader:
+            image = read_companion(reader)
+            self.machine.on_snapshot_load(reader)
+        if image is not None and self.companion is not None:
+            self.companion.load(image)
+
     def load_newest(self, log_begin_index: int) -> Snapshot | None:
         """Load the newest usable snapshot into the machine (nothing else may run on it).
 
@@ -158,8 +207,7 @@ class SnapshotManager:
                 )
                 continue
             try:
-                with snapshot.open() as reader:
-                    self.machine.on_snapshot_load(reader)
+                self.load(snapshot)
             except Exception:
                 log.exception("loading snapshot %s failed; trying an older one", snapshot.path)
                 continue

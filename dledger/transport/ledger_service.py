@@ -337,6 +337,19 @@ class LedgerService:
             return self.core.fill_header(pb.MetadataResponse(), *refusal)
         return status_to_metadata(self.node.status())
 
+    def init_producer(self, raw: bytes, context: Any) -> Any:
+        """Ledger.InitProducer: a producer id from the leader."""
+        request = parse(pb.InitProducerRequest, raw, context)
+        check = self.core.validator.client_target(request.group, request.remote_id)
+        refusal = self.core.refuse("InitProducer", check, context)
+        if refusal is not None:
+            return self.core.fill_header(pb.InitProducerResponse(), *refusal)
+        try:
+            producer_id = self.node.init_producer()
+        except DLedgerError as exc:
+            return self.core.fill_header(pb.InitProducerResponse(), exc.code, exc.message)
+        return self.core.fill_header(pb.InitProducerResponse(producer_id=producer_id), ResponseCode.SUCCESS)
+
     def leadership_transfer(self, raw: bytes, context: Any) -> Any:
         """Ledger.LeadershipTransfer: ask this member (the leader) to hand over."""
         request = parse(pb.LeadershipTransferRequest, raw, context)
@@ -393,6 +406,7 @@ class LedgerService:
                     response_serializer=serialize,
                 ),
                 "Metadata": unary(guard_unary("Ledger.Metadata", self.metadata)),
+                "InitProducer": unary(guard_unary("Ledger.InitProducer", self.init_producer)),
                 "LeadershipTransfer": unary(guard_unary("Ledger.LeadershipTransfer", self.leadership_transfer)),
                 "Query": unary(guard_unary("Ledger.Query", self.query)),
             },

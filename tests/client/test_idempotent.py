@@ -181,3 +181,17 @@ def test_the_idempotent_producer_lands_every_record_once_across_a_leader_failure
     values = [v for v in _values(client) if v.startswith(b"r")]
     assert values == [b"r%d" % k for k in range(count)]  # each once, in send order
     assert pid < 2**62
+
+
+def test_the_leader_allocates_producer_ids_unique_across_leaders(group: Group, client: DLedgerClient) -> None:
+    first = [client.init_producer() for _ in range(3)]
+    group.stop(group.leader().config.self_id)
+    later = [client.init_producer() for _ in range(3)]
+    ids = first + later
+    assert len(set(ids)) == 6 and all(0 <= i < 2**62 for i in ids)
+    assert len({i >> 20 for i in first}) == 1 and {i >> 20 for i in later}.isdisjoint({i >> 20 for i in first})
+    # a follower refuses to allocate: only the leader knows which ids its term gave
+    follower = next(s for s in group.servers.values() if not s.node.is_leader)
+    port = group.ports[int(follower.config.self_id[1:])]
+    answer = pb_grpc.LedgerStub(open_channel(f"127.0.0.1:{port}")).InitProducer(pb.InitProducerRequest(group="g"))
+    assert answer.code == ResponseCode.NOT_LEADER and answer.producer_id == 0

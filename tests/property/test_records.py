@@ -304,3 +304,33 @@ def test_split_records_read_stamped_bodies_as_their_records(rows: list[Any]) -> 
         for mod in MODULES:
             out.append([bytes(x) for x in mod.split_records(len(bodies), offsets, bytearray(b"".join(bodies)), mg)])
     assert out[0] == out[1] == out[2] == out[3]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            records.map(lambda r: impl.encode_record(*r)),
+            st.tuples(records, stamp_fields).map(lambda rs: stamp_record_body(impl.encode_record(*rs[0]), *rs[1])),
+            st.binary(max_size=45),
+        ),
+        max_size=5,
+    )
+)
+def test_check_records_for_clients_refuses_stamped_bodies_alike(bodies: list[bytes]) -> None:
+    """`check_records(bodies, allow_stamped=False)` (a client's request): the first body
+    that is stamped or bad is named, alike in both modules."""
+    for allow in (True, False):
+        outcomes = [_outcome(mod.check_records, bodies, allow) for mod in MODULES]
+        assert outcomes[0] == outcomes[1]
+    first = next((k for k, b in enumerate(bodies) if b[:1] == b"\x02" or _outcome(impl.check_records, [b])), None)
+    refused = _outcome(impl.check_records, bodies, False)
+    if first is None:
+        assert refused is None
+    elif bodies[first][:1] == b"\x02":
+        assert refused == (
+            "ValueError",
+            f"body {first}: stamped records (version 2) are written by the leader, not sent by clients",
+        )
+    else:
+        assert refused[1].startswith(f"body {first}: bad record body")

@@ -126,3 +126,21 @@ def test_a_damaged_stamp_is_skipped_and_the_rest_folds() -> None:
     table = _fold(log).table
     assert table.check(Stamp(3, 0, 0, 2)).verdict is Verdict.NEW
     assert table.check(Stamp(4, 0, 0, 1)).runs == ((second, 1),)
+
+
+def test_an_image_taken_inside_a_run_folds_on_to_the_same_table() -> None:
+    """A saved copy (or a snapshot's) may be taken between a run's stamp and its end: the
+    open run travels with the image."""
+    log = _Log()
+    log.request(1, pid=3, first_seq=0, count=5)
+    log.request(1, pid=4, first_seq=0, count=2)
+    straight = _fold(log)
+    for cut in range(1, len(log.entries)):
+        fold = StampFold(ProducerTable(), 0, _read_stamp)
+        fold.feed(log.batch(0, cut))
+        again = StampFold.decode(fold.encode(), _read_stamp)
+        assert (again.next_index, again.open_run) == (cut, fold.open_run)
+        again.feed(log.batch(cut, len(log.entries)))
+        assert again.table == straight.table, cut
+    with pytest.raises(ValueError, match="truncated"):
+        StampFold.decode(b"\x00" * 5, _read_stamp)

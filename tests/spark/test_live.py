@@ -17,6 +17,9 @@ from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient
 from dledger.clock import MonotonicClock
+from dledger.record import Record
+from dledger.spark.live import fetch_view, index_at_time
+from dledger.spark.options import Target
 from dledger.store import checkpoint_committed
 from tests.e2e.harness import free_ports
 
@@ -205,3 +208,37 @@ def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cl
     assert rows[records[0].index]["key"] == b"k" and rows[records[0].index]["value"] == b"a"
     assert [(h["key"], h["value"]) for h in rows[records[0].index]["headers"]] == [("h", b"1")]
     assert rows[records[1].index]["key"] is None
+
+
+def test_reads_from_a_time(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
+    """startingTimestamp / endingTimestamp against the cluster: the search probes the
+    leader (binary search), batch and stream reads start there."""
+    base = 4_000_000_000_000  # after every record the other tests wrote (2096)
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        client.append_many([b"plain-before"] * 3)
+        first = client.append_records([Record(b"t%03d" % k, timestamp=base + 10 * k) for k in range(200)]).first_index
+        wait_until(lambda: committed(cluster) >= first + 199, 30, "the records to commit")
+        view = fetch_view(Target(None, cluster.peers, GROUP), client)
+        assert index_at_time(client, view, base + 55) == first + 6
+        assert index_at_time(client, view, base) == first
+        assert index_at_time(client, view, base + 10_000) == view.bounds.latest  # none that late
+    reader = spark.read.format("dledger").option("peers", cluster.peers).option("group", GROUP)
+    rows = reader.option("startingTimestamp", str(base + 995)).option("endingTimestamp", str(base + 1500)).load()
+    assert sorted(r["value"] for r in rows.collect()) == [b"t%03d" % k for k in range(100, 150)]
+    stream = (
+        spark.readStream.format("dledger")
+        .option("peers", cluster.peers)
+        .option("group", GROUP)
+        .option("startingTimestamp", str(base + 1900))
+        .load()
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(TIMEOUT_S) and query.exception() is None
+    values = [r["value"] for r in sorted(spark.read.parquet(str(tmp_path / "out")).collect(), key=lambda r: r["index"])]
+    assert values == [b"t%03d" % k for k in range(190, 200)]

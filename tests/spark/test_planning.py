@@ -32,6 +32,7 @@ from dledger.spark.planning import (
     plan_live,
     plan_local,
     resolve_end,
+    resolve_range,
     resolve_start,
     split_even,
 )
@@ -107,9 +108,36 @@ def test_options_are_checked_at_load_whatever_the_mode() -> None:
         ({"path": "/x", "endingIndex": "5", "maxEntriesPerTrigger": "5"}, "cannot have both"),
         ({"path": "/x", "fetchMaxBytes": "-3"}, "must be >= 1"),
         ({"path": "/x", "readFrom": "primary"}, "leader, follower or any"),
+        ({"path": "/x", "endingTimestamp": "5", "maxEntriesPerTrigger": "5"}, "endingTimestamp is for batch"),
+        ({"path": "/x", "startingIndex": "earliest", "startingTimestamp": "0"}, "both say where the read starts"),
+        ({"path": "/x", "startingTimestamp": "x", "maxEntriesPerTrigger": "5"}, "must be an integer"),
     ):
         with pytest.raises(OptionError, match=message):
             check_options_at_load(options)
+
+
+def test_timestamp_options_and_range() -> None:
+    check_options_at_load({"path": "/x", "startingTimestamp": "0", "endingTimestamp": "1700000000000"})
+    batch = parse_read_options({"path": "/x", "StartingTimestamp": "10", "endingTimestamp": "20"}, False)
+    assert (batch.starting_timestamp, batch.ending_timestamp, batch.starting, batch.ending) == (
+        10,
+        20,
+        "earliest",
+        "latest",
+    )
+    stream = parse_read_options({"path": "/x", "startingTimestamp": "7"}, True)
+    assert (stream.starting_timestamp, stream.ending_timestamp) == (7, None)
+    bounds = LogBounds(5, 99, 90)
+    at_time = {10: 40, 20: 95}.__getitem__  # 95: past the committed index (a stale answer)
+    assert resolve_range(batch, bounds, at_time) == IndexRange(40, 91)
+    only_start = parse_read_options({"path": "/x", "startingTimestamp": "10", "endingIndex": "60"}, False)
+    assert resolve_range(only_start, bounds, at_time) == IndexRange(40, 60)
+    plain = parse_read_options({"path": "/x", "startingIndex": "7"}, False)
+
+    def never(ts: int) -> int:
+        raise AssertionError("no timestamp option: no search")
+
+    assert resolve_range(plain, bounds, never) == IndexRange(7, 91)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +165,20 @@ def test_options_are_checked_at_load_whatever_the_mode() -> None:
         ({"path": "/x", "minEntriesPerTrigger": "2", "maxTriggerDelay": "0s"}, True, "positive duration"),
         ({"path": "/x", "minEntriesPerTrigger": "2"}, False, "streaming reads only"),
         ({"peers": PEERS, "connectTimeoutMs": "0"}, False, "must be >= 1"),
+        ({"path": "/x", "startingTimestamp": "-5"}, False, "option startingTimestamp must be >= 0"),
+        ({"path": "/x", "startingTimestamp": "2024-01-01"}, True, "option startingTimestamp must be an integer"),
+        ({"path": "/x", "endingTimestamp": "soon"}, False, "option endingTimestamp must be an integer"),
+        ({"path": "/x", "endingTimestamp": "5"}, True, "option endingTimestamp is for batch reads only"),
+        (
+            {"path": "/x", "startingIndex": "3", "startingTimestamp": "5"},
+            False,
+            "options startingIndex and startingTimestamp both say where the read starts: give one",
+        ),
+        (
+            {"path": "/x", "endingIndex": "3", "endingTimestamp": "5"},
+            False,
+            "options endingIndex and endingTimestamp both say where the read ends: give one",
+        ),
     ],
 )
 def test_bad_read_options(options: dict[str, str], streaming: bool, message: str) -> None:

@@ -114,6 +114,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
         "dledger.spark",
         *COMPILED,
     ),
+    "dledger.timeindex": (
+        "dledger.store",
+        "dledger.raft",
+        "dledger.node",
+        "dledger.transport",
+        "dledger.server",
+        "dledger.client",
+        "dledger.cli",
+        "dledger.spark",
+        *COMPILED,
+    ),
     "dledger.spark": (*COMPILED,),
     "dledger.cli": (*COMPILED,),
 }

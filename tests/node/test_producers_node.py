@@ -1,0 +1,112 @@
+"""Idempotent producers in the threaded node: the producer table travels in snapshots
+(a member brought back by InstallSnapshot knows the producers stamped before it), is
+saved and read back at restart, and holds retention back until saved."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
+from dledger.raft.producers import Stamp, Verdict
+from dledger.record import STAMP_SIZE, encode_record
+from dledger.statemachine.snapshot_manager import read_companion
+from tests.node.conftest import NodeCluster, wait_until
+from tests.node.snapmachine import SumMachine
+from tests.node.test_snapshots import SNAP, append_values, node_dir
+
+PID = 77
+RESEND = (ResponseCode.NOT_LEADER, ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
+
+
+class RecordSumMachine(SumMachine):
+    """SumMachine that counts record entries as 0."""
+
+    def on_apply(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            self.total += int(entry.body) if entry.magic != MAGIC_RECORD else 0
+            self.count += 1
+            self.last = entry.index
+            self.applied.append(entry.index)
+
+
+def _produce(cluster: NodeCluster, first_seq: int, count: int) -> tuple[tuple[int, int], ...]:
+    """Send one numbered request to the leader, as a client does: again, to whoever leads
+    then, until it is answered (on a loaded machine an election may come in between)."""
+    bodies = [encode_record(b"p%d" % seq) for seq in range(first_seq, first_seq + count)]
+    for _ in range(10):
+        try:
+            answer = cluster.leader().append_idempotent(bodies, PID, 0, first_seq)
+            answer.future.result(10)
+            return answer.runs
+        except DLedgerError as exc:
+            if exc.code not in (
+                ResponseCode.NOT_LEADER,
+                ResponseCode.TERM_CHANGED,
+                ResponseCode.WAIT_QUORUM_ACK_TIMEOUT,
+            ):
+                raise
+    raise AssertionError("no leader took the request")
+
+
+def test_a_member_brought_back_by_install_knows_the_producers_in_the_snapshot(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(3, machine_factory=RecordSumMachine, **SNAP)
+    leader = cluster.leader()
+    runs = _produce(cluster, 0, 3)
+    lagging = next(i for i in cluster.ids if i != leader.config.self_id)
+    cluster.stop(lagging)
+    append_values(leader, range(60))
+    wait_until(lambda: leader.store.begin_index > runs[0][0] + 3, what="the leader compacted the producer's entries")
+    snapshot = leader.snapshots.store.latest() if leader.snapshots is not None else None
+    assert snapshot is not None
+    with snapshot.open() as reader:  # the snapshot carries the table
+        assert read_companion(reader) is not None
+    shutil.rmtree(node_dir(cluster, lagging))
+    follower = cluster.start(lagging, initial_cluster_state="existing")
+    wait_until(lambda: follower.applied_index >= leader.store.end_index, 60, what="the follower installed")
+    assert follower.store.begin_index > runs[0][0]  # it never saw the stamped entries
+    check = follower.producers.log.committed.table.check(Stamp(PID, 0, 0, 3))
+    assert (check.verdict, check.runs) == (Verdict.DUPLICATE, runs)
+    # ... and a later leader answers a retry from it: nothing is appended twice
+    cluster.stop(leader.config.self_id)
+    new = cluster.leader()
+    end = new.store.end_index
+    retry = new.append_idempotent([encode_record(b"p%d" % s) for s in range(3)], PID, 0, 0)
+    assert retry.duplicate and retry.runs == runs and retry.future.result(10) == runs[0][0] + 2
+    assert new.store.end_index == end
+
+
+def test_the_saved_table_is_read_back_at_restart(cluster_factory: Callable[..., NodeCluster]) -> None:
+    cluster = cluster_factory(1)
+    node = cluster.leader()
+    runs = _produce(cluster, 0, 4) + _produce(cluster, 4, 2)
+    wait_until(lambda: node.producers.log.folded_index >= runs[-1][0] + 1, what="the fold")
+    cluster.stop("n0")
+    assert (Path(node_dir(cluster, "n0")) / "producers").exists()
+    again = cluster.start("n0")
+    assert again.producers.saved_index >= runs[-1][0] + 1  # read back, not refolded from 0
+    cluster.leader()
+    retry = again.append_idempotent([encode_record(b"p%d" % s) for s in range(4)], PID, 0, 0)
+    assert retry.duplicate and retry.runs == (runs[0],)
+    assert _produce(cluster, 6, 1)[0][0] == again.store.end_index
+
+
+def test_a_body_the_stamp_would_push_over_the_entry_limit_is_refused(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(1)
+    node = cluster.leader()
+    limit = MAX_ENTRY_SIZE - HEADER_SIZE
+    body = encode_record(b"x" * (limit - 20))  # fits as a plain record, not with 36 more bytes
+    assert limit - STAMP_SIZE < len(body) <= limit
+    end = node.store.end_index
+    with pytest.raises(DLedgerError, match="producer stamp") as info:
+        node.append_idempotent([body], PID, 0, 0)
+    assert info.value.code == ResponseCode.UNEXPECTED_ARGUMENT and node.store.end_index == end
+    assert _produce(cluster, 0, 1)  # the producer is not started by the refusal: 0 is still new
