@@ -21,8 +21,10 @@ Groups:
   after the plain rows). The cases run one after the other: for an interleaved
   comparison use `bench/record_read_probe.py`;
 * `spark-write-2M-100B`: a DataFrame of 2 M generated 100-byte bodies written with
-  `.write.format("dledger")` into the cluster (`dledger-live-write`), beside the same
-  baselines.
+  `.write.format("dledger")` into the cluster: plain entries, at-least-once
+  (`dledger-live-write`, `exactlyOnce=false`), and exactly-once records numbered for the
+  idempotent producer (`dledger-live-write-exactly-once`, the default; issue 20:
+  >= 0.9x plain), beside the same baselines.
 
 Spark and the cluster share the machine's cores. Besides rows/s, every round records the
 CPU seconds of the whole process tree (`cpu_s`: the JVM, its Python workers, this
@@ -395,7 +397,7 @@ def test_spark_read_records_live(
     record(benchmark, group, impl, ROWS)
 
 
-WRITE_IMPLS = ["dledger-live-write", "parquet", "spark-generate"]
+WRITE_IMPLS = ["dledger-live-write", "dledger-live-write-exactly-once", "parquet", "spark-generate"]
 
 
 @pytest.mark.parametrize("impl", WRITE_IMPLS)
@@ -410,6 +412,7 @@ def test_spark_write(
     if cluster is not None:
         bodies = _generated(spark).select("body")
         writer = bodies.write.format("dledger").option("peers", cluster.peers).option("group", GROUP).mode("append")
+        writer = writer.option("exactlyOnce", str(impl.endswith("exactly-once")).lower())
         with DLedgerClient(cluster.peers, GROUP, timeout_s=30.0) as client:
             before = client.metadata().committed_index
         run: Callable[[], None] = writer.save

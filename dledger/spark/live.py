@@ -380,6 +380,7 @@ class _Sender:
         self.magic = magic
         self.batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
+        self.stopped = False  # the write failed: queued batches are dropped, not sent
         self.first = self.last = -1
         self.count = 0
         self.thread = threading.Thread(target=self._run, name="dledger-spark-append", daemon=True)
@@ -387,7 +388,7 @@ class _Sender:
 
     def _run(self) -> None:
         while (batch := self.batches.get()) is not None:
-            if self.error is not None:
+            if self.error is not None or self.stopped:
                 continue  # drain: the writer learns of the error at its next put
             try:
                 if self.magic == MAGIC_NORMAL:
@@ -429,7 +430,8 @@ def append_all(
     flight at a time (so the log keeps the order) while the next batch is assembled.
     `magic` MAGIC_RECORD appends record bodies (`append_batch(bodies, magic)`).
 
-    At-least-once: a failed call raises, and entries appended before it stay in the log.
+    At-least-once: a failed call raises, and entries appended before it stay in the log;
+    after a failure (of a call or of `bodies`) nothing more is sent.
     """
     sender = _Sender(client, magic)
     pending: list[bytes] = []
@@ -451,6 +453,7 @@ def append_all(
         if pending:
             sender.put(pending)
     except BaseException:
+        sender.stopped = True  # the task fails: send nothing more (the batch in flight completes)
         try:
             sender.finish()
         except BaseException as exc:  # the caller's error is the one to report

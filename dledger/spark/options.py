@@ -60,6 +60,9 @@ DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60_000
 """Kafka's `maxTriggerDelay` default (15 minutes)."""
 DEFAULT_WRITE_BATCH_ENTRIES = 16384
 DEFAULT_WRITE_BATCH_BYTES = 4 << 20
+DEFAULT_ABORT_WAIT_MS = 5000
+"""How long a failed write's abort waits for its cancelled tasks (Spark kills their Python
+workers `spark.python.task.killTimeout`, 2 s, after cancelling them)."""
 LOCAL_BATCH_ROWS = 1 << 16
 """Rows per Arrow record batch produced from a local store (the bigger, the less per-batch
 overhead in Spark's Arrow path; 64 Ki rows of small bodies is a few MiB)."""
@@ -98,7 +101,7 @@ READ_OPTIONS = (
 MAX_PER_TRIGGER_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
 MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
 STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
-WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs")
+WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs")
 BATCH_ONLY_OPTIONS = ("endingIndex", "endingTimestamp")
 
 
@@ -187,12 +190,17 @@ class WriteOptions:
         batch_entries: bodies per `append_many` call.
         batch_bytes: body bytes per `append_many` call (at least one body is sent).
         rpc_timeout_ms: per-RPC deadline.
+        exactly_once: number each task's rows for the idempotent producer (records);
+            False: at-least-once (a value alone as plain entries).
+        abort_wait_ms: how long a failed write's abort waits for its cancelled tasks.
     """
 
     target: Target
     batch_entries: int = DEFAULT_WRITE_BATCH_ENTRIES
     batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES
     rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
+    exactly_once: bool = True
+    abort_wait_ms: int = DEFAULT_ABORT_WAIT_MS
 
 
 # -- helpers
@@ -445,6 +453,8 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
         batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, maximum=MAX_BODIES_PER_APPEND),
         batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES),
         rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        exactly_once=parse_bool(opts, "exactlyOnce", True),
+        abort_wait_ms=parse_int(opts, "abortWaitMs", DEFAULT_ABORT_WAIT_MS, minimum=0),
     )
 
 

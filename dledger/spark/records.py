@@ -72,10 +72,12 @@ def _millis(array: Any) -> list[int | None]:
     return list(array.to_pylist())
 
 
-def bodies_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[bytes], int]:
+def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) -> tuple[list[bytes], int]:
     """The entry bodies of an Arrow record batch and their magic: the values as plain
     bodies, or record bodies when the write has key/timestamp/headers columns (a null
-    key: no key; a null timestamp: now; null headers: none).
+    key: no key; a null timestamp: now; null headers: none) or `as_records` is set
+    (exactly-once writes: the idempotent producer numbers records; a value alone is
+    then a record with no key, no headers and the write time).
 
     Raises:
         ValueError: a null value, a negative timestamp or a field over its limit.
@@ -85,7 +87,10 @@ def bodies_of_rows(batch: Any, columns: WriteColumns) -> tuple[list[bytes], int]
         raise ValueError("value (body) must not be null")
     bodies = list(_binary(values).to_pylist())
     if not columns.records:
-        return bodies, MAGIC_NORMAL
+        if not as_records:
+            return bodies, MAGIC_NORMAL
+        now = now_ms()
+        return [encode_record(value, None, now) for value in bodies], MAGIC_RECORD
     n = len(bodies)
     keys = _binary(batch.column(columns.key)).to_pylist() if columns.key >= 0 else [None] * n
     stamps = _millis(batch.column(columns.timestamp)) if columns.timestamp >= 0 else [None] * n

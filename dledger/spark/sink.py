@@ -1,33 +1,64 @@
 """Writers of the `dledger` data source: `df.write.format("dledger").mode("append")` and
-`writeStream.format("dledger")`. Each task appends its rows through the leader in
-batches: `value` (or `body`) alone as plain entries, with `key`, `timestamp` or
-`headers` as records (magic 16); the semantics are at-least-once (see docs/SPARK.md)."""
+`writeStream.format("dledger")`.
+
+Exactly-once by default (`dledger.spark.exactly_once`): each task numbers its rows and
+appends them as records with the idempotent producer, its producer id derived from the
+batch job's id (made once, in `writer()`, and pickled to every task and retry) or the
+streaming query's id and micro-batch id (Spark's local properties
+`sql.streaming.queryId` and `streaming.sql.batchId`, which a restart from the checkpoint
+keeps), and the partition. With `exactlyOnce=false` a value alone is written as plain
+entries (and key, timestamp or headers as records), at-least-once. See docs/SPARK.md.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
+from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, send_numbered
 from dledger.spark.live import ClientFactory, append_all, close_client, default_client_factory
 from dledger.spark.options import WriteOptions, parse_write_options
 from dledger.spark.records import bodies_of_rows
+from dledger.spark.sink_report import abort_report, commit_report
 from dledger.spark.write_schema import WriteColumns, write_columns_of
 
 log = logging.getLogger(__name__)
 
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property holding a streaming query's id (kept across checkpoint restarts)."""
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+"""The local property holding the micro-batch id of a streaming write's tasks."""
+
 
 @dataclass
 class AppendedMessage(WriterCommitMessage):
-    """What one write task appended (`first`/`last` are -1 when it appended nothing)."""
+    """What one write task left in the log.
+
+    Attributes:
+        first, last: the lowest and highest index known to hold its rows (-1: none known).
+        count: its rows in the log (all of the task's rows: it finished).
+        partition, attempt: the task.
+        appended: rows this attempt appended; count - appended were in the log already
+            (appended by an earlier or concurrent attempt, found as duplicates).
+        runs: (first index, count) runs holding the rows, in row order (exactly-once).
+        exactly_once: the rows were numbered (a retry cannot duplicate them).
+    """
 
     first: int
     last: int
     count: int
+    partition: int = -1
+    attempt: int = 0
+    appended: int = -1
+    runs: tuple[tuple[int, int], ...] = ()
+    exactly_once: bool = False
 
 
 def writer_setup(
@@ -39,62 +70,126 @@ def writer_setup(
     return parsed, factory or default_client_factory, columns
 
 
-def _write(
-    options: WriteOptions, factory: ClientFactory, columns: WriteColumns, rows: Iterator[Any]
+def task_ids(job_id: str | None) -> TaskIds:
+    """The running Spark task's ids: the batch job's `job_id`, or (None) the streaming
+    query id and micro-batch id from the task's local properties.
+
+    Raises:
+        ProducerWriteError: not in a Spark task, or a stream task without those properties.
+    """
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise ProducerWriteError("a dledger write task must run inside a Spark task (no TaskContext)")
+    if job_id is not None:
+        return TaskIds(job_id, -1, ctx.partitionId(), ctx.attemptNumber())
+    query, batch = ctx.getLocalProperty(QUERY_ID_PROPERTY), ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query or batch is None:
+        raise ProducerWriteError(
+            f"this Spark gives the stream writer no query id or batch id ({QUERY_ID_PROPERTY}={query!r}, "
+            f"{BATCH_ID_PROPERTY}={batch!r}): exactly-once is not possible; write with option exactlyOnce=false"
+        )
+    return TaskIds(query, int(batch), ctx.partitionId(), ctx.attemptNumber())
+
+
+def plain_ids(write_id: str) -> TaskIds:
+    """The running task's partition and attempt under `write_id` (at-least-once writes,
+    which use no producer id)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return TaskIds(write_id, -1, ctx.partitionId() if ctx else -1, ctx.attemptNumber() if ctx else 0)
+
+
+def write_task(
+    options: WriteOptions, factory: ClientFactory, columns: WriteColumns, rows: Iterator[Any], ids: TaskIds
 ) -> AppendedMessage:
+    """Append one task's rows (Arrow record batches): numbered with the producer id of
+    `ids` when the write is exactly-once, else as they come."""
     client = factory(options.target.peers or "", options.target.group, options.rpc_timeout_ms / 1000)
-    magic = MAGIC_RECORD if columns.records else MAGIC_NORMAL
     try:
+        if options.exactly_once:
+            chunks = (bodies_of_rows(batch, columns, as_records=True)[0] for batch in rows)
+            pid = ids.producer_id()
+            out = send_numbered(cast(StampedClient, client), chunks, options.batch_entries, options.batch_bytes, pid)
+            return AppendedMessage(
+                out.first, out.last, out.rows, ids.partition, ids.attempt, out.appended, out.runs, exactly_once=True
+            )
+        magic = MAGIC_RECORD if columns.records else MAGIC_NORMAL
         bodies = (bodies_of_rows(b, columns)[0] for b in rows)
         done = append_all(client, bodies, options.batch_entries, options.batch_bytes, magic)
+        return AppendedMessage(done.first, done.last, done.count, ids.partition, ids.attempt, done.count)
     finally:
         close_client(client)
-    return AppendedMessage(done.first, done.last, done.count)
 
 
-def _total(messages: Sequence[WriterCommitMessage | None]) -> int:
-    return sum(m.count for m in messages if isinstance(m, AppendedMessage))
+def _pause(seconds: float) -> None:
+    """Wait `seconds` (tests replace it)."""
+    threading.Event().wait(seconds)
+
+
+def _wait_for_cancelled_tasks(options: WriteOptions, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """Spark calls abort as soon as the job fails, while its other tasks may still run:
+    they are cancelled, and a Python worker that holds rows keeps appending until Spark
+    kills it, `spark.python.task.killTimeout` (2 s) after noticing. Waiting `abortWaitMs`
+    here keeps the job's failure from reaching the caller before those tasks are gone
+    (no wait when every task finished: none is left running)."""
+    if options.abort_wait_ms > 0 and any(m is None for m in messages):
+        _pause(options.abort_wait_ms / 1000)
 
 
 class DLedgerArrowWriter(DataSourceArrowWriter):
-    """Batch writer: each task appends its bodies in order, in batches."""
+    """Batch writer: each task appends its rows in order, in batches (exactly-once: the
+    job id made here, on the driver, is pickled to every task and its retries)."""
 
     def __init__(self, options: WriteOptions, factory: ClientFactory, columns: WriteColumns) -> None:
         self.options = options
         self.factory = factory
         self.columns = columns
+        self.job_id = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        """Append the task's rows; returns what was appended."""
-        return _write(self.options, self.factory, self.columns, iterator)
+        """Append the task's rows; returns what they left in the log."""
+        ids = task_ids(self.job_id) if self.options.exactly_once else plain_ids(self.job_id)
+        return write_task(self.options, self.factory, self.columns, iterator, ids)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Log the total (entries are committed by the cluster already)."""
-        log.info("dledger write appended %d entries", _total(messages))
+        """Log what the job appended (entries are committed by the cluster already)."""
+        log.info("%s", commit_report(messages, "dledger write"))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        """Nothing can be undone: entries appended by finished tasks stay in the log."""
-        log.warning("dledger write failed; %d entries appended by finished tasks stay in the log", _total(messages))
+        """Nothing can be undone: wait for the job's cancelled tasks, then log what stays
+        in the log (finished tasks' rows; a prefix of each failed task's rows)."""
+        _wait_for_cancelled_tasks(self.options, messages)
+        log.warning("%s", abort_report(messages, "dledger write", self.options.exactly_once, streaming=False))
 
 
 class DLedgerStreamArrowWriter(DataSourceStreamArrowWriter):
-    """Streaming writer: each micro-batch task appends its bodies (at-least-once)."""
+    """Streaming writer: each micro-batch task appends its rows (exactly-once: numbered
+    under the query id and the batch id, so a batch replayed after a failure or a
+    restart from the checkpoint re-sends the same numbered rows)."""
 
     def __init__(self, options: WriteOptions, factory: ClientFactory, columns: WriteColumns) -> None:
         self.options = options
         self.factory = factory
         self.columns = columns
+        self.run_id = uuid.uuid4().hex  # at-least-once only: not the query's, changes every batch
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        """Append the task's rows; returns what was appended."""
-        return _write(self.options, self.factory, self.columns, iterator)
+        """Append the task's rows; returns what they left in the log."""
+        ids = task_ids(None) if self.options.exactly_once else plain_ids(self.run_id)
+        return write_task(self.options, self.factory, self.columns, iterator, ids)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Log the micro-batch's total."""
-        log.info("dledger stream batch %d appended %d entries", batchId, _total(messages))
+        log.info("%s", commit_report(messages, f"dledger stream batch {batchId}"))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Entries appended by finished tasks stay in the log (the batch is retried)."""
-        log.warning(
-            "dledger stream batch %d failed; %d entries appended by finished tasks stay", batchId, _total(messages)
-        )
+        """Log what stays in the log. The batch is run again under the same ids, which
+        de-duplicates whatever its cancelled tasks still append when exactly-once; an
+        at-least-once write first waits for them, as a batch write does."""
+        if not self.options.exactly_once:
+            _wait_for_cancelled_tasks(self.options, messages)
+        what = f"dledger stream batch {batchId}"
+        log.warning("%s", abort_report(messages, what, self.options.exactly_once, streaming=True))

@@ -1,0 +1,267 @@
+"""Exactly-once appends of the `dledger` sink, without pyspark: a write task numbers its
+rows 0, 1, 2, ... in partition order and appends them with the idempotent producer
+(`DLedgerClient.append_records(records, stamp=ProducerStamp(pid, 0, first_seq))`), its
+producer id derived from the write's id, the micro-batch and the partition, never from
+the attempt. A retried or speculative attempt of the task re-sends the same numbered rows
+and the leader answers those it has as duplicates, so each row is in the log once.
+
+`dledger.client` (and so grpc) is imported only when a task sends (on executors).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.record import Record, decode_record
+
+log = logging.getLogger(__name__)
+
+RESENDS = 2
+"""How many times a request whose outcome is unknown (`IndeterminateError`) is sent
+again with the same stamp before the task fails (Spark's retry then re-sends it too)."""
+
+_PRODUCER_CODES = {
+    ResponseCode.OUT_OF_ORDER_SEQUENCE: "the leader expects another sequence number (rows of this task were lost "
+    "or the partition's rows are not the same on this attempt)",
+    ResponseCode.UNKNOWN_PRODUCER: "the leader no longer knows this task's producer id (it expired: "
+    "producerIdExpirationMs of log time passed since the task's last write)",
+    ResponseCode.PRODUCER_FENCED: "a newer epoch of this task's producer id has written (another writer uses it)",
+}
+
+
+class StampedClient(Protocol):
+    """What a task needs of `dledger.client.DLedgerClient`."""
+
+    def append_records(self, records: Sequence[Record], *, stamp: Any = None) -> Any:
+        """Append `records` numbered from `stamp.first_seq` (an `AppendResult`); a
+        `DLedgerClient` is given the encoded bodies (`_append_stamped`) instead."""
+        ...
+
+    def close(self) -> None:
+        """Close the channels."""
+        ...
+
+
+@dataclass(frozen=True)
+class TaskIds:
+    """What a write task's producer id is derived from (never the attempt number).
+
+    Attributes:
+        write_id: the batch job's id (made once on the driver, shared by every task and
+            retry of the job) or the streaming query's id (kept across restarts from the
+            checkpoint).
+        batch_id: the micro-batch id of a stream; -1 for a batch job.
+        partition: the task's partition id.
+        attempt: the attempt number (reported, not used in the id).
+    """
+
+    write_id: str
+    batch_id: int
+    partition: int
+    attempt: int = 0
+
+    def producer_id(self) -> int:
+        """The task's producer id, in [2^62, 2^63 - 1] (`dledger.client.derive_producer_id`)."""
+        from dledger.client import derive_producer_id
+
+        if self.batch_id < 0:
+            return derive_producer_id("dledger.spark.job", self.write_id, self.partition)
+        return derive_producer_id("dledger.spark.stream", self.write_id, self.batch_id, self.partition)
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What one task attempt left in the log: its rows 0..rows-1, `appended` of them
+    answered as new (the others were found as duplicates: appended by another attempt,
+    or by this one in a request whose answer was lost and that was sent again),
+    at the index runs `runs` ((first index, count), in row order; rows of an old
+    duplicate whose indexes the leader no longer knows are in no run)."""
+
+    rows: int
+    appended: int
+    runs: tuple[tuple[int, int], ...]
+
+    @property
+    def first(self) -> int:
+        """The lowest index known to hold one of the rows, or -1."""
+        return min((first for first, _ in self.runs), default=-1)
+
+    @property
+    def last(self) -> int:
+        """The highest index known to hold one of the rows, or -1."""
+        return max((first + count - 1 for first, count in self.runs), default=-1)
+
+
+class ProducerWriteError(RuntimeError):
+    """The leader refused a task's numbered rows (a task failure with a clear message)."""
+
+
+def _refusal(exc: DLedgerError, producer_id: int, first_seq: int) -> BaseException:
+    try:
+        code = ResponseCode(exc.code)
+    except ValueError:
+        return exc
+    why = _PRODUCER_CODES.get(code)
+    if why is not None:
+        return ProducerWriteError(
+            f"dledger refused the rows numbered from {first_seq} of producer id {producer_id}: "
+            f"{code.name}: {why}; {exc}"
+        )
+    if code == ResponseCode.UNSUPPORTED:
+        return ProducerWriteError(
+            f"the cluster refused records ({exc}): a java_compat cluster takes plain entries only, "
+            "so exactly-once writes are not possible there; write with option exactlyOnce=false"
+        )
+    return exc
+
+
+def _append_stamped(client: StampedClient, bodies: list[bytes], stamp: Any) -> Any:
+    """`client.append_records(records, stamp=stamp)` for records already encoded: a
+    `DLedgerClient` takes the bodies as they are (its `_append_stamped`, the second half
+    of `append_records`: a row encoded once, no `Record` objects, which cost more than
+    the rest of a task's work per row); another client gets the decoded `Record`s."""
+    direct = getattr(client, "_append_stamped", None)
+    if direct is not None:
+        return direct(bodies, stamp)
+    records = []
+    for body in bodies:
+        timestamp, key, headers, value = decode_record(body)
+        records.append(Record(value, key, timestamp, tuple(headers)))
+    return client.append_records(records, stamp=stamp)
+
+
+def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies: list[bytes]) -> Any:
+    """Append the record `bodies` numbered from `first_seq` with epoch 0, sending them
+    again (same stamp, so never twice in the log) after an unknown outcome, at most
+    `RESENDS` times (the client itself resends until its timeout first).
+
+    Raises:
+        ProducerWriteError: OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER, PRODUCER_FENCED or a
+            java_compat cluster's refusal.
+        DLedgerError: another refusal, or still unknown after the resends.
+    """
+    from dledger.client import IndeterminateError, ProducerStamp
+
+    stamp = ProducerStamp(producer_id, 0, first_seq)
+    for attempt in itertools.count():
+        try:
+            return _append_stamped(client, bodies, stamp)
+        except IndeterminateError as exc:
+            if attempt >= RESENDS:
+                raise
+            log.info("append of rows %d.. had an unknown outcome (%s); sending them again", first_seq, exc)
+        except DLedgerError as exc:
+            raise _refusal(exc, producer_id, first_seq) from exc
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _NumberedSender:
+    """Sends numbered requests in order from a thread of its own, so that the next one is
+    assembled (and Spark's next Arrow batch read) while one is in flight. After the first
+    failure, or `stop()`, nothing more is sent."""
+
+    def __init__(self, client: StampedClient, producer_id: int) -> None:
+        self.client = client
+        self.producer_id = producer_id
+        self.requests: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.stopped = False
+        self.rows = self.appended = 0
+        self.runs: list[tuple[int, int]] = []
+        self.thread = threading.Thread(target=self._run, name="dledger-spark-numbered", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while (request := self.requests.get()) is not None:
+            if self.error is not None or self.stopped:
+                continue  # drain without sending
+            first_seq, bodies = request
+            try:
+                result = send_request(self.client, self.producer_id, first_seq, bodies)
+            except BaseException as exc:
+                self.error = exc
+                continue
+            self._account(result, len(bodies))
+
+    def _account(self, result: Any, count: int) -> None:
+        runs = tuple(getattr(result, "runs", ()) or ())
+        duplicate = bool(getattr(result, "duplicate", False))
+        if not runs and not duplicate:
+            runs = ((int(result.first_index), count),)
+        for first, n in runs:
+            if self.runs and self.runs[-1][0] + self.runs[-1][1] == first:
+                self.runs[-1] = (self.runs[-1][0], self.runs[-1][1] + n)
+            else:
+                self.runs.append((int(first), int(n)))
+        self.rows += count
+        self.appended += 0 if duplicate else count
+
+    def put(self, first_seq: int, bodies: list[bytes]) -> None:
+        """Queue a request (waits while one is queued already); raises an earlier failure."""
+        if self.error is not None:
+            raise self.error
+        self.requests.put((first_seq, bodies))
+
+    def stop(self) -> None:
+        """Send nothing more: the queued request is dropped, the one in flight completes."""
+        self.stopped = True
+        self.finish(raise_error=False)
+
+    def finish(self, raise_error: bool = True) -> TaskOutcome:
+        """Wait for the queued requests; what the task left in the log (raises the first
+        failure)."""
+        self.requests.put(None)
+        self.thread.join()
+        if self.error is not None and raise_error:
+            raise self.error
+        return TaskOutcome(self.rows, self.appended, tuple(self.runs))
+
+
+def send_numbered(
+    client: StampedClient,
+    chunks: Iterable[list[bytes]],
+    batch_entries: int,
+    batch_bytes: int,
+    producer_id: int,
+) -> TaskOutcome:
+    """Append every record body, numbered 0, 1, 2, ... in order, in requests of at most
+    `batch_entries` records and `batch_bytes` bytes (at least one record each).
+    `chunks`: the bodies of each Arrow batch. The request boundaries depend only on the
+    bodies, so a retried attempt sends the same requests.
+
+    Raises:
+        ProducerWriteError, DLedgerError: as `send_request`; the rows sent before stay in
+            the log (a prefix of the task's rows) and nothing more is sent.
+        ValueError: a bad row (from `chunks`); nothing more is sent.
+    """
+    sender = _NumberedSender(client, producer_id)
+    pending: list[bytes] = []
+    size = seq = 0
+    try:
+        for bodies in chunks:
+            k, n = 0, len(bodies)
+            while k < n:
+                take = min(n - k, batch_entries - len(pending))
+                cumulative = list(itertools.accumulate(map(len, bodies[k : k + take])))
+                fit = bisect.bisect_right(cumulative, batch_bytes - size) or (0 if pending else 1)
+                if fit:
+                    pending.extend(bodies[k : k + fit])
+                    size += cumulative[fit - 1]
+                    k += fit
+                if k < n or len(pending) >= batch_entries:  # full: by count or by bytes
+                    sender.put(seq, pending)
+                    seq, pending, size = seq + len(pending), [], 0
+        if pending:
+            sender.put(seq, pending)
+    except BaseException:
+        sender.stop()  # the task fails: nothing more leaves it
+        raise
+    return sender.finish()
