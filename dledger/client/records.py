@@ -83,6 +83,15 @@ class RecordMethods:
         if not records:
             raise ValueError("nothing to append: records is empty")
         bodies = [encode_record(r.value, r.key, r.timestamp, r.headers) for r in records]
+        return self.append_record_bodies(bodies, stamp=stamp)
+
+    def append_record_bodies(self, bodies: Sequence[bytes], *, stamp: ProducerStamp | None = None) -> AppendResult:
+        """`append_records` for records encoded already (`dledger.record.encode_record`):
+        the bodies go as they are (a writer that encodes rows in bulk, such as the Spark
+        sink, saves building `Record`s). Errors: `append_records`; a body that is not a
+        record body is refused by the leader (UNEXPECTED_ARGUMENT, nothing appended)."""
+        if not bodies:
+            raise ValueError("nothing to append: bodies is empty")
         if stamp is None:
             return self.append_batch(bodies, MAGIC_RECORD)
         return self._append_stamped(bodies, stamp)

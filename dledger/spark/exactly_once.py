@@ -42,7 +42,7 @@ class StampedClient(Protocol):
 
     def append_records(self, records: Sequence[Record], *, stamp: Any = None) -> Any:
         """Append `records` numbered from `stamp.first_seq` (an `AppendResult`); a
-        `DLedgerClient` is given the encoded bodies (`_append_stamped`) instead."""
+        `DLedgerClient` is given the encoded bodies (`append_record_bodies`) instead."""
         ...
 
     def close(self) -> None:
@@ -125,12 +125,12 @@ def _refusal(exc: DLedgerError, producer_id: int, first_seq: int) -> BaseExcepti
 
 def _append_stamped(client: StampedClient, bodies: list[bytes], stamp: Any) -> Any:
     """`client.append_records(records, stamp=stamp)` for records already encoded: a
-    `DLedgerClient` takes the bodies as they are (its `_append_stamped`, the second half
-    of `append_records`: a row encoded once, no `Record` objects, which cost more than
-    the rest of a task's work per row); another client gets the decoded `Record`s."""
-    direct = getattr(client, "_append_stamped", None)
+    `DLedgerClient` takes the bodies as they are (`append_record_bodies`: a row encoded
+    once, no `Record` objects, which cost more than the rest of a task's work per row);
+    another client gets the decoded `Record`s."""
+    direct = getattr(client, "append_record_bodies", None)
     if direct is not None:
-        return direct(bodies, stamp)
+        return direct(bodies, stamp=stamp)
     records = []
     for body in bodies:
         timestamp, key, headers, value = decode_record(body)

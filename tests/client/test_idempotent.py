@@ -195,3 +195,19 @@ def test_the_leader_allocates_producer_ids_unique_across_leaders(group: Group, c
     port = group.ports[int(follower.config.self_id[1:])]
     answer = pb_grpc.LedgerStub(open_channel(f"127.0.0.1:{port}")).InitProducer(pb.InitProducerRequest(group="g"))
     assert answer.code == ResponseCode.NOT_LEADER and answer.producer_id == 0
+
+
+def test_encoded_record_bodies_append_as_records_numbered_or_not(client: DLedgerClient) -> None:
+    pid = derive_producer_id("test", 4)
+    bodies = [encode_record(b"b%d" % k, key=b"k") for k in range(3)]
+    first = client.append_record_bodies(bodies, stamp=ProducerStamp(pid, 0, 0))
+    again = client.append_record_bodies(bodies, stamp=ProducerStamp(pid, 0, 0))
+    assert not first.duplicate and again.duplicate and again.runs == first.runs
+    plain = client.append_record_bodies(bodies)  # not numbered: appended again
+    assert plain.first_index > first.last_index and plain.count == 3
+    assert [r.value for r in client.get_records(plain.first_index, 3)] == [b"b0", b"b1", b"b2"]
+    with pytest.raises(DLedgerError) as info:
+        client.append_record_bodies([b"not a record"], stamp=ProducerStamp(pid, 0, 3))
+    assert info.value.code == ResponseCode.UNEXPECTED_ARGUMENT
+    with pytest.raises(ValueError, match="empty"):
+        client.append_record_bodies([])

@@ -190,14 +190,14 @@ def test_a_failed_job_has_no_task_still_writing_when_it_fails(
         if ctx is None or ctx.partitionId() != 1:
             return client
         Path(marks, "p1.pid").write_text(str(os_.getpid()))
-        inner = client._append_stamped  # what the exactly-once task calls (with encoded bodies)
+        inner = client.append_record_bodies  # what the exactly-once task calls (with encoded bodies)
 
-        def slow_append(bodies: Any, stamp: Any) -> Any:
+        def slow_append(bodies: Any, *, stamp: Any) -> Any:
             time.sleep(0.2)  # a slow task: 100 requests take 20 s
             Path(marks, f"sent-{stamp.first_seq}").touch()
-            return inner(bodies, stamp)
+            return inner(bodies, stamp=stamp)
 
-        client._append_stamped = slow_append  # type: ignore[method-assign]
+        client.append_record_bodies = slow_append  # type: ignore[method-assign]
         return client
 
     source = type(
