@@ -34,7 +34,16 @@ from typing import Any, BinaryIO
 
 import grpc
 
-from bench._snapshots import NO_SNAPSHOT, SizedMachine, env_int, leader_of, snapshot_now, start_members, wait_saved
+from bench._snapshots import (
+    NO_SNAPSHOT,
+    SizedMachine,
+    env_int,
+    free_port,
+    leader_of,
+    snapshot_now,
+    start_members,
+    wait_saved,
+)
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.entry import Entry
 from dledger.node import DLedgerNode
@@ -61,14 +70,6 @@ class ReadingMachine:
     def on_snapshot_load(self, reader: BinaryIO) -> None:
         while reader.read(CHUNK):
             pass
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def members(base: Path) -> tuple[list[DLedgerServer], dict[str, str]]:
