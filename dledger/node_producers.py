@@ -170,8 +170,11 @@ class NodeProducers:
         """The committed table at exactly `index` (the apply thread, as a snapshot at
         `index` is captured: the background fold never passes the applied index)."""
         with self.lock:
+            before = self.log.committed.changes
             while self.log.folded_index < index and self.log.fold_committed(index):
                 pass
+            if self.log.committed.changes != before:
+                self._clean = False  # stamps folded here are not in the saved image yet
             if self.log.folded_index != index:
                 log.warning(
                     "the producer table is at %d, not %d: snapshot %d does not carry it",

@@ -11,10 +11,13 @@ from pathlib import Path
 import pytest
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig, StoreConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
+from dledger.node_producers import NodeProducers
 from dledger.raft.producers import Stamp, Verdict
-from dledger.record import STAMP_SIZE, encode_record
+from dledger.record import STAMP_SIZE, encode_record, stamp_record_body
 from dledger.statemachine.snapshot_manager import read_companion
+from dledger.store.mmap_store import MmapLogStore
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
 from tests.node.test_snapshots import SNAP, append_values, node_dir
@@ -110,3 +113,24 @@ def test_a_body_the_stamp_would_push_over_the_entry_limit_is_refused(
         node.append_idempotent([body], PID, 0, 0)
     assert info.value.code == ResponseCode.UNEXPECTED_ARGUMENT and node.store.end_index == end
     assert _produce(cluster, 0, 1)  # the producer is not started by the refusal: 0 is still new
+
+
+def test_stamps_a_snapshot_capture_folds_hold_retention_until_saved(tmp_path: Path) -> None:
+    """The capture for a snapshot folds up to its index itself: stamps folded there are
+    not in the saved table yet, so retention may not take their entries before a save."""
+    store = MmapLogStore(tmp_path, StoreConfig())
+    try:
+        body = stamp_record_body(encode_record(b"p0"), PID, 0, 0, 1, 5)
+        store.append_many([body, encode_record(b"x")], MAGIC_RECORD)
+        end = store.end_index
+        config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1")
+        clock = [0]
+        producers = NodeProducers(store, tmp_path, config, lambda: end, wall_ms=lambda: clock[0])
+        assert producers.capture(end) is not None
+        producers.fold_pass()  # nothing left to fold, and no save due yet
+        assert producers.retention_floor() == 0  # the stamp at 0 is not saved anywhere
+        clock[0] = 10_000
+        producers.fold_pass()  # due: saved
+        assert producers.retention_floor() == end + 1 and (tmp_path / "producers").exists()
+    finally:
+        store.close()
