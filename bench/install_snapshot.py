@@ -38,13 +38,11 @@ from bench._snapshots import (
     NO_SNAPSHOT,
     SizedMachine,
     env_int,
-    free_port,
     leader_of,
     snapshot_now,
     start_members,
     wait_saved,
 )
-from dledger.config import DLedgerConfig, member_store_config
 from dledger.entry import Entry
 from dledger.node import DLedgerNode
 from dledger.raft.messages import InstallSnapshotRequest
@@ -70,27 +68,6 @@ class ReadingMachine:
     def on_snapshot_load(self, reader: BinaryIO) -> None:
         while reader.read(CHUNK):
             pass
-
-
-def members(base: Path) -> tuple[list[DLedgerServer], dict[str, str]]:
-    addresses = {f"n{k}": f"127.0.0.1:{free_port()}" for k in range(2)}
-    peers = ";".join(f"{i}-{a}" for i, a in addresses.items())
-    servers = []
-    for node_id in addresses:
-        config = DLedgerConfig(
-            group="g",
-            self_id=node_id,
-            peers=peers,
-            store_base_dir=str(base),
-            store=member_store_config(),
-            preferred_leader_ids="n0",
-        )
-
-        def factory(cfg: DLedgerConfig, transport: Any) -> DLedgerNode:
-            return DLedgerNode(cfg, transport, state_machine=ReadingMachine())
-
-        servers.append(DLedgerServer(config, node_factory=factory).start())
-    return servers, addresses
 
 
 def install_round(leader: DLedgerNode, address: str, data: bytes, index: int) -> float:
@@ -195,7 +172,7 @@ def main() -> None:
     args = parser.parse_args()
     data = bytes(range(256)) * (args.mib * CHUNK // 256)
     with tempfile.TemporaryDirectory() as base:
-        servers, addresses = members(Path(base) / "prepared")
+        servers, addresses = start_members(Path(base) / "prepared", 2, ReadingMachine)
         pair = sender_members(Path(base) / "sender", len(data))
         sink, sink_address = sink_server()
         try:

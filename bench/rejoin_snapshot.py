@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import socket
 import statistics
 import tempfile
 import time
@@ -24,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from bench._snapshots import free_port, wait_for
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.entry import Entry
 from dledger.node import DLedgerNode
@@ -52,20 +52,6 @@ class CountingMachine:
 
     def on_snapshot_load(self, reader: BinaryIO) -> None:
         self.count, self.total = json.loads(reader.read())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait(check: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.005)
 
 
 def one_round(base: Path, entries: int, snapshots: bool, threshold: int) -> float:
@@ -97,20 +83,22 @@ def one_round(base: Path, entries: int, snapshots: bool, threshold: int) -> floa
     try:
         leader = servers["n0"].node
         assert leader is not None
-        wait(lambda: leader.is_leader, 60, "n0 to lead")
+        wait_for(lambda: leader.is_leader, "n0 to lead", 60)
         for _ in range(0, entries, BATCH):
             leader.append([BODY] * BATCH).result(60)
         end = leader.store.end_index
-        wait(lambda: all(s.node is not None and s.node.applied_index >= end for s in servers.values()), 600, "apply")
+        wait_for(
+            lambda: all(s.node is not None and s.node.applied_index >= end for s in servers.values()), "apply", 600
+        )
         if snapshots:
-            wait(lambda: leader.store.begin_index != 0, 60, "compaction")
+            wait_for(lambda: leader.store.begin_index != 0, "compaction", 60)
         servers.pop("n2").shutdown(grace_s=0.5)
         shutil.rmtree(config("n2").default_path)
         start_s = time.perf_counter()
         servers["n2"] = start("n2", initial_cluster_state="existing")
         follower = servers["n2"].node
         assert follower is not None
-        wait(lambda: follower.applied_index >= end, 1800, "the wiped follower to catch up")
+        wait_for(lambda: follower.applied_index >= end, "the wiped follower to catch up", 1800)
         return time.perf_counter() - start_s
     finally:
         for server in servers.values():

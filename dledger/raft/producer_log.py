@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dledger.columns import ColumnBatch
-from dledger.entry import MAGIC_RECORD
+from dledger.entry import MAGIC_RECORD, RECORD_STAMPED
 from dledger.raft.log import LogStore
 from dledger.raft.producers import ProducerTable, Stamp
 
@@ -39,9 +39,6 @@ log = logging.getLogger(__name__)
 StampReader = Callable[[bytes], "Stamp | None"]
 """Parses the stamp of a record body (None for an unstamped one); raises ValueError for
 a damaged stamp."""
-
-STAMPED_VERSION = 2
-"""The first byte of a stamped record body."""
 
 _FOLD = struct.Struct(">q?")  # next index, open run follows
 _RUN = struct.Struct(">qqqIqqqI")  # the open run's stamp, first index, term, entries seen
@@ -114,12 +111,8 @@ class StampFold:
         return fold
 
     def copy(self) -> StampFold:
-        """An independent fold at the same point (its table copied)."""
-        fold = StampFold(self.table.copy(), self.next_index, self.read_stamp)
-        if self._open is not None:
-            o = self._open
-            fold._open = _OpenRun(o.stamp, o.first_index, o.term, o.seen)
-        return fold
+        """An independent fold at the same point (its table and open run copied)."""
+        return StampFold.decode(self.encode(), self.read_stamp)
 
     def feed(self, batch: ColumnBatch) -> None:
         """Fold the entries of `batch`, which must start at `next_index`."""
@@ -158,7 +151,7 @@ class StampFold:
         nonempty = starts < batch.offsets[records + 1]
         records, starts = records[nonempty], starts[nonempty]
         first_bytes = np.frombuffer(batch.bodies, dtype=np.uint8)[starts]
-        return [int(p) for p in records[first_bytes == STAMPED_VERSION]]
+        return [int(p) for p in records[first_bytes == RECORD_STAMPED]]
 
     def _extend(self, terms: np.ndarray, start: int, stop: int) -> int:
         """Count the open run's entries in terms[start:stop] (the next stamped entry or
