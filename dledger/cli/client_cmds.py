@@ -15,11 +15,8 @@ Bodies are shown as text when they are printable UTF-8 (and do not start with
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -31,6 +28,7 @@ from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
 from dledger.cli.tls_options import client_tls, client_tls_options
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
+from dledger.client.interrupts import DeferredCtrlC
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
@@ -217,7 +215,7 @@ def append(
                     if not appended:
                         raise
                     fail(f"{exc}; before it, {_appended(appended, first, last)}")
-                with _ctrl_c_after():  # the report after Ctrl-C sees all of this or none of it
+                with DeferredCtrlC():  # the report after Ctrl-C sees all of this or none of it
                     in_flight = 0
                     first = result.first_index if first < 0 else first
                     last = result.last_index
@@ -247,7 +245,7 @@ class _Printer:
         self.shown = 0
 
     def __call__(self, entry: Entry) -> None:
-        with _ctrl_c_after():  # an entry printed is an entry counted
+        with DeferredCtrlC():  # an entry printed is an entry counted
             if self.out is not None:
                 self.out.write(record_of(entry).value + b"\n")
                 self.out.flush()
@@ -259,20 +257,6 @@ class _Printer:
                 noop = " (noop)" if entry.is_noop else ""
                 click.echo(f"{entry.index}\tterm {entry.term}\t{show_body(entry.body)}{noop}")
             self.shown += 1
-
-
-@contextlib.contextmanager
-def _ctrl_c_after() -> Iterator[None]:
-    """Hold SIGINT back for the block: a Ctrl-C that arrives inside it is delivered (as
-    KeyboardInterrupt) right after it. Only the main thread receives signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 GET_PAGE = 1024

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO, Any
 
+from dledger.client.interrupts import DeferredCtrlC
 from dledger.config import StoreConfig
 from dledger.security.tls import TlsConfig
 from dledger.store import IDENTITY_FILE, holds_store, lock_holder
@@ -253,7 +254,8 @@ class LocalCluster:
         if not self.members[member_id].alive:
             return None
         try:
-            return pb_grpc.LedgerStub(self.channel(member_id)).Metadata(pb.MetadataRequest(), timeout=timeout_s)
+            with DeferredCtrlC():  # a blocking call cut by Ctrl-C would hang the channel's close
+                return pb_grpc.LedgerStub(self.channel(member_id)).Metadata(pb.MetadataRequest(), timeout=timeout_s)
         except Exception:  # grpc.RpcError: not up (yet), or gone
             return None
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.policy import Backoff, Decision, code_decision, status_name
 from dledger.client.types import LedgerStubs, Target
 from dledger.clock import Clock, MonotonicClock
@@ -171,7 +172,8 @@ class Members:
             if left_ms < min_attempt_ms:
                 raise last or out_of_time()
             try:
-                answer = getattr(self.stubs(target.address), method)(request, timeout=left_ms / 1000)
+                with DeferredCtrlC():  # a blocking call cut by Ctrl-C would hang close()
+                    answer = getattr(self.stubs(target.address), method)(request, timeout=left_ms / 1000)
             except grpc.RpcError as exc:
                 last = on_rpc_error(target, exc)
                 self.forget(target)  # down, paused or cut off: rediscover
@@ -226,8 +228,9 @@ class Members:
         request = pb.MetadataRequest(group=self.group)
         calls = []
         for target in self.all():
-            call = self.stubs(target.address).Metadata.future(request, timeout=timeout_s)
-            call.add_done_callback(partial(_probe_done, answers, target))
+            with DeferredCtrlC():  # starting a call is not to be cut (see dledger.client.interrupts)
+                call = self.stubs(target.address).Metadata.future(request, timeout=timeout_s)
+                call.add_done_callback(partial(_probe_done, answers, target))
             calls.append(call)
         best: tuple[int, Target] | None = None
         answered: list[str] = []

@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.members import Members
 from dledger.client.policy import (
     Decision,
@@ -65,7 +66,8 @@ class _Stream:
         self.inflight: deque[tuple[int, Batch]] = deque()
         self.usable = True
         self.ended = False
-        self.call = producer.members.stubs(target.address).AppendStream(self._requests())
+        with DeferredCtrlC():  # starting a call is not to be cut (see dledger.client.interrupts)
+            self.call = producer.members.stubs(target.address).AppendStream(self._requests())
         self.reader = threading.Thread(target=self._read, name=f"dledger-producer-{target.node_id}", daemon=True)
 
     def start(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 
+from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.members import Members
 from dledger.client.policy import Backoff, Decision, read_decision, rpc_code, status_details, status_name
 from dledger.client.types import NodeMetadata, Target, metadata_from_pb
@@ -44,7 +45,8 @@ def read_unary(members: Members, method: str, request: Any, node_id: str | None)
             if left_ms <= 0:
                 break
             try:
-                return getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
+                with DeferredCtrlC():  # a blocking call cut by Ctrl-C would hang close()
+                    return getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
             except grpc.RpcError as exc:
                 status = status_name(exc)
                 errors.append(f"{target.node_id}: {status} {status_details(exc)}")
@@ -141,7 +143,10 @@ def member_metadata(members: Members, node_id: str | None) -> NodeMetadata:
 def member_status(members: Members) -> list[NodeMetadata]:
     """See `DLedgerClient.status`."""
     request = pb.MetadataRequest(group=members.group)
-    calls = [(t, members.stubs(t.address).Metadata.future(request, timeout=members.timeout_s)) for t in members.all()]
+    with DeferredCtrlC():  # starting calls is not to be cut (see dledger.client.interrupts)
+        calls = [
+            (t, members.stubs(t.address).Metadata.future(request, timeout=members.timeout_s)) for t in members.all()
+        ]
     out: list[NodeMetadata] = []
     for target, call in calls:
         try:
@@ -209,7 +214,8 @@ def read_committed(
             )
             if to_index is not None:
                 request.to_index = to_index
-            call = members.stubs(target.address).ReadCommitted(request)
+            with DeferredCtrlC():  # starting a call is not to be cut (see dledger.client.interrupts)
+                call = members.stubs(target.address).ReadCommitted(request)
             try:
                 for answer in call:
                     if answer.code != ResponseCode.SUCCESS:
