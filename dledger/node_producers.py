@@ -254,9 +254,10 @@ class NodeProducers:
         """
         if not bodies:
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
-        if not (0 <= producer_id <= MAX_ID and 0 <= epoch <= MAX_ID and 0 <= first_seq <= MAX_ID - len(bodies)):
+        if not (0 <= producer_id <= MAX_ID and 0 <= epoch <= MAX_ID and 0 <= first_seq <= MAX_ID - len(bodies) + 1):
             raise DLedgerError(
-                ResponseCode.UNEXPECTED_ARGUMENT, f"producer id, epoch and sequence numbers must be in 0..{MAX_ID}"
+                ResponseCode.UNEXPECTED_ARGUMENT,
+                f"producer id, epoch and sequence numbers (first_seq + count - 1 too) must be in 0..{MAX_ID}",
             )
         member = driver.core.member_state
         if not member.is_leader:

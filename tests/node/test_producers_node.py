@@ -14,7 +14,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, StoreConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
 from dledger.node_producers import NodeProducers
-from dledger.raft.producers import Stamp, Verdict
+from dledger.raft.producers import MAX_ID, Stamp, Verdict
 from dledger.record import STAMP_SIZE, encode_record, stamp_record_body
 from dledger.statemachine.snapshot_manager import read_companion
 from dledger.store.mmap_store import MmapLogStore
@@ -115,6 +115,32 @@ def test_a_body_the_stamp_would_push_over_the_entry_limit_is_refused(
         node.append_idempotent([body], PID, 0, 0)
     assert info.value.code == ResponseCode.UNEXPECTED_ARGUMENT and node.store.end_index == end
     assert _produce(cluster, 0, 1)  # the producer is not started by the refusal: 0 is still new
+
+
+@pytest.mark.parametrize(
+    ("first_seq", "count", "code"),
+    [
+        (MAX_ID, 1, ResponseCode.UNKNOWN_PRODUCER),  # in range: the last number is 2^63 - 1
+        (MAX_ID - 1, 2, ResponseCode.UNKNOWN_PRODUCER),
+        (MAX_ID, 2, ResponseCode.UNEXPECTED_ARGUMENT),  # the last one would be 2^63
+        (-1, 1, ResponseCode.UNEXPECTED_ARGUMENT),
+    ],
+)
+def test_sequence_numbers_are_checked_to_the_int64_edge_as_stamps_are(
+    cluster_factory: Callable[..., NodeCluster], first_seq: int, count: int, code: ResponseCode
+) -> None:
+    node = cluster_factory(1).leader()
+    end = node.store.end_index
+    bodies = [encode_record(b"v")] * count
+    in_range = True
+    try:
+        Stamp(PID, 0, first_seq, count, 0)
+    except ValueError:
+        in_range = False
+    assert in_range == (code != ResponseCode.UNEXPECTED_ARGUMENT)  # the node agrees with Stamp
+    with pytest.raises(DLedgerError) as info:
+        node.append_idempotent(bodies, PID, 0, first_seq)
+    assert info.value.code == code and node.store.end_index == end
 
 
 def test_stamps_a_snapshot_capture_folds_hold_retention_until_saved(tmp_path: Path) -> None:
