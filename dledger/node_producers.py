@@ -15,7 +15,10 @@ numbers from 0); the leader checks each numbered request against its producer ta
 Every member folds the committed log's stamps into its committed table in the
 background (`fold_pass`) and saves it in `<node dir>/producers` (the folded index, then
 the table's checksummed image), written atomically; a restart reads it back and folds
-on from there. Retention keeps every entry the saved image does not cover yet.
+on from there. Retention keeps every entry the saved image does not cover yet. A leader
+whose table lags the commit index by more than `LEADER_FOLD_LIMIT` entries refuses
+numbered requests with LEADER_NOT_READY (retried by clients) until the background fold
+has caught up.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.raft.driver import RaftDriver
 from dledger.raft.log import LogStore
 from dledger.raft.member_state import MemberState
-from dledger.raft.producer_log import ProducerLog, StampFold
+from dledger.raft.producer_log import FOLD_BATCH_ENTRIES, ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
 from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
 from dledger.store.kvfile import fsync_dir, write_synced
@@ -47,6 +50,11 @@ MAX_ALLOCATING_TERM = 1 << 42
 """Ids a leader allocates are (term << 20) + n < 2^62."""
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
+LEADER_FOLD_LIMIT = 2 * FOLD_BATCH_ENTRIES
+"""A leader's first numbered request of a term folds what the background has not folded
+yet, under the node's lock; with more committed entries than this still to fold (a
+restart without a saved table, on a long log) it is refused with LEADER_NOT_READY, which
+clients retry, rather than hold the lock (and heartbeats) for that long."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +271,13 @@ class NodeProducers:
         if not member.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
         with self.lock:
+            behind = self.log.leader_backlog(member.current_term, member.committed_index)
+            if behind > LEADER_FOLD_LIMIT:
+                raise DLedgerError(
+                    ResponseCode.LEADER_NOT_READY,
+                    f"the producer table is still being rebuilt from the log ({behind} committed entries "
+                    f"to go; nothing was appended): retry",
+                )
             table = self.log.leader_table(member.current_term, member.committed_index)
             check = table.check(Stamp(producer_id, epoch, first_seq, len(bodies)))
             verdict = check.verdict

@@ -210,6 +210,13 @@ class ProducerLog:
         """Fold committed entries past `folded_index`, at most `max_entries`; how many."""
         return _fold_range(self.store, self.committed, committed_index, max_entries)
 
+    def leader_backlog(self, term: int, committed_index: int) -> int:
+        """How many committed entries `leader_table` would still fold before a leader of
+        `term` can check its first request (0 once that table is built)."""
+        if self._leader is not None and self._leader_term == term:
+            return 0
+        return max(0, committed_index - self.folded_index)
+
     def leader_table(self, term: int, committed_index: int) -> ProducerTable:
         """The table a leader of `term` checks requests against; built on the first
         call in a term from the committed table and the log's uncommitted tail."""

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from dledger import node_producers
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, StoreConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
@@ -160,5 +164,40 @@ def test_stamps_a_snapshot_capture_folds_hold_retention_until_saved(tmp_path: Pa
         clock[0] = 10_000
         producers.fold_pass()  # due: saved
         assert producers.retention_floor() == end + 1 and (tmp_path / "producers").exists()
+    finally:
+        store.close()
+
+
+def test_a_leader_far_behind_in_folding_refuses_numbered_requests_until_the_fold_catches_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a saved table on a long log, the first numbered request would fold it all
+    under the node's lock: it is refused (LEADER_NOT_READY, retried by clients) until the
+    background fold has come within the limit."""
+    monkeypatch.setattr(node_producers, "LEADER_FOLD_LIMIT", 10)
+    store = MmapLogStore(tmp_path, StoreConfig())
+    try:
+        store.append_many([encode_record(b"old-%d" % k) for k in range(30)], MAGIC_RECORD)
+        member = SimpleNamespace(is_leader=True, current_term=2, committed_index=store.end_index, leader_id="n0")
+
+        def append_requests(batches: list[list[bytes]], _now_ms: int, magics: list[int]) -> list[Future[int]]:
+            done: Future[int] = Future()
+            done.set_result(store.append_many(batches[0], magics[0]))
+            return [done]
+
+        driver: Any = SimpleNamespace(
+            core=SimpleNamespace(member_state=member), append_requests=append_requests, dispatch_all=lambda _ms: None
+        )
+        config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1")
+        producers = NodeProducers(store, None, config, lambda: member.committed_index)
+        end = store.end_index
+        with pytest.raises(DLedgerError) as info:
+            producers.append(driver, [encode_record(b"new")], PID, 0, 0, 0)
+        assert info.value.code == ResponseCode.LEADER_NOT_READY and store.end_index == end
+        assert "30 committed entries to go" in str(info.value)
+        while producers.log.folded_index < end - 10:
+            producers.fold_pass()  # what the background thread does
+        answer = producers.append(driver, [encode_record(b"new")], PID, 0, 0, 0)
+        assert answer.runs == ((end + 1, 1),) and store.end_index == end + 1
     finally:
         store.close()
