@@ -16,7 +16,9 @@ must not see it there:
 `DeferredCtrlC` swaps the SIGINT handler for the step (masking the signal would not
 do: the kernel hands a process's SIGINT to any thread that does not block it, gRPC's
 too) and calls the real handler right after it. A blocking call ends by its deadline, so
-the wait is bounded by the client's timeout.
+the wait is bounded by the client's timeout. It costs about 10 us a call in the main
+thread and nothing in others; making every unary call a future instead (cancelled on
+any interruption) would cost 100-150 us a call (a Get on loopback: 550 against 690 us).
 """
 
 from __future__ import annotations
