@@ -128,8 +128,8 @@ def test_hostile_stamped_requests_are_refused_before_anything_is_appended(group:
         pb.AppendRequest(group="g", bodies=[record], magic=0, stamp=pb.ProducerStamp(producer_id=1)),
         pb.AppendRequest(group="g", bodies=[record], magic=MAGIC_RECORD, stamp=pb.ProducerStamp(producer_id=-1)),
         pb.AppendRequest(group="g", bodies=[record], magic=MAGIC_RECORD, stamp=pb.ProducerStamp(epoch=-5)),
-        pb.AppendRequest(
-            group="g", bodies=[record], magic=MAGIC_RECORD, stamp=pb.ProducerStamp(first_sequence=2**63 - 1)
+        pb.AppendRequest(  # the second record's sequence number would be 2^63
+            group="g", bodies=[record, record], magic=MAGIC_RECORD, stamp=pb.ProducerStamp(first_sequence=2**63 - 1)
         ),
         # a client may not write a stamp of its own
         pb.AppendRequest(group="g", bodies=[stamp_record_body(record, 9, 0, 0, 1, 1)], magic=MAGIC_RECORD),
