@@ -10,17 +10,15 @@ and the leader answers those it has as duplicates, so each row is in the log onc
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
-import queue
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.record import Record, decode_record
+from dledger.spark.send_queue import requests_of, send_all
 
 log = logging.getLogger(__name__)
 
@@ -163,35 +161,15 @@ def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class _NumberedSender:
-    """Sends numbered requests in order from a thread of its own, so that the next one is
-    assembled (and Spark's next Arrow batch read) while one is in flight. After the first
-    failure, or `stop()`, nothing more is sent."""
+class _Outcome:
+    """What the task's requests left in the log so far (see `TaskOutcome`)."""
 
-    def __init__(self, client: StampedClient, producer_id: int) -> None:
-        self.client = client
-        self.producer_id = producer_id
-        self.requests: queue.Queue[tuple[int, list[bytes]] | None] = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-        self.stopped = False
+    def __init__(self) -> None:
         self.rows = self.appended = 0
         self.runs: list[tuple[int, int]] = []
-        self.thread = threading.Thread(target=self._run, name="dledger-spark-numbered", daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        while (request := self.requests.get()) is not None:
-            if self.error is not None or self.stopped:
-                continue  # drain without sending
-            first_seq, bodies = request
-            try:
-                result = send_request(self.client, self.producer_id, first_seq, bodies)
-            except BaseException as exc:
-                self.error = exc
-                continue
-            self._account(result, len(bodies))
-
-    def _account(self, result: Any, count: int) -> None:
+    def account(self, result: Any, count: int) -> None:
+        """Add the answer `result` to a request of `count` rows."""
         runs = tuple(getattr(result, "runs", ()) or ())
         duplicate = bool(getattr(result, "duplicate", False))
         if not runs and not duplicate:
@@ -204,26 +182,6 @@ class _NumberedSender:
         self.rows += count
         self.appended += 0 if duplicate else count
 
-    def put(self, first_seq: int, bodies: list[bytes]) -> None:
-        """Queue a request (waits while one is queued already); raises an earlier failure."""
-        if self.error is not None:
-            raise self.error
-        self.requests.put((first_seq, bodies))
-
-    def stop(self) -> None:
-        """Send nothing more: the queued request is dropped, the one in flight completes."""
-        self.stopped = True
-        self.finish(raise_error=False)
-
-    def finish(self, raise_error: bool = True) -> TaskOutcome:
-        """Wait for the queued requests; what the task left in the log (raises the first
-        failure)."""
-        self.requests.put(None)
-        self.thread.join()
-        if self.error is not None and raise_error:
-            raise self.error
-        return TaskOutcome(self.rows, self.appended, tuple(self.runs))
-
 
 def send_numbered(
     client: StampedClient,
@@ -233,35 +191,20 @@ def send_numbered(
     producer_id: int,
 ) -> TaskOutcome:
     """Append every record body, numbered 0, 1, 2, ... in order, in requests of at most
-    `batch_entries` records and `batch_bytes` bytes (at least one record each).
-    `chunks`: the bodies of each Arrow batch. The request boundaries depend only on the
-    bodies, so a retried attempt sends the same requests.
+    `batch_entries` records and `batch_bytes` bytes (at least one record each), one in
+    flight while the next is assembled (`dledger.spark.send_queue`). `chunks`: the
+    bodies of each Arrow batch. The request boundaries depend only on the bodies, so a
+    retried attempt sends the same requests.
 
     Raises:
         ProducerWriteError, DLedgerError: as `send_request`; the rows sent before stay in
             the log (a prefix of the task's rows) and nothing more is sent.
         ValueError: a bad row (from `chunks`); nothing more is sent.
     """
-    sender = _NumberedSender(client, producer_id)
-    pending: list[bytes] = []
-    size = seq = 0
-    try:
-        for bodies in chunks:
-            k, n = 0, len(bodies)
-            while k < n:
-                take = min(n - k, batch_entries - len(pending))
-                cumulative = list(itertools.accumulate(map(len, bodies[k : k + take])))
-                fit = bisect.bisect_right(cumulative, batch_bytes - size) or (0 if pending else 1)
-                if fit:
-                    pending.extend(bodies[k : k + fit])
-                    size += cumulative[fit - 1]
-                    k += fit
-                if k < n or len(pending) >= batch_entries:  # full: by count or by bytes
-                    sender.put(seq, pending)
-                    seq, pending, size = seq + len(pending), [], 0
-        if pending:
-            sender.put(seq, pending)
-    except BaseException:
-        sender.stop()  # the task fails: nothing more leaves it
-        raise
-    return sender.finish()
+    outcome = _Outcome()
+
+    def send(bodies: list[bytes]) -> None:  # in order: the rows sent so far number the next
+        outcome.account(send_request(client, producer_id, outcome.rows, bodies), len(bodies))
+
+    send_all(requests_of(chunks, batch_entries, batch_bytes), send, "dledger-spark-numbered")
+    return TaskOutcome(outcome.rows, outcome.appended, tuple(outcome.runs))

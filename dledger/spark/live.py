@@ -9,11 +9,7 @@ be created).
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import logging
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -34,6 +30,7 @@ from dledger.spark.planning import (
     plan_live,
     resolve_range,
 )
+from dledger.spark.send_queue import requests_of, send_all
 from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
@@ -371,53 +368,6 @@ class Appended:
     count: int
 
 
-class _Sender:
-    """Sends batches with `append_many` in order from a thread of its own, so that the
-    next batch is assembled (and Spark's next Arrow batch read) while one is in flight."""
-
-    def __init__(self, client: LedgerClient, magic: int = MAGIC_NORMAL) -> None:
-        self.client = client
-        self.magic = magic
-        self.batches: queue.Queue[list[bytes] | None] = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-        self.stopped = False  # the write failed: queued batches are dropped, not sent
-        self.first = self.last = -1
-        self.count = 0
-        self.thread = threading.Thread(target=self._run, name="dledger-spark-append", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while (batch := self.batches.get()) is not None:
-            if self.error is not None or self.stopped:
-                continue  # drain: the writer learns of the error at its next put
-            try:
-                if self.magic == MAGIC_NORMAL:
-                    first = int(self.client.append_many(batch))
-                else:
-                    first = int(self.client.append_batch(batch, self.magic).first_index)
-            except BaseException as exc:
-                self.error = exc
-                continue
-            if self.first < 0:
-                self.first = first
-            self.last = first + len(batch) - 1
-            self.count += len(batch)
-
-    def put(self, batch: list[bytes]) -> None:
-        """Queue a batch (waits while one is queued already)."""
-        if self.error is not None:
-            raise self.error
-        self.batches.put(batch)
-
-    def finish(self) -> Appended:
-        """Wait for every queued batch; what was appended (raises the first failure)."""
-        self.batches.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return Appended(self.first, self.last, self.count)
-
-
 def append_all(
     client: LedgerClient,
     bodies: Iterable[list[bytes]],
@@ -427,36 +377,25 @@ def append_all(
 ) -> Appended:
     """Append every body, in order, in `append_many` calls of at most `batch_entries`
     bodies and about `batch_bytes` bytes (at least one body per call). One call is in
-    flight at a time (so the log keeps the order) while the next batch is assembled.
-    `magic` MAGIC_RECORD appends record bodies (`append_batch(bodies, magic)`).
+    flight at a time (so the log keeps the order) while the next batch is assembled
+    (`dledger.spark.send_queue`). `magic` MAGIC_RECORD appends record bodies
+    (`append_batch(bodies, magic)`).
 
     At-least-once: a failed call raises, and entries appended before it stay in the log;
     after a failure (of a call or of `bodies`) nothing more is sent.
     """
-    sender = _Sender(client, magic)
-    pending: list[bytes] = []
-    size = 0
-    try:
-        for chunk in bodies:
-            k, n = 0, len(chunk)
-            while k < n:
-                take = chunk[k : k + batch_entries - len(pending)]
-                sizes = list(itertools.accumulate(map(len, take)))  # cumulative
-                fit = bisect.bisect_right(sizes, batch_bytes - size) or (0 if pending else 1)
-                if fit:
-                    pending.extend(take[:fit])
-                    size += sizes[fit - 1]
-                    k += fit
-                if k < n or len(pending) >= batch_entries:  # full: by count or by bytes
-                    sender.put(pending)
-                    pending, size = [], 0
-        if pending:
-            sender.put(pending)
-    except BaseException:
-        sender.stopped = True  # the task fails: send nothing more (the batch in flight completes)
-        try:
-            sender.finish()
-        except BaseException as exc:  # the caller's error is the one to report
-            log.debug("append batch failed while the write was failing: %s", exc)
-        raise
-    return sender.finish()
+    first = last = -1
+    count = 0
+
+    def send(batch: list[bytes]) -> None:
+        nonlocal first, last, count
+        if magic == MAGIC_NORMAL:
+            at = int(client.append_many(batch))
+        else:
+            at = int(client.append_batch(batch, magic).first_index)
+        first = at if first < 0 else first
+        last = at + len(batch) - 1
+        count += len(batch)
+
+    send_all(requests_of(bodies, batch_entries, batch_bytes), send, "dledger-spark-append")
+    return Appended(first, last, count)

@@ -15,9 +15,10 @@ import pytest
 from dledger.client import IndeterminateError
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.record import Record, encode_record
-from dledger.spark.exactly_once import RESENDS, ProducerWriteError, TaskIds, _NumberedSender, send_numbered
-from dledger.spark.live import _Sender, append_all
+from dledger.spark.exactly_once import RESENDS, ProducerWriteError, TaskIds, send_numbered
+from dledger.spark.live import append_all
 from dledger.spark.options import OptionError, parse_write_options
+from dledger.spark.send_queue import OrderedSender
 from dledger.spark.sink_report import abort_report, commit_report
 from tests.spark.fake_leader import FakeClient, FakeLeader
 
@@ -180,14 +181,14 @@ def test_a_bad_row_stops_the_task_at_once(monkeypatch: pytest.MonkeyPatch) -> No
         assert in_flight.wait(60)
         raise ValueError("value (body) must not be null")
 
-    stop = _NumberedSender.stop
+    stop = OrderedSender.stop
 
-    def stop_then_release(self: _NumberedSender) -> None:
+    def stop_then_release(self: OrderedSender) -> None:
         self.stopped = True
         release.set()  # request 1 completes only once the task has decided to stop
         stop(self)
 
-    monkeypatch.setattr(_NumberedSender, "stop", stop_then_release)
+    monkeypatch.setattr(OrderedSender, "stop", stop_then_release)
     with pytest.raises(ValueError, match="must not be null"):
         send_numbered(FakeClient(leader), rows(), 5, 1 << 20, PID)
     assert leader.values() == [(b"a%d" % k).ljust(8, b".") for k in range(5)] and leader.calls == 1
@@ -215,13 +216,13 @@ def test_an_at_least_once_task_also_stops_at_a_bad_row(monkeypatch: pytest.Monke
         assert client.in_flight.wait(60)
         raise ValueError("value (body) must not be null")
 
-    finish = _Sender.finish
+    finish = OrderedSender.finish
 
-    def release_then_finish(self: _Sender) -> Any:
+    def release_then_finish(self: OrderedSender, raise_error: bool = True) -> None:
         client.release.set()  # the first batch completes only once the write is finishing
-        return finish(self)
+        finish(self, raise_error)
 
-    monkeypatch.setattr(_Sender, "finish", release_then_finish)
+    monkeypatch.setattr(OrderedSender, "finish", release_then_finish)
 
     with pytest.raises(ValueError):
         append_all(client, rows(), 5, 1 << 20)  # type: ignore[arg-type]
