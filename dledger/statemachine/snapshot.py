@@ -151,15 +151,8 @@ class SnapshotStore:
         for index in self.indexes():
             if limit is not None and len(good) >= limit:
                 break
-            directory = self.root / f"snapshot_{index}"
             try:
-                seen = _file_identity(directory / DATA_FILE)
-                if seen is not None and self._checked.get(index) == seen:
-                    good.append(Snapshot(directory, SnapshotMeta.from_json((directory / META_FILE).read_bytes())))
-                    continue
-                good.append(verify(directory, index))
-                if seen is not None:
-                    self._checked[index] = seen
+                good.append(self._verify(index))
             except DamagedSnapshotError as exc:
                 log.warning("snapshot %s is damaged and skipped: %s", self.root / f"snapshot_{index}", exc)
             except OSError as exc:
@@ -230,10 +223,22 @@ class SnapshotStore:
     def is_valid(self, index: int) -> bool:
         """True when `snapshot_<index>` exists and verifies."""
         try:
-            verify(self.root / f"snapshot_{index}", index)
+            self._verify(index)
         except (DamagedSnapshotError, OSError):
             return False
         return True
+
+    def _verify(self, index: int) -> Snapshot:
+        """`verify` `snapshot_<index>`, unless it verified before and its data is still
+        the same, unchanged file (raises as `verify`)."""
+        directory = self.root / f"snapshot_{index}"
+        seen = _file_identity(directory / DATA_FILE)
+        if seen is not None and self._checked.get(index) == seen:
+            return Snapshot(directory, SnapshotMeta.from_json((directory / META_FILE).read_bytes()))
+        snapshot = verify(directory, index)
+        if seen is not None:
+            self._checked[index] = seen
+        return snapshot
 
     def _publish_install(self, directory: Path, last_index: int, last_term: int, checksum: tuple[int, int]) -> Snapshot:
         return self._publish(directory, last_index, last_term, ResponseCode.INSTALL_SNAPSHOT_ERROR, checksum)
@@ -268,6 +273,7 @@ class SnapshotStore:
                 keep.add(index)
         for index in self.indexes():
             if index not in keep:
+                self._checked.pop(index, None)
                 try:
                     remove_tree(self.root / f"snapshot_{index}")
                 except OSError as exc:

@@ -408,5 +408,7 @@ def test_an_unchanged_snapshot_is_read_once_and_a_changed_one_again(
     reopened = SnapshotStore(tmp_path)
     assert [s.index for s in reopened.snapshots()] == [9] and [s.index for s in reopened.snapshots()] == [9]
     assert len(checks) == 1  # verified once
+    assert reopened.is_valid(9) and len(checks) == 1  # the same check, not a second read
     flip(newest.data_path, 3, 0x80)  # a new write: read again, found damaged
     assert reopened.latest() is None and store.latest() is None and len(checks) == 3
+    assert not store.is_valid(9) and len(checks) == 4
