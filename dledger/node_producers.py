@@ -162,10 +162,12 @@ class NodeProducers:
             if not self._clean:
                 self.save()
 
-    def _fold(self) -> int:
-        """Fold a batch of committed entries (caller holds `lock`); how many."""
+    def _fold(self, up_to: int | None = None) -> int:
+        """Fold a batch of committed entries, up to `up_to` (default: the commit index),
+        keeping track of whether the saved image still covers them (caller holds
+        `lock`); how many."""
         before = self.log.committed.changes
-        folded = self.log.fold_committed(self.committed_index())
+        folded = self.log.fold_committed(self.committed_index() if up_to is None else up_to)
         if self.log.committed.changes == before and self._clean:
             self.saved_index = self.log.folded_index  # nothing stamped: the saved image still holds
         else:
@@ -178,11 +180,8 @@ class NodeProducers:
         """The committed table at exactly `index` (the apply thread, as a snapshot at
         `index` is captured: the background fold never passes the applied index)."""
         with self.lock:
-            before = self.log.committed.changes
-            while self.log.folded_index < index and self.log.fold_committed(index):
+            while self.log.folded_index < index and self._fold(index):
                 pass
-            if self.log.committed.changes != before:
-                self._clean = False  # stamps folded here are not in the saved image yet
             if self.log.folded_index != index:
                 log.warning(
                     "the producer table is at %d, not %d: snapshot %d does not carry it",
