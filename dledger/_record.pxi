@@ -1,9 +1,9 @@
-# Included by dledger/_store.pyx (one extension module): the record codec (the body of
+# Included by dledger/_store.pyx (one extension module): the record codec's reader (the body of
 # a magic-16 entry: version, timestamp, key, headers, value; docs/FORMAT.md "Records";
 # a version-2 body carries a 36-byte stamp after its version byte, which readers skip)
 # and `split_records`, which turns a column batch's bodies into Arrow-layout record
 # columns in C. Every read is bounds-checked against the body's length: a truncated or
-# lying record is a ValueError, never an over-read.
+# lying record is a ValueError, never an over-read. The writer is _record_write.pxi.
 # Uses the C declarations of _store.pxd.
 
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
@@ -215,83 +215,6 @@ cdef int _rec_parse(const unsigned char *b, Py_ssize_t n, RecView *r) noexcept n
         return REC_E_TRAILING
     r.value_off = r.at
     return REC_OK
-
-
-cdef inline Py_ssize_t _varint_size(Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t s = 1
-    while v >= 0x80:
-        v >>= 7
-        s += 1
-    return s
-
-
-cdef inline Py_ssize_t _put_varint(unsigned char *p, Py_ssize_t v) noexcept nogil:
-    cdef Py_ssize_t i = 0
-    while v >= 0x80:
-        p[i] = <unsigned char>((v & 0x7F) | 0x80)
-        v >>= 7
-        i += 1
-    p[i] = <unsigned char>v
-    return i + 1
-
-
-def encode_record(bytes value not None, key, long long timestamp, headers=()) -> bytes:
-    """Encode a record body: version 1, `timestamp` (ms, >= 0), `key` (bytes or None),
-    `headers` (a sequence of (str, bytes) pairs; repeats allowed, order kept) and
-    `value`. ValueError when a field breaks a limit, TypeError for a wrong type."""
-    cdef Py_ssize_t klen = 0, size, at, i, hcount, hklen
-    cdef const char *hk
-    cdef tuple hs = tuple(headers)
-    cdef list hkeys = []
-    cdef unsigned char *p
-    if timestamp < 0:
-        raise ValueError("record timestamp must be >= 0, got %d" % timestamp)
-    if key is not None:
-        if type(key) is not bytes:
-            raise TypeError("record key must be bytes or None, not %s" % type(key).__name__)
-        klen = PyBytes_GET_SIZE(key)
-        if klen > DL_REC_MAX_KEY:
-            raise ValueError("record key is %d bytes, over the limit of %d" % (klen, DL_REC_MAX_KEY))
-    hcount = len(hs)
-    if hcount > DL_REC_MAX_HEADERS:
-        raise ValueError("record has %d headers, over the limit of %d" % (hcount, DL_REC_MAX_HEADERS))
-    size = REC_FIXED + _varint_size(klen + 1 if key is not None else 0) + klen + _varint_size(hcount)
-    for i in range(hcount):
-        pair = hs[i]
-        if type(pair) is not tuple or len(<tuple>pair) != 2:
-            raise TypeError("a record header must be a (str, bytes) pair")
-        name, val = <tuple>pair
-        if type(name) is not str or type(val) is not bytes:
-            raise TypeError("a record header must be a (str, bytes) pair, not (%s, %s)"
-                            % (type(name).__name__, type(val).__name__))
-        hk = PyUnicode_AsUTF8AndSize(name, &hklen)
-        if hklen > DL_REC_MAX_HEADER_KEY:
-            raise ValueError("record header key is %d bytes, over the limit of %d" % (hklen, DL_REC_MAX_HEADER_KEY))
-        hkeys.append(hk[:hklen])
-        size += _varint_size(hklen) + hklen + _varint_size(PyBytes_GET_SIZE(val)) + PyBytes_GET_SIZE(val)
-    size += _varint_size(PyBytes_GET_SIZE(value)) + PyBytes_GET_SIZE(value)
-    out = PyBytes_FromStringAndSize(NULL, size)
-    p = <unsigned char *>PyBytes_AS_STRING(out)
-    p[0] = DL_REC_VERSION
-    dl_put64(p + 1, timestamp)
-    at = REC_FIXED
-    at += _put_varint(p + at, klen + 1 if key is not None else 0)
-    if klen:
-        memcpy(p + at, PyBytes_AS_STRING(key), klen)
-        at += klen
-    at += _put_varint(p + at, hcount)
-    for i in range(hcount):
-        name_bytes = <bytes>hkeys[i]
-        val = (<tuple>hs[i])[1]
-        at += _put_varint(p + at, PyBytes_GET_SIZE(name_bytes))
-        memcpy(p + at, PyBytes_AS_STRING(name_bytes), PyBytes_GET_SIZE(name_bytes))
-        at += PyBytes_GET_SIZE(name_bytes)
-        at += _put_varint(p + at, PyBytes_GET_SIZE(val))
-        memcpy(p + at, PyBytes_AS_STRING(val), PyBytes_GET_SIZE(val))
-        at += PyBytes_GET_SIZE(val)
-    at += _put_varint(p + at, PyBytes_GET_SIZE(value))
-    memcpy(p + at, PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value))
-    return out
 
 
 cdef _rec_error(int err, Py_ssize_t at, Py_ssize_t n):

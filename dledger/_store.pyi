@@ -83,6 +83,20 @@ header values (offsets native int32; bitmaps Arrow's, LSB first)."""
 def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iterable[tuple[str, bytes]] = ()) -> bytes:
     """Encode a record body (docs/FORMAT.md "Records"); ValueError over a limit, TypeError for a wrong type."""
 
+def encode_records(
+    count: int,
+    value_offsets: ReadableBuffer,
+    values: ReadableBuffer,
+    key_offsets: ReadableBuffer,
+    keys: ReadableBuffer,
+    key_valid: ReadableBuffer,
+    timestamps: ReadableBuffer,
+    now: int,
+) -> list[bytes]:
+    """Record bodies (no headers) of `count` rows given as Arrow-layout columns (int32
+    offsets; empty key offsets: no keys; empty key validity: every key present; empty
+    timestamps: `now`); ValueError for a column that lies, a negative time or a long key."""
+
 def decode_record(body: ReadableBuffer) -> _Record:
     """Decode a record body; ValueError when it is truncated, lies about a length or breaks a limit."""
 

@@ -12,7 +12,9 @@ order, and each may use what the ones before it define.
 - `_store.pxd`: the C declarations (pthread, unistd, `native/*.h`);
 - this file: module constants (scan stop reasons, states, failpoints);
 - `_codec.pxi`: entry and index-unit codecs, CRC helpers;
-- `_record.pxi`: the record codec (magic 16 bodies) and `split_records`;
+- `_record.pxi`: the record codec's reader (magic 16 bodies) and `split_records`;
+- `_record_write.pxi`: its writer: `encode_record`, and `encode_records` for
+  Arrow-layout columns;
 - `_quota.pxi`: `Quota`;
 - `_table.pxi`: `MappedTable`, the mapped segments of one file list;
 - `_core.pxi`: `LogCore`: state, locking, the write path and the public methods;
@@ -73,6 +75,7 @@ DEF STAGE_MAX_BYTES = 1048576  # write_through: staged bytes written per pwrite 
 
 include "_codec.pxi"
 include "_record.pxi"
+include "_record_write.pxi"
 include "_quota.pxi"
 include "_table.pxi"
 include "_core.pxi"

@@ -10,7 +10,8 @@ laid out like the compiled parts:
 
 - `_store_py_codec`: entry and index-unit codecs and the module's constants
   (`_codec.pxi`, `_store.pyx`);
-- `_store_py_record`: the record codec and `split_records` (`_record.pxi`);
+- `_store_py_record`: the record codec, `split_records` and `encode_records`
+  (`_record.pxi`, `_record_write.pxi`);
 - `_store_py_table`: `MappedTable` (`_table.pxi`);
 - `_store_py_core`: `LogCore`: state, locking, appends and reads (`_core*.pxi`);
 - `_store_py_scan`: the recovery walks (`_core_scan.pxi`);
@@ -42,7 +43,13 @@ from dledger._store_py_codec import (
 )
 from dledger._store_py_codec import crc_field as _crc_field  # noqa: F401 (tests compare header CRCs with it)
 from dledger._store_py_core import LogCore
-from dledger._store_py_record import check_records, decode_record, encode_record, split_records
+from dledger._store_py_record import (
+    check_records,
+    decode_record,
+    encode_record,
+    encode_records,
+    split_records,
+)
 from dledger._store_py_table import MappedTable
 
 __all__ = [
@@ -68,6 +75,7 @@ __all__ = [
     "encode_index_unit",
     "decode_index_unit",
     "encode_record",
+    "encode_records",
     "decode_record",
     "split_records",
     "check_records",

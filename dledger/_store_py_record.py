@@ -209,6 +209,61 @@ def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iter
     return bytes(out)
 
 
+def _offsets(buffer: Any, count: int, size: int, short: str, what: str) -> Any:
+    """int32 offsets [0..count] into `size` bytes: `short` when there are fewer, else
+    checked as the compiled `_check_offsets` does (same messages)."""
+    off = np.frombuffer(buffer, dtype=np.int32)
+    if count < 0 or len(off) < count + 1:
+        raise ValueError(short)
+    off = off[: count + 1]
+    if count and (off[0] < 0 or off[count] > size):
+        raise ValueError(f"{what}: offsets outside the {size} bytes of data")
+    below = np.flatnonzero(np.diff(off) < 0)
+    if len(below):
+        raise ValueError(f"{what}: offset {below[0] + 1} is below offset {below[0]}")
+    return off
+
+
+def _split(off: Any, data: bytes, count: int) -> list[bytes]:
+    return [data[off[k] : off[k + 1]] for k in range(count)]
+
+
+def encode_records(
+    count: int, value_offsets: Any, values: Any, key_offsets: Any, keys: Any, key_valid: Any, timestamps: Any, now: int
+) -> list[bytes]:
+    """Record bodies (no headers) of rows given as Arrow-layout columns (see the compiled
+    `encode_records`)."""
+    vals = bytes(values)
+    short = f"encode_records: value offsets shorter than {count} rows"
+    voff = _offsets(value_offsets, count, len(vals), short, "encode_records: values")
+    row_keys: list[bytes | None] = [None] * count
+    if len(bytes(key_offsets)):
+        kdata = bytes(keys)
+        short = f"encode_records: key offsets shorter than {count} rows"
+        row_keys = list(_split(_offsets(key_offsets, count, len(kdata), short, "encode_records: keys"), kdata, count))
+    valid = bytes(key_valid)
+    if valid:
+        if len(valid) < count:
+            raise ValueError(f"encode_records: key validity shorter than {count} rows")
+        row_keys = [key if valid[k] else None for k, key in enumerate(row_keys)]
+    stamps = [now] * count
+    if len(bytes(timestamps)):
+        ts = np.frombuffer(timestamps, dtype=np.int64)
+        if len(ts) < count:
+            raise ValueError(f"encode_records: timestamps shorter than {count} rows")
+        stamps = [int(t) for t in ts[:count]]
+    elif now < 0:
+        raise ValueError(f"record timestamp must be >= 0, got {now}")
+    out = []
+    for k, (value, key, stamp) in enumerate(zip(_split(voff, vals, count), row_keys, stamps, strict=True)):
+        if stamp < 0:
+            raise ValueError(f"row {k}: record timestamp must be >= 0, got {stamp}")
+        if key is not None and len(key) > MAX_RECORD_KEY:
+            raise ValueError(f"row {k}: record key is {len(key)} bytes, over the limit of {MAX_RECORD_KEY}")
+        out.append(encode_record(value, key, stamp))
+    return out
+
+
 def decode_record(body: Any) -> Decoded:
     """Decode a record body: (timestamp, key or None, [(header key, value), ...], value).
     ValueError when it is truncated, lies about a length or breaks a limit."""

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
+from dledger._native import impl
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import encode_record, now_ms
@@ -59,17 +62,44 @@ def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
 
 
 def _binary(array: Any) -> Any:
-    if pa.types.is_string(array.type):
-        return array.cast(pa.binary())
-    if pa.types.is_large_string(array.type):
-        return array.cast(pa.large_binary())
+    """A binary or string column as binary with int32 offsets (Arrow's `binary`)."""
+    if not pa.types.is_binary(array.type):
+        array = array.cast(pa.binary())  # string, large_string, large_binary
     return array
 
 
-def _millis(array: Any) -> list[int | None]:
+def _binary_buffers(array: Any) -> tuple[Any, Any]:
+    """The offsets (len + 1 native int32, into the data) and data of a binary column, as
+    the compiled `encode_records` takes them (no copy; a sliced array's offsets start at
+    its slice)."""
+    if len(array) == 0:
+        return bytes(4), b""
+    _, offsets, data = array.buffers()
+    start = array.offset * 4
+    return memoryview(offsets).cast("B")[start : start + (len(array) + 1) * 4], data if data is not None else b""
+
+
+def _millis(array: Any, now: int) -> Any:
+    """Event times in ms since the epoch (native int64; a null: `now`): a timestamp
+    column of any unit, sub-millisecond precision cut off (Spark's are microseconds), or
+    a long column of ms."""
     if pa.types.is_timestamp(array.type):
-        array = array.cast(pa.timestamp("ms", tz=array.type.tz)).cast(pa.int64())
-    return list(array.to_pylist())
+        per_ms = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}[array.type.unit]
+        raw = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()
+        millis = raw * 1000 if per_ms == 0 else raw // per_ms
+    else:
+        millis = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()
+    millis = np.ascontiguousarray(millis, dtype=np.int64)
+    if array.null_count:
+        millis[np.asarray(array.is_null())] = now
+    return millis
+
+
+def _headers_of(pairs: Any) -> list[tuple[str, bytes]]:
+    hs = [(h["key"], h["value"] if h["value"] is not None else b"") for h in pairs or ()]
+    if any(name is None for name, _ in hs):
+        raise ValueError("a header key must not be null")
+    return hs
 
 
 def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) -> tuple[list[bytes], int]:
@@ -77,7 +107,8 @@ def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) 
     bodies, or record bodies when the write has key/timestamp/headers columns (a null
     key: no key; a null timestamp: now; null headers: none) or `as_records` is set
     (exactly-once writes: the idempotent producer numbers records; a value alone is
-    then a record with no key, no headers and the write time).
+    then a record with no key, no headers and the write time). Rows without headers are
+    encoded by the compiled hot path, with no Python work per row.
 
     Raises:
         ValueError: a null value, a negative timestamp or a field over its limit.
@@ -85,21 +116,33 @@ def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) 
     values = batch.column(columns.value)
     if values.null_count:
         raise ValueError("value (body) must not be null")
-    bodies = list(_binary(values).to_pylist())
-    if not columns.records:
-        if not as_records:
-            return bodies, MAGIC_NORMAL
-        now = now_ms()
-        return [encode_record(value, None, now) for value in bodies], MAGIC_RECORD
-    n = len(bodies)
-    keys = _binary(batch.column(columns.key)).to_pylist() if columns.key >= 0 else [None] * n
-    stamps = _millis(batch.column(columns.timestamp)) if columns.timestamp >= 0 else [None] * n
-    headers = batch.column(columns.headers).to_pylist() if columns.headers >= 0 else [None] * n
+    values = _binary(values)
+    n = len(values)
+    if not columns.records and not as_records:
+        return values.to_pylist(), MAGIC_NORMAL
     now = now_ms()
-    out = []
-    for value, key, stamp, pairs in zip(bodies, keys, stamps, headers, strict=True):
-        hs = [(h["key"], h["value"] if h["value"] is not None else b"") for h in pairs or ()]
-        if any(name is None for name, _ in hs):
-            raise ValueError("a header key must not be null")
-        out.append(encode_record(value, key, now if stamp is None else stamp, hs))
-    return out, MAGIC_RECORD
+    if columns.headers >= 0:
+        return _bodies_with_headers(batch, columns, values, now), MAGIC_RECORD
+    key_offsets: Any = b""
+    keys: Any = b""
+    key_valid: Any = b""
+    if columns.key >= 0:
+        key_column = _binary(batch.column(columns.key))
+        key_offsets, keys = _binary_buffers(key_column)
+        if key_column.null_count:
+            key_valid = np.asarray(key_column.is_valid()).view(np.uint8)
+    stamps: Any = _millis(batch.column(columns.timestamp), now) if columns.timestamp >= 0 else b""
+    bodies = impl.encode_records(n, *_binary_buffers(values), key_offsets, keys, key_valid, stamps, now)
+    return bodies, MAGIC_RECORD
+
+
+def _bodies_with_headers(batch: Any, columns: WriteColumns, values: Any, now: int) -> list[bytes]:
+    """Record bodies of rows with a headers column (one `encode_record` per row)."""
+    n = len(values)
+    keys = _binary(batch.column(columns.key)).to_pylist() if columns.key >= 0 else [None] * n
+    stamps = _millis(batch.column(columns.timestamp), now).tolist() if columns.timestamp >= 0 else [now] * n
+    headers = batch.column(columns.headers).to_pylist()
+    return [
+        encode_record(value, key, stamp, _headers_of(pairs))
+        for value, key, stamp, pairs in zip(values.to_pylist(), keys, stamps, headers, strict=True)
+    ]

@@ -210,6 +210,25 @@ def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cl
     assert rows[records[1].index]["key"] is None
 
 
+def test_spark_times_with_microseconds_are_written_to_the_millisecond(spark: Any, cluster: LocalCluster) -> None:
+    """Spark's timestamps carry microseconds: the sink writes the millisecond they fall in
+    (rows with key and time and no headers go through the compiled encoder)."""
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678_901, tzinfo=datetime.UTC)
+    df = spark.createDataFrame(
+        [("m1", b"k", when), ("m2", None, when)], "value string, key binary, timestamp timestamp"
+    )
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        start = client.metadata().committed_index + 1
+        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
+            "group", GROUP
+        ).save()
+        records = [r for r in client.get_records(start, 10) if r.value in (b"m1", b"m2")]
+    assert [(r.value, r.key, r.timestamp) for r in records] == [
+        (b"m1", b"k", 1_704_164_645_678),
+        (b"m2", None, 1_704_164_645_678),
+    ]
+
+
 def test_reads_from_a_time(spark: Any, cluster: LocalCluster, tmp_path: Path) -> None:
     """startingTimestamp / endingTimestamp against the cluster: the search probes the
     leader (binary search), batch and stream reads start there."""

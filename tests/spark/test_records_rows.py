@@ -86,3 +86,55 @@ def test_bad_rows_are_clear_errors(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         bodies_of_rows(pa.record_batch(arrays, names=names), write_columns_of(fields))
+
+
+def test_spark_microsecond_times_are_cut_to_milliseconds() -> None:
+    """Spark's timestamps are microseconds: a time between two milliseconds is written
+    as the millisecond it falls in (before, such a row failed: a lossy Arrow cast)."""
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, 678_901, tzinfo=datetime.UTC)
+    batch = pa.record_batch(
+        [pa.array([b"v"] * 3), pa.array([when, None, when], pa.timestamp("us", tz="UTC"))], names=["value", "timestamp"]
+    )
+    before = now_ms()
+    bodies, magic = bodies_of_rows(batch, write_columns_of([("value", "binary"), ("timestamp", "timestamp")]))
+    stamps = [decode_record(body)[0] for body in bodies]
+    assert magic == MAGIC_RECORD
+    assert stamps[0] == stamps[2] == int(when.timestamp() * 1000) == 1_704_164_645_678
+    assert stamps[1] >= before  # a null time: the write time
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "ns"])
+def test_every_timestamp_unit_is_written_in_milliseconds(unit: str) -> None:
+    when = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
+    batch = pa.record_batch([pa.array([b"v"]), pa.array([when], pa.timestamp(unit))], names=["value", "timestamp"])
+    bodies, _ = bodies_of_rows(batch, write_columns_of([("value", "binary"), ("timestamp", "timestamp")]))
+    assert decode_record(bodies[0])[0] == int(when.timestamp() * 1000)
+
+
+def test_a_sliced_batch_writes_only_its_own_rows() -> None:
+    """Arrow batches may be views into a larger one (offsets that do not start at 0)."""
+    full = pa.record_batch(
+        [pa.array([b"k0", None, b"k2", b"k3"]), pa.array(["a", "bb", "ccc", "dddd"], pa.large_string())],
+        names=["key", "value"],
+    )
+    part = full.slice(1, 2)
+    columns = write_columns_of([("key", "binary"), ("value", "string")])
+    bodies, _ = bodies_of_rows(part, columns)
+    assert [decode_record(body)[1::2] for body in bodies] == [(None, b"bb"), (b"k2", b"ccc")]
+    assert bodies_of_rows(part.select([1]), write_columns_of([("value", "string")])) == ([b"bb", b"ccc"], MAGIC_NORMAL)
+
+
+def test_exactly_once_writes_a_value_alone_as_records_with_the_write_time() -> None:
+    batch = pa.record_batch([pa.array([b"x", b""])], names=["value"])
+    before = now_ms()
+    bodies, magic = bodies_of_rows(batch, write_columns_of([("value", "binary")]), as_records=True)
+    decoded = [decode_record(body) for body in bodies]
+    assert magic == MAGIC_RECORD
+    assert [(key, headers, value) for _, key, headers, value in decoded] == [(None, [], b"x"), (None, [], b"")]
+    assert before <= decoded[0][0] == decoded[1][0] <= now_ms()
+
+
+def test_an_empty_batch_writes_nothing() -> None:
+    batch = pa.record_batch([pa.array([], pa.binary()), pa.array([], pa.binary())], names=["value", "key"])
+    assert bodies_of_rows(batch, write_columns_of([("value", "binary")])) == ([], MAGIC_NORMAL)
+    assert bodies_of_rows(batch, write_columns_of([("value", "binary"), ("key", "binary")])) == ([], MAGIC_RECORD)
