@@ -23,6 +23,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
@@ -49,6 +50,7 @@ __all__ = [
     "Record",
     "decode_record",
     "encode_record",
+    "encode_records",
     "now_ms",
     "check_append",
     "record_of",
@@ -110,6 +112,30 @@ def encode_record(
         TypeError: value or key not bytes, a header not a (str, bytes) pair.
     """
     return impl.encode_record(value, key, now_ms() if timestamp is None else timestamp, headers)
+
+
+def encode_records(
+    count: int,
+    value_offsets: Any,
+    values: Any,
+    key_offsets: Any,
+    keys: Any,
+    key_valid: Any,
+    timestamps: Any,
+    now: int,
+) -> list[bytes]:
+    """Record bodies (no headers) of `count` rows held as Arrow-layout columns, in one
+    compiled pass (a writer of whole column batches: the Spark sink): `value_offsets`
+    (count + 1 native int32) into `values`; `key_offsets` (count + 1 native int32) into
+    `keys`, or empty for no keys; `key_valid` (count bytes, 0 = no key), or empty when
+    every row has its key; `timestamps` (count native int64 ms), or empty for `now` on
+    every row. Body k equals `encode_record(value k, key k, timestamp k)`.
+
+    Raises:
+        ValueError: offsets out of order or outside their data, a short column, a
+            negative timestamp or a key over the limit.
+    """
+    return impl.encode_records(count, value_offsets, values, key_offsets, keys, key_valid, timestamps, now)
 
 
 def decode_record(body: bytes) -> tuple[int, bytes | None, list[Header], bytes]:

@@ -16,10 +16,9 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from dledger._native import impl
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.record import encode_record, now_ms
+from dledger.record import encode_record, encode_records, now_ms
 from dledger.spark.write_schema import WriteColumns
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
@@ -70,7 +69,7 @@ def _binary(array: Any) -> Any:
 
 def _binary_buffers(array: Any) -> tuple[Any, Any]:
     """The offsets (len + 1 native int32, into the data) and data of a binary column, as
-    the compiled `encode_records` takes them (no copy; a sliced array's offsets start at
+    `dledger.record.encode_records` takes them (no copy; a sliced array's offsets start at
     its slice)."""
     if len(array) == 0:
         return bytes(4), b""
@@ -132,7 +131,7 @@ def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) 
         if key_column.null_count:
             key_valid = np.asarray(key_column.is_valid()).view(np.uint8)
     stamps: Any = _millis(batch.column(columns.timestamp), now) if columns.timestamp >= 0 else b""
-    bodies = impl.encode_records(n, *_binary_buffers(values), key_offsets, keys, key_valid, stamps, now)
+    bodies = encode_records(n, *_binary_buffers(values), key_offsets, keys, key_valid, stamps, now)
     return bodies, MAGIC_RECORD
 
 
