@@ -9,7 +9,6 @@ Run: `.venv/bin/python -m pytest bench/test_reads.py --benchmark-only -p no:rand
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from dledger.cli.cluster_runner import LocalCluster
+from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient, ReadMode
 from tests.e2e.harness import free_ports
 
@@ -25,6 +25,9 @@ THREADS = 64
 ROUND_S = 3.0
 ROUNDS = 3
 MODES = (ReadMode.UNSAFE, ReadMode.READ_INDEX, ReadMode.LEASE)
+REGISTER = "tests.node.register:Register"
+"""The members' state machine (`dledger server --state-machine`; the repository root is
+on their `sys.path` as the working directory of `python -m`)."""
 
 
 def _cluster(workdir: Path) -> LocalCluster:
@@ -35,8 +38,8 @@ def _cluster(workdir: Path) -> LocalCluster:
         base_port=0,
         ports=free_ports(3),
         store_base_dir=workdir / "data",
-        extra_args=["--heartbeat-ms", "1000", "--log-level", "WARNING"],
-        command_line=lambda args: [sys.executable, "-m", "bench._read_member", *args],
+        extra_args=["--heartbeat-ms", "1000", "--log-level", "WARNING", "--state-machine", REGISTER],
+        command_line=server_command_line,
         log_dir=workdir / "logs",
     )
     cluster.start_all()
