@@ -41,7 +41,7 @@ from dledger.client import DLedgerClient
 from dledger.entry import MAGIC_RECORD
 from dledger.record import encode_record
 from dledger.spark.live import fetch_view, search_cluster
-from dledger.spark.options import Target
+from dledger.spark.target import Target
 from dledger.store import StoreConfig, StoreView
 from dledger.timeindex import TimeSearch, search_store
 from tests.e2e.harness import free_ports

@@ -21,7 +21,8 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from dledger.spark.options import SCHEMA_DDL, OptionError
+from dledger.spark.options import SCHEMA_DDL
+from dledger.spark.target import OptionError
 
 if TYPE_CHECKING:
     from dledger.spark.source import DLedgerDataSource

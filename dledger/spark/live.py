@@ -19,7 +19,7 @@ import numpy as np
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL
-from dledger.spark.options import ReadOptions, Target
+from dledger.spark.options import ReadOptions
 from dledger.spark.planning import (
     IndexAtTime,
     IndexRange,
@@ -31,6 +31,7 @@ from dledger.spark.planning import (
     resolve_range,
 )
 from dledger.spark.send_queue import requests_of, send_all
+from dledger.spark.target import Target, TlsFiles
 from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,33 @@ def default_client_factory(peers: str, group: str, timeout_s: float) -> LedgerCl
     from dledger.client import DLedgerClient
 
     return DLedgerClient(peers, group=group, timeout_s=timeout_s)
+
+
+@dataclass(frozen=True)
+class TlsClientFactory:
+    """Makes clients that speak mutual TLS with the members, presenting `files` (read
+    where each client is made: on the driver and on the executors). Picklable: Spark
+    ships it to the tasks."""
+
+    files: TlsFiles
+
+    def __call__(self, peers: str, group: str, timeout_s: float) -> LedgerClient:
+        """A TLS `dledger.client.DLedgerClient` for `peers`.
+
+        Raises:
+            dledger.security.tls.TlsError: a file cannot be read or is not PEM.
+        """
+        from dledger.client import DLedgerClient
+        from dledger.security.tls import TlsConfig
+
+        tls = TlsConfig(self.files.cert, self.files.key, self.files.ca)
+        return DLedgerClient(peers, group=group, timeout_s=timeout_s, tls=tls)
+
+
+def client_factory_for(target: Target) -> ClientFactory:
+    """How the clients of a read or write of `target` are made: plaintext, or mutual TLS
+    with its `tlsCert` / `tlsKey` / `tlsCa` files."""
+    return default_client_factory if target.tls is None else TlsClientFactory(target.tls)
 
 
 def close_client(client: LedgerClient) -> None:

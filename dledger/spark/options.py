@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dledger.config import MAX_BODIES_PER_APPEND, ConfigError, parse_peers
+from dledger.config import MAX_BODIES_PER_APPEND
+from dledger.spark.target import TARGET_OPTIONS, OptionError, Target, parse_target
 
 COLUMNS: dict[str, str] = {
     "index": "bigint",
@@ -44,7 +45,6 @@ normal ones (1)."""
 ALL_COLUMNS_DDL = NOOP_SCHEMA_DDL + ", body binary"
 """Every column a read schema may name (`body`: `value` under its old name)."""
 
-DEFAULT_GROUP = "default"
 DEFAULT_MAX_PARTITION_BYTES = 256 << 20
 DEFAULT_ENTRIES_PER_PARTITION = 1_000_000
 """Live reads: entries per task. Each task costs Spark a fixed overhead (the JVM hands a
@@ -73,13 +73,8 @@ ReadFrom = Literal["leader", "follower", "any"]
 Start = int | Literal["earliest", "latest"]
 
 
-class OptionError(ValueError):
-    """An option or a schema given to the `dledger` data source is invalid."""
-
-
 # -- option tables (name as users write it, lower-cased key Spark passes)
 
-COMMON_OPTIONS = ("path", "peers", "group")
 SPARK_OPTIONS = ("checkpointLocation",)
 """Options Spark itself passes to a source or sink (accepted, not used)."""
 READ_OPTIONS = (
@@ -103,31 +98,6 @@ MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
 STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
 WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs")
 BATCH_ONLY_OPTIONS = ("endingIndex", "endingTimestamp")
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where the log is: a local store directory (offline) or a live cluster.
-
-    Attributes:
-        path: the node directory (`dledger-<selfId>`) or a storeBaseDir holding one;
-            None for a live cluster.
-        peers: DLedger's peers string (`n0-host:port;n1-host:port`); None offline.
-        group: the DLedger group.
-    """
-
-    path: str | None
-    peers: str | None
-    group: str
-
-    @property
-    def is_live(self) -> bool:
-        """True when the log is read through a cluster's gRPC service."""
-        return self.peers is not None
-
-    def peer_map(self) -> dict[str, str]:
-        """{node id: address} of the peers (empty offline)."""
-        return parse_peers(self.peers) if self.peers else {}
 
 
 @dataclass(frozen=True)
@@ -304,30 +274,6 @@ def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
     return value == "true"
 
 
-def parse_target(options: Mapping[str, str]) -> Target:
-    """The `path` / `peers` / `group` options: exactly one of path and peers."""
-    opts = _lower(options)
-    path = opts.get("path", "").strip() or None
-    peers = opts.get("peers", "").strip() or None
-    group = opts.get("group", "").strip() or DEFAULT_GROUP
-    if path and peers:
-        raise OptionError(
-            "options path and peers are mutually exclusive: give path (a store directory, read offline) "
-            "or peers (a live cluster, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912), not both"
-        )
-    if not path and not peers:
-        raise OptionError(
-            "the dledger source needs a store directory (load(path) or option path) "
-            "or a live cluster (option peers, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912)"
-        )
-    if peers:
-        try:
-            parse_peers(peers)
-        except ConfigError as exc:
-            raise OptionError(f"option peers: {exc}") from None
-    return Target(path, peers, group)
-
-
 def parse_start(raw: str | None, streaming: bool) -> Start:
     """`startingIndex`: "earliest", "latest" (streaming only) or a non-negative number.
     Defaults: earliest for batch reads, latest for streams (as Kafka's startingOffsets)."""
@@ -373,7 +319,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         OptionError: with a message naming the bad option.
     """
     opts = _lower(options)
-    allowed = COMMON_OPTIONS + READ_OPTIONS + (STREAM_OPTIONS if streaming else ())
+    allowed = TARGET_OPTIONS + READ_OPTIONS + (STREAM_OPTIONS if streaming else ())
     if not streaming:
         for name in STREAM_OPTIONS:
             if name.lower() in opts:
@@ -441,7 +387,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
             "(outputMode('append') for streams)"
         )
     opts = _lower(options)
-    _check_known(opts, COMMON_OPTIONS + WRITE_OPTIONS, "write")
+    _check_known(opts, TARGET_OPTIONS + WRITE_OPTIONS, "write")
     target = parse_target(opts)
     if not target.is_live:
         raise OptionError(

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Literal
 
-from dledger.spark.options import OptionError, ReadFrom, ReadOptions, Start
+from dledger.spark.options import ReadFrom, ReadOptions, Start
+from dledger.spark.target import OptionError
 
 log = logging.getLogger(__name__)
 

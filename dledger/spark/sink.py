@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -23,10 +23,11 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, send_numbered
-from dledger.spark.live import ClientFactory, append_all, close_client, default_client_factory
+from dledger.spark.live import ClientFactory, append_all, client_factory_for, close_client
 from dledger.spark.options import WriteOptions, parse_write_options
 from dledger.spark.records import bodies_of_rows
 from dledger.spark.sink_report import abort_report, commit_report
+from dledger.spark.target import Target
 from dledger.spark.write_schema import WriteColumns, write_columns_of
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,16 @@ class AppendedMessage(WriterCommitMessage):
 
 
 def writer_setup(
-    options: Mapping[str, str], fields: Sequence[tuple[str, str]], overwrite: bool, factory: ClientFactory | None = None
+    options: Mapping[str, str],
+    fields: Sequence[tuple[str, str]],
+    overwrite: bool,
+    factory_for: Callable[[Target], ClientFactory] = client_factory_for,
 ) -> tuple[WriteOptions, ClientFactory, WriteColumns]:
-    """Validate a write on the driver: options, append mode and the columns."""
+    """Validate a write on the driver: options, append mode and the columns; the
+    clients of its tasks are made by `factory_for(target)`."""
     parsed = parse_write_options(options, overwrite)
     columns = write_columns_of(fields)
-    return parsed, factory or default_client_factory, columns
+    return parsed, factory_for(parsed.target), columns
 
 
 def task_ids(job_id: str | None) -> TaskIds:

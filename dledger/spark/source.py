@@ -38,8 +38,8 @@ from dledger.spark.live import (
     ClusterView,
     LedgerClient,
     LiveTask,
+    client_factory_for,
     close_client,
-    default_client_factory,
     fetch_view,
     index_at_time,
     plan_batch_read,
@@ -50,7 +50,6 @@ from dledger.spark.local import LocalTask, bounds_of, node_dir_of, open_store, p
 from dledger.spark.options import (
     LOCAL_BATCH_BYTES,
     LOCAL_BATCH_ROWS,
-    OptionError,
     ReadOptions,
     check_options_at_load,
     parse_read_options,
@@ -68,6 +67,7 @@ from dledger.spark.planning import (
     resolve_range,
     resolve_start,
 )
+from dledger.spark.target import OptionError, Target
 from dledger.store import checkpoint_committed
 from dledger.timeindex import search_store
 
@@ -355,9 +355,10 @@ class DLedgerDataSource(DataSource):
         return FORMAT
 
     @classmethod
-    def client_factory(cls) -> ClientFactory:
-        """How clients of a live cluster are made (tests substitute a fake)."""
-        return default_client_factory
+    def client_factory(cls, target: Target) -> ClientFactory:
+        """How the clients of a live cluster `target` are made: plaintext, or mutual
+        TLS with its tlsCert / tlsKey / tlsCa files (tests substitute a fake)."""
+        return client_factory_for(target)
 
     def schema(self) -> str:
         """The read schema (see the class), plus `magic int` with `includeNoops=true`.
@@ -369,7 +370,7 @@ class DLedgerDataSource(DataSource):
     def _plan(self, schema: StructType, streaming: bool) -> _ReadPlan:
         options = parse_read_options(dict(self.options), streaming)
         fallback = type(self).default_min_partitions or os.cpu_count() or 1
-        return _ReadPlan(options, schema, fallback, type(self).client_factory())
+        return _ReadPlan(options, schema, fallback, type(self).client_factory(options.target))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader."""
@@ -384,7 +385,7 @@ class DLedgerDataSource(DataSource):
         from dledger.spark.sink import DLedgerArrowWriter, writer_setup
 
         return DLedgerArrowWriter(
-            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory())
+            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory)
         )
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
@@ -392,7 +393,7 @@ class DLedgerDataSource(DataSource):
         from dledger.spark.sink import DLedgerStreamArrowWriter, writer_setup
 
         return DLedgerStreamArrowWriter(
-            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory())
+            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory)
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dledger.spark.options import OptionError
+from dledger.spark.target import OptionError
 
 HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 """Spark's simpleString of the headers column."""

@@ -81,7 +81,7 @@ class RetrySource(DLedgerDataSource):
     """The dledger format with the failing clients."""
 
     @classmethod
-    def client_factory(cls) -> Any:
+    def client_factory(cls, target: Any) -> Any:
         """`failing_factory`."""
         return failing_factory
 

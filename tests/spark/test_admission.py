@@ -90,7 +90,7 @@ def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> N
 
     class Unreachable(DLedgerDataSource):
         @classmethod
-        def client_factory(cls) -> Any:
+        def client_factory(cls, target: Any) -> Any:
             return factory
 
     peers = "n0-127.0.0.1:1"

@@ -19,7 +19,7 @@ from dledger.client import DLedgerClient
 from dledger.clock import MonotonicClock
 from dledger.record import Record
 from dledger.spark.live import fetch_view, index_at_time
-from dledger.spark.options import Target
+from dledger.spark.target import Target
 from dledger.store import checkpoint_committed
 from tests.e2e.harness import free_ports
 

@@ -9,7 +9,6 @@ import pytest
 
 from dledger.spark.options import (
     DEFAULT_ENTRIES_PER_PARTITION,
-    OptionError,
     check_options_at_load,
     parse_read_options,
     parse_write_options,
@@ -36,6 +35,7 @@ from dledger.spark.planning import (
     resolve_start,
     split_even,
 )
+from dledger.spark.target import OptionError
 from dledger.spark.write_schema import HEADERS_TYPE
 
 pytestmark = pytest.mark.unit

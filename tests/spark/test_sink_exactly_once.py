@@ -17,9 +17,10 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.record import Record, encode_record
 from dledger.spark.exactly_once import RESENDS, ProducerWriteError, TaskIds, send_numbered
 from dledger.spark.live import append_all
-from dledger.spark.options import OptionError, parse_write_options
+from dledger.spark.options import parse_write_options
 from dledger.spark.send_queue import OrderedSender
 from dledger.spark.sink_report import abort_report, commit_report
+from dledger.spark.target import OptionError
 from tests.spark.fake_leader import FakeClient, FakeLeader
 
 PID = TaskIds("job-1", -1, 0).producer_id()

@@ -203,7 +203,10 @@ def test_a_failed_job_has_no_task_still_writing_when_it_fails(
     source = type(
         "SlowSource",
         (DLedgerDataSource,),
-        {"name": classmethod(lambda cls: "dledger_slow"), "client_factory": classmethod(lambda cls: slow_factory)},
+        {
+            "name": classmethod(lambda cls: "dledger_slow"),
+            "client_factory": classmethod(lambda cls, target: slow_factory),
+        },
     )
     spark.dataSource.register(source)
     df = spark.range(0, 4000, numPartitions=2).selectExpr("IF(id = 0, NULL, concat('z', id)) AS value")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dledger.spark.options import OptionError
+from dledger.spark.target import OptionError
 from dledger.spark.write_schema import HEADERS_TYPE, WriteColumns, write_columns_of
 
 

@@ -1,0 +1,107 @@
+"""Where a read or write of the `dledger` data source goes, parsed without Spark: a local
+store directory (offline) or a live cluster (`peers`, `group`); for a cluster whose
+members speak mutual TLS, the client certificate, its key and the CA (`tlsCert`,
+`tlsKey`, `tlsCa`: PEM files at these paths on the driver and on every executor, as
+Kafka's `kafka.ssl.*.location` options; the certificate's role decides what the job
+may do: `read` to read, `write` to write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dledger.config import ConfigError, parse_peers
+
+DEFAULT_GROUP = "default"
+TLS_OPTIONS = ("tlsCert", "tlsKey", "tlsCa")
+TARGET_OPTIONS = ("path", "peers", "group", *TLS_OPTIONS)
+"""The options every read and write takes."""
+
+
+class OptionError(ValueError):
+    """An option or a schema given to the `dledger` data source is invalid."""
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A client certificate, its private key and the CA the members' certificates must
+    chain to (paths; read where a client is made)."""
+
+    cert: str
+    key: str
+    ca: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the log is: a local store directory (offline) or a live cluster.
+
+    Attributes:
+        path: the node directory (`dledger-<selfId>`) or a storeBaseDir holding one;
+            None for a live cluster.
+        peers: DLedger's peers string (`n0-host:port;n1-host:port`); None offline.
+        group: the DLedger group.
+        tls: mutual TLS with the members (None: plaintext).
+    """
+
+    path: str | None
+    peers: str | None
+    group: str
+    tls: TlsFiles | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """True when the log is read through a cluster's gRPC service."""
+        return self.peers is not None
+
+    def peer_map(self) -> dict[str, str]:
+        """{node id: address} of the peers (empty offline)."""
+        return parse_peers(self.peers) if self.peers else {}
+
+
+def parse_target(options: Mapping[str, str]) -> Target:
+    """The `path` / `peers` / `group` / TLS options (names lower-cased, as Spark passes
+    them): exactly one of path and peers; the three TLS files together, and only with
+    peers."""
+    opts = {str(k).lower(): str(v).strip() for k, v in options.items() if v is not None}
+    path = opts.get("path") or None
+    peers = opts.get("peers") or None
+    group = opts.get("group") or DEFAULT_GROUP
+    if path and peers:
+        raise OptionError(
+            "options path and peers are mutually exclusive: give path (a store directory, read offline) "
+            "or peers (a live cluster, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912), not both"
+        )
+    if not path and not peers:
+        raise OptionError(
+            "the dledger source needs a store directory (load(path) or option path) "
+            "or a live cluster (option peers, e.g. n0-127.0.0.1:20911;n1-127.0.0.1:20912)"
+        )
+    if peers:
+        try:
+            parse_peers(peers)
+        except ConfigError as exc:
+            raise OptionError(f"option peers: {exc}") from None
+    return Target(path, peers, group, _tls(opts, live=bool(peers)))
+
+
+def _tls(opts: Mapping[str, str], live: bool) -> TlsFiles | None:
+    files = {name: opts.get(name.lower()) or None for name in TLS_OPTIONS}
+    given = [name for name, value in files.items() if value]
+    if not given:
+        return None
+    if not live:
+        raise OptionError(
+            f"option {given[0]} is for a live cluster (option peers): an offline read opens the store directory"
+        )
+    missing = [name for name, value in files.items() if not value]
+    if missing:
+        raise OptionError(
+            "mutual TLS needs a client certificate, its key and the CA: "
+            f"give {', '.join(TLS_OPTIONS)} together (missing {', '.join(missing)})"
+        )
+    return TlsFiles(files["tlsCert"] or "", files["tlsKey"] or "", files["tlsCa"] or "")
+
+
+__all__ = ["DEFAULT_GROUP", "TARGET_OPTIONS", "TLS_OPTIONS", "OptionError", "Target", "TlsFiles", "parse_target"]
