@@ -186,18 +186,24 @@ def test_offline_read_of_a_running_members_directory(spark: Any, cluster: LocalC
     assert all(by_index[r["index"]] == (r["term"], r["pos"], r["value"]) for r in local)
 
 
+def write_one_task(df: Any, cluster: LocalCluster, values: tuple[bytes, ...]) -> tuple[int, list[Record]]:
+    """Write `df` in one task; the first index it could take, and the records after it
+    whose value is one of `values` (read back through the client), in log order."""
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        start = client.metadata().committed_index + 1
+        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
+            "group", GROUP
+        ).save()
+        return start, [r for r in client.get_records(start, 10) if r.value in values]
+
+
 def test_records_written_by_the_sink_read_back_with_kafka_columns(spark: Any, cluster: LocalCluster) -> None:
     when = datetime.datetime(2024, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     df = spark.createDataFrame(
         [("a", b"k", when, [("h", b"1")]), ("b", None, None, None)],
         "value string, key binary, timestamp timestamp, headers array<struct<key: string, value: binary>>",
     )
-    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
-        start = client.metadata().committed_index + 1
-        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
-            "group", GROUP
-        ).save()
-        records = [r for r in client.get_records(start, 10) if r.value in (b"a", b"b")]
+    start, records = write_one_task(df, cluster, (b"a", b"b"))
     assert [(r.value, r.key, r.headers) for r in records] == [(b"a", b"k", (("h", b"1"),)), (b"b", None, ())]
     assert records[0].timestamp == int(when.timestamp() * 1000) and records[1].timestamp is not None
     kafka = (
@@ -217,12 +223,7 @@ def test_spark_times_with_microseconds_are_written_to_the_millisecond(spark: Any
     df = spark.createDataFrame(
         [("m1", b"k", when), ("m2", None, when)], "value string, key binary, timestamp timestamp"
     )
-    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
-        start = client.metadata().committed_index + 1
-        df.coalesce(1).write.format("dledger").mode("append").option("peers", cluster.peers).option(
-            "group", GROUP
-        ).save()
-        records = [r for r in client.get_records(start, 10) if r.value in (b"m1", b"m2")]
+    _, records = write_one_task(df, cluster, (b"m1", b"m2"))
     assert [(r.value, r.key, r.timestamp) for r in records] == [
         (b"m1", b"k", 1_704_164_645_678),
         (b"m2", None, 1_704_164_645_678),
