@@ -210,16 +210,18 @@ def append(
             for batch, magic in record_batches(_requests(body, files, count or 1, body_size, batch_size), spec):
                 in_flight = len(batch)
                 try:
-                    result = client.append_batch(batch, magic)
+                    # Ctrl-C waits for the request's answer (at most --timeout), so that the
+                    # report after it says what the request did instead of "unknown"
+                    with DeferredCtrlC():
+                        result = client.append_batch(batch, magic)
+                        in_flight = 0
+                        first = result.first_index if first < 0 else first
+                        last = result.last_index
+                        appended += result.count
                 except DLedgerError as exc:
                     if not appended:
                         raise
                     fail(f"{exc}; before it, {_appended(appended, first, last)}")
-                with DeferredCtrlC():  # the report after Ctrl-C sees all of this or none of it
-                    in_flight = 0
-                    first = result.first_index if first < 0 else first
-                    last = result.last_index
-                    appended += result.count
         except KeyboardInterrupt:
             unknown = f"; the outcome of the last request ({in_flight} entries) is unknown" if in_flight else ""
             interrupted(_appended(appended, first, last) + unknown)

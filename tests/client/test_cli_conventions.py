@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from typing import Any
 
@@ -182,6 +183,31 @@ def test_ctrl_c_during_append_reports_what_was_appended(fake: FakeCluster, monke
         "the outcome of the last request (10 entries) is unknown\n"
     )
     assert len(fake.log.bodies) == 20
+
+
+def test_ctrl_c_while_an_append_is_answered_reports_the_answer(fake: FakeCluster) -> None:
+    """A Ctrl-C that arrives while the leader holds the request waits for its answer:
+    the report says where the entry went, not that its outcome is unknown."""
+    fake.log.append([b"a"])
+    leader = fake["n0"]
+    leader.unary_gate.clear()
+
+    def interrupt_while_held() -> None:
+        while leader.held == 0:
+            threading.Event().wait(0.01)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        threading.Event().wait(0.2)  # an interrupt not held back would end the command now
+        leader.unary_gate.set()
+
+    helper = threading.Thread(target=interrupt_while_held)
+    helper.start()
+    try:
+        code, out, err = run("append", "b", "-p", fake.peers)
+    finally:
+        leader.unary_gate.set()
+        helper.join()
+    assert (code, out, err) == (130, "", "interrupted: 1 entries were appended at indexes 1..1\n")
+    assert fake.log.bodies == [b"a", b"b"]
 
 
 def test_get_follow_prints_entries_as_they_are_committed(fake: FakeCluster) -> None:
