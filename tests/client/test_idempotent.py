@@ -141,8 +141,8 @@ def test_hostile_stamped_requests_are_refused_before_anything_is_appended(group:
         ),
         pb.AppendRequest(group="g", bodies=[b"\x01garbage"], magic=MAGIC_RECORD, stamp=pb.ProducerStamp(producer_id=9)),
     ]
-    for request in bad:
-        answer = stub.Append(request, timeout=10)
+    for request in bad:  # wait_for_ready: a refused first connect is retried (seen rarely right after start)
+        answer = stub.Append(request, timeout=10, wait_for_ready=True)
         assert answer.code == ResponseCode.UNEXPECTED_ARGUMENT, (request, answer)
     assert leader.node.store.end_index == before
 
@@ -193,7 +193,8 @@ def test_the_leader_allocates_producer_ids_unique_across_leaders(group: Group, c
     # a follower refuses to allocate: only the leader knows which ids its term gave
     follower = next(s for s in group.servers.values() if not s.node.is_leader)
     port = group.ports[int(follower.config.self_id[1:])]
-    answer = pb_grpc.LedgerStub(open_channel(f"127.0.0.1:{port}")).InitProducer(pb.InitProducerRequest(group="g"))
+    stub = pb_grpc.LedgerStub(open_channel(f"127.0.0.1:{port}"))
+    answer = stub.InitProducer(pb.InitProducerRequest(group="g"), timeout=10, wait_for_ready=True)
     assert answer.code == ResponseCode.NOT_LEADER and answer.producer_id == 0
 
 
