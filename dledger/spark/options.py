@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dledger.config import MAX_BODIES_PER_APPEND
-from dledger.spark.target import TARGET_OPTIONS, OptionError, Target, parse_target
+from dledger.spark.target import TARGET_OPTIONS, OptionError, Target, lower_keys, parse_target
 
 COLUMNS: dict[str, str] = {
     "index": "bigint",
@@ -176,10 +176,6 @@ class WriteOptions:
 # -- helpers
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
-    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
-
-
 def _check_known(opts: Mapping[str, str], allowed: Sequence[str], what: str) -> None:
     names = {name.lower(): name for name in (*allowed, *SPARK_OPTIONS)}
     unknown = sorted(k for k in opts if k not in names)
@@ -253,7 +249,7 @@ def check_options_at_load(options: Mapping[str, str]) -> None:
     Raises:
         OptionError: naming the bad option.
     """
-    opts = _lower(options)
+    opts = lower_keys(options)
     stream_given = [name for name in STREAM_OPTIONS if name.lower() in opts]
     ending_given = [name for name in BATCH_ONLY_OPTIONS if name.lower() in opts]
     if ending_given and stream_given:
@@ -318,7 +314,7 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     Raises:
         OptionError: with a message naming the bad option.
     """
-    opts = _lower(options)
+    opts = lower_keys(options)
     allowed = TARGET_OPTIONS + READ_OPTIONS + (STREAM_OPTIONS if streaming else ())
     if not streaming:
         for name in STREAM_OPTIONS:
@@ -386,7 +382,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
             "a DLedger log is append-only: mode('overwrite') is not supported, use mode('append') "
             "(outputMode('append') for streams)"
         )
-    opts = _lower(options)
+    opts = lower_keys(options)
     _check_known(opts, TARGET_OPTIONS + WRITE_OPTIONS, "write")
     target = parse_target(opts)
     if not target.is_live:
@@ -409,7 +405,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
 
 def read_schema_ddl(options: Mapping[str, str]) -> str:
     """The default read schema for `options`: with `includeNoops=true` it adds `magic`."""
-    return NOOP_SCHEMA_DDL if parse_bool(_lower(options), "includeNoops", False) else SCHEMA_DDL
+    return NOOP_SCHEMA_DDL if parse_bool(lower_keys(options), "includeNoops", False) else SCHEMA_DDL
 
 
 def read_columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:

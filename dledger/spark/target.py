@@ -60,11 +60,17 @@ class Target:
         return parse_peers(self.peers) if self.peers else {}
 
 
+def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
+    """The options with their names lower-cased (Spark passes them so; users may not),
+    unset ones left out."""
+    return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
+
+
 def parse_target(options: Mapping[str, str]) -> Target:
     """The `path` / `peers` / `group` / TLS options (names lower-cased, as Spark passes
     them): exactly one of path and peers; the three TLS files together, and only with
     peers."""
-    opts = {str(k).lower(): str(v).strip() for k, v in options.items() if v is not None}
+    opts = {name: value.strip() for name, value in lower_keys(options).items()}
     path = opts.get("path") or None
     peers = opts.get("peers") or None
     group = opts.get("group") or DEFAULT_GROUP
@@ -104,4 +110,13 @@ def _tls(opts: Mapping[str, str], live: bool) -> TlsFiles | None:
     return TlsFiles(files["tlsCert"] or "", files["tlsKey"] or "", files["tlsCa"] or "")
 
 
-__all__ = ["DEFAULT_GROUP", "TARGET_OPTIONS", "TLS_OPTIONS", "OptionError", "Target", "TlsFiles", "parse_target"]
+__all__ = [
+    "DEFAULT_GROUP",
+    "TARGET_OPTIONS",
+    "TLS_OPTIONS",
+    "OptionError",
+    "Target",
+    "TlsFiles",
+    "lower_keys",
+    "parse_target",
+]
