@@ -82,12 +82,9 @@ def _millis(array: Any, now: int) -> Any:
     """Event times in ms since the epoch (native int64; a null: `now`): a timestamp
     column of any unit, sub-millisecond precision cut off (Spark's are microseconds), or
     a long column of ms."""
-    if pa.types.is_timestamp(array.type):
-        per_ms = {"s": 0, "ms": 1, "us": 1000, "ns": 1_000_000}[array.type.unit]
-        raw = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()
-        millis = raw * 1000 if per_ms == 0 else raw // per_ms
-    else:
-        millis = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()
+    millis = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()  # a timestamp: in its own unit
+    if pa.types.is_timestamp(array.type) and array.type.unit != "ms":
+        millis = millis * 1000 if array.type.unit == "s" else millis // {"us": 1000, "ns": 1_000_000}[array.type.unit]
     millis = np.ascontiguousarray(millis, dtype=np.int64)
     if array.null_count:
         millis[np.asarray(array.is_null())] = now
