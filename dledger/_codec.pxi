@@ -2,14 +2,18 @@
 # CRC helpers. The on-disk layout is native/dl_layout.h.
 # Uses the C declarations of _store.pxd and the constants of _store.pyx.
 
-def crc32(data) -> int:
-    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32)."""
+def crc32(data, uint32_t value=0) -> int:
+    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32); with `value`, the
+    CRC-32 of earlier bytes continued over `data` (as `zlib.crc32(data, value)`)."""
     cdef Py_buffer view
     cdef uint32_t c
     PyObject_GetBuffer(data, &view, PyBUF_SIMPLE)
     try:
         with nogil:
-            c = dl_crc32(<const unsigned char *>view.buf, <size_t>view.len)
+            if value == 0:
+                c = dl_crc32(<const unsigned char *>view.buf, <size_t>view.len)
+            else:
+                c = dl_crc32_update(value, <const unsigned char *>view.buf, <size_t>view.len)
     finally:
         PyBuffer_Release(&view)
     return c

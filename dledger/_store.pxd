@@ -42,6 +42,7 @@ cdef extern from "dl_endian.h" nogil:
 cdef extern from "dl_crc.h" nogil:
     void dl_crc_init()
     uint32_t dl_crc32(const unsigned char *p, size_t n)
+    uint32_t dl_crc32_update(uint32_t crc, const unsigned char *p, size_t n)
     const char *DL_CRC_IMPL
 
 # Segment helpers: each returns 0 or an errno value.

@@ -45,8 +45,9 @@ _IndexUnit = tuple[int, int, int, int, int]
 _Columns = tuple[int, bytearray, bytearray, bytearray, bytearray, bytearray, bytearray]
 """count, index, term, pos (native int64), offsets (native int32, count + 1), bodies, magic (native int32)."""
 
-def crc32(data: ReadableBuffer) -> int:
-    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32)."""
+def crc32(data: ReadableBuffer, value: int = 0) -> int:
+    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32); with `value`, the
+    CRC-32 of earlier bytes continued over `data` (as `zlib.crc32(data, value)`)."""
 
 def encode_entry(magic: int, index: int, term: int, pos: int, body: bytes, write_crc: bool = True) -> bytes:
     """Encode one entry: the 48-byte big-endian header followed by the body."""

@@ -25,9 +25,12 @@ Header = tuple[int, int, int, int, int, int, int, int, int]
 Unit = tuple[int, int, int, int, int]
 
 
-def crc32(data: Any) -> int:
-    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32)."""
-    return zlib.crc32(data) & 0xFFFFFFFF
+def crc32(data: Any, value: int = 0) -> int:
+    """CRC-32 of `data` (the values of zlib and java.util.zip.CRC32); with `value`, the
+    CRC-32 of earlier bytes continued over `data` (as `zlib.crc32(data, value)`)."""
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise OverflowError(f"CRC-32 value {value} is not in 0..2^32-1")
+    return zlib.crc32(data, value) & 0xFFFFFFFF
 
 
 def crc_field(body: Any) -> int:

@@ -24,13 +24,13 @@ import dataclasses
 import logging
 import threading
 import time
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Protocol
 
+from dledger.checksum import crc32
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
@@ -319,7 +319,7 @@ class NodeSnapshots:
                     while quota.validate_now(clock.now_ms()):
                         time.sleep(max(quota.left_now_ms(clock.now_ms()), 1) / 1000)
                     quota.sample(len(piece), clock.now_ms())
-                yield dataclasses.replace(header, offset=offset, data=piece, chunk_crc32=zlib.crc32(piece))
+                yield dataclasses.replace(header, offset=offset, data=piece, chunk_crc32=crc32(piece))
                 offset += len(piece)
 
     # -- receiving (follower)

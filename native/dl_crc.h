@@ -29,14 +29,13 @@
 
 #ifdef DL_HAVE_LIBDEFLATE
 #include <libdeflate.h>
-static inline uint32_t dl_crc32_big(const unsigned char *p, size_t n) {
-    return libdeflate_crc32(0, p, n);
+static inline uint32_t dl_crc32_update(uint32_t crc, const unsigned char *p, size_t n) {
+    return libdeflate_crc32(crc, p, n);
 }
 #define DL_CRC_IMPL_BIG "libdeflate"
 #else
 #include <zlib.h>
-static inline uint32_t dl_crc32_big(const unsigned char *p, size_t n) {
-    uint32_t c = (uint32_t)crc32(0L, Z_NULL, 0);
+static inline uint32_t dl_crc32_update(uint32_t c, const unsigned char *p, size_t n) {
     while (n > 0) {
         uInt chunk = n > 0x40000000u ? 0x40000000u : (uInt)n;
         c = (uint32_t)crc32(c, p, chunk);
@@ -47,6 +46,10 @@ static inline uint32_t dl_crc32_big(const unsigned char *p, size_t n) {
 }
 #define DL_CRC_IMPL_BIG "zlib"
 #endif
+
+/* The CRC-32 of p[0..n) alone. dl_crc32_update(crc, p, n) continues the CRC-32 `crc`
+ * of earlier bytes over p[0..n) (0 starts a new one), as zlib's crc32() does. */
+static inline uint32_t dl_crc32_big(const unsigned char *p, size_t n) { return dl_crc32_update(0, p, n); }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dledger.checksum import crc32
+
 SNAPSHOT_DIR = "snapshot"
 TMP_DIR = "tmp"
 INSTALL_TMP_DIR = "install_tmp"
@@ -35,6 +37,9 @@ MAX_INDEX = (1 << 63) - 1
 _JAVA_KEYS = frozenset({"lastIncludedIndex", "lastIncludedTerm"})
 _OUR_KEYS = _JAVA_KEYS | {"crc32", "size", "metaCrc32"}
 _READ_CHUNK = 1 << 20
+STREAM_WINDOW = 16 << 20
+"""Snapshot data is read and received through the page cache in windows of this many
+bytes, each dropped from the cache once the next one is done (`drop_cached`)."""
 
 
 class DamagedSnapshotError(Exception):
@@ -118,20 +123,60 @@ def data_checksum(path: Path) -> tuple[int, int]:
     view = memoryview(buffer)
     with open(path, "rb", buffering=0) as fh:
         while n := fh.readinto(buffer):
-            crc = zlib.crc32(view[:n], crc)
+            crc = crc32(view[:n], crc)
             size += n
     return crc, size
 
 
+def drop_cached(fd: int, start: int, end: int) -> None:
+    """Tell the kernel that bytes [start, end) of the open file `fd` will not be read
+    again soon: their clean pages leave the page cache and their dirty ones are queued
+    for write-back now (Linux's POSIX_FADV_DONTNEED; a no-op where it does not exist).
+
+    Snapshot data is written once and read once, front to back: dropping it behind the
+    stream keeps a 1 GiB install or load from pushing the log's hot pages out of the
+    page cache, and an install's final fsync from having a gigabyte to write back at
+    once (docs/BENCHMARKS.md, "InstallSnapshot and the page cache").
+    """
+    if end > start and hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+
+
+class _DropBehindFileIO(io.FileIO):
+    """A file read from front to back that drops what it read from the page cache a
+    window at a time (`drop_cached`); seeking back reads the bytes from disk again."""
+
+    _dropped_to = 0
+
+    def readinto(self, buffer: Any) -> int | None:
+        n = super().readinto(buffer)
+        if n:
+            position = self.tell()
+            if position - self._dropped_to >= STREAM_WINDOW:
+                drop_cached(self.fileno(), self._dropped_to, position)
+                self._dropped_to = position
+        return n
+
+    def readall(self) -> bytes:
+        out = bytearray()
+        buffer = bytearray(_READ_CHUNK)
+        while n := self.readinto(buffer):
+            out += memoryview(buffer)[:n]
+        return bytes(out)
+
+
 class SnapshotReader(io.BufferedReader):
     """A snapshot's `data`, open for reading (what `on_snapshot_load(reader)` gets).
+
+    The bytes read leave the page cache behind the reader (a window of
+    `STREAM_WINDOW` at a time): a load reads its snapshot once.
 
     Attributes:
         meta: the snapshot's `SnapshotMeta`.
     """
 
     def __init__(self, path: Path, meta: SnapshotMeta) -> None:
-        super().__init__(io.FileIO(path, "rb"), buffer_size=_READ_CHUNK)
+        super().__init__(_DropBehindFileIO(path, "rb"), buffer_size=_READ_CHUNK)
         self.meta = meta
 
 

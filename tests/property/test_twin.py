@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import zlib
 from typing import Any
 
 import pytest
@@ -67,6 +68,23 @@ def test_codecs_agree(body: bytes, magic: int, index: int, term: int, pos: int, 
     assert unit == _store_py.encode_index_unit(magic, pos, len(encoded), index, term)
     assert impl.decode_index_unit(unit) == _store_py.decode_index_unit(unit)
     assert impl.crc32(body) == _store_py.crc32(body)
+
+
+@given(parts=st.lists(st.binary(max_size=700), max_size=6), seed=st.integers(0, 2**32 - 1))
+def test_a_crc_continued_over_pieces_is_the_crc_of_the_whole(parts: list[bytes], seed: int) -> None:
+    for mod in (impl, _store_py):
+        running = 0
+        for part in parts:
+            running = mod.crc32(part, running)
+        assert running == zlib.crc32(b"".join(parts))
+        assert mod.crc32(b"".join(parts), seed) == zlib.crc32(b"".join(parts), seed)
+
+
+@pytest.mark.parametrize("value", [-1, 2**32, 2**64])
+def test_a_crc_value_out_of_range_is_refused_by_both(value: int) -> None:
+    for mod in (impl, _store_py):
+        with pytest.raises(OverflowError):
+            mod.crc32(b"data", value)
 
 
 @settings(max_examples=150, deadline=None)

@@ -146,7 +146,7 @@ LEAVES = (
 CORE_MAY_IMPORT = ("dledger.codes", "dledger.entry")
 """The compiled core (and its twin) imports only these leaf modules of the package."""
 
-COMPILED_IMPORTERS = ("dledger.store", "dledger.quota", "dledger.record", *COMPILED)
+COMPILED_IMPORTERS = ("dledger.store", "dledger.quota", "dledger.record", "dledger.checksum", *COMPILED)
 """Only these may import the compiled core."""
 
 
