@@ -1,8 +1,8 @@
-"""Read benchmark (issue 18): reads of a replicated register through `Ledger.Query`, 64
-threads of one `DLedgerClient` (concurrent calls share requests), UNSAFE vs READ_INDEX vs
-LEASE against the same 3-member cluster of separate server processes, rounds interleaved
-in one run [READ_INDEX >= 0.5x UNSAFE, LEASE >= 0.8x UNSAFE, >= 10,000 linearizable
-reads/s]. The register is a stand-in for the key-value store (one `get` per read).
+"""Read benchmark (issue 18): `get`s of the replicated key-value store (`dledger.kv`,
+through `KVClient` and `Ledger.Query`), 64 threads of one `DLedgerClient` (concurrent
+calls share requests), UNSAFE vs READ_INDEX vs LEASE against the same 3-member cluster of
+separate server processes, rounds interleaved in one run [READ_INDEX >= 0.5x UNSAFE,
+LEASE >= 0.8x UNSAFE, >= 10,000 linearizable reads/s].
 
 Run: `.venv/bin/python -m pytest bench/test_reads.py --benchmark-only -p no:randomly -s`.
 """
@@ -19,15 +19,15 @@ import pytest
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.server_cmds import server_command_line
 from dledger.client import DLedgerClient, ReadMode
+from dledger.kv.client import KVClient
 from tests.e2e.harness import free_ports
 
 THREADS = 64
 ROUND_S = 3.0
 ROUNDS = 3
 MODES = (ReadMode.UNSAFE, ReadMode.READ_INDEX, ReadMode.LEASE)
-REGISTER = "tests.node.register:Register"
-"""The members' state machine (`dledger server --state-machine`; the repository root is
-on their `sys.path` as the working directory of `python -m`)."""
+KEYS = 1000
+"""Keys put before the rounds; reader k reads key k, k + 64, ... in turn."""
 
 
 def _cluster(workdir: Path) -> LocalCluster:
@@ -38,7 +38,7 @@ def _cluster(workdir: Path) -> LocalCluster:
         base_port=0,
         ports=free_ports(3),
         store_base_dir=workdir / "data",
-        extra_args=["--heartbeat-ms", "1000", "--log-level", "WARNING", "--state-machine", REGISTER],
+        extra_args=["--heartbeat-ms", "1000", "--log-level", "WARNING", "--state-machine", "kv"],
         command_line=server_command_line,
         log_dir=workdir / "logs",
     )
@@ -49,8 +49,8 @@ def _cluster(workdir: Path) -> LocalCluster:
     return cluster
 
 
-def _rate(client: DLedgerClient, mode: ReadMode, seconds: float) -> float:
-    """Reads per second of THREADS threads, each reading in a loop for `seconds`."""
+def _rate(kv: KVClient, mode: ReadMode, seconds: float) -> float:
+    """Reads per second of THREADS threads, each getting keys in a loop for `seconds`."""
     counts = [0] * THREADS
     stop = time.monotonic() + seconds
     start = threading.Barrier(THREADS + 1)
@@ -59,7 +59,8 @@ def _rate(client: DLedgerClient, mode: ReadMode, seconds: float) -> float:
         start.wait()
         n = 0
         while time.monotonic() < stop:
-            assert client.query(b"get", mode) == b"value"
+            key = (k + n * THREADS) % KEYS
+            assert kv.get(b"key-%d" % key, mode) == b"value-%d" % key
             n += 1
         counts[k] = n
 
@@ -78,14 +79,16 @@ def test_reads(benchmark: Any, workdir: Path) -> None:
     rates: dict[ReadMode, list[float]] = {mode: [] for mode in MODES}
     try:
         with DLedgerClient(cluster.peers, "bench", 10.0) as client:
-            client.append(b"set:value")
+            kv = KVClient(client)
+            for key in range(KEYS):
+                kv.put(b"key-%d" % key, b"value-%d" % key)
             for mode in MODES:
-                _rate(client, mode, 0.5)  # warm up
+                _rate(kv, mode, 0.5)  # warm up
 
             def rounds() -> None:
                 for _ in range(ROUNDS):
                     for mode in MODES:
-                        rates[mode].append(_rate(client, mode, ROUND_S))
+                        rates[mode].append(_rate(kv, mode, ROUND_S))
 
             benchmark.pedantic(rounds, rounds=1, iterations=1)
     finally:
