@@ -273,8 +273,8 @@ class Recovery:
         if not self._follows_last_reset(first + length):
             return True
         if not data.read_only:
-            log.warning("finishing an interrupted prefix reset: zeroing the head blank at %s", data.locate(first)[0])
-            data.zero_range(first + 8, first + length)
+            log.warning("finishing an interrupted prefix reset: clearing the head blank at %s", data.locate(first)[0])
+            data.clear_range(first + 8, first + length)
         return False
 
     def _follows_last_reset(self, pos: int) -> bool:

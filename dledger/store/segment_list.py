@@ -8,6 +8,7 @@ segment can be prepared off the hot path (see `prepare_next`), so a roll only sw
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import mmap
@@ -25,6 +26,33 @@ from dledger.store.kvfile import fsync_dir
 from dledger.store.layout import is_segment_name, offset_to_name
 
 log = logging.getLogger(__name__)
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_PUNCH_HOLE = 0x02
+_libc = ctypes.CDLL(None, use_errno=True)
+_fallocate = getattr(_libc, "fallocate", None)
+if _fallocate is not None:
+    _fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    _fallocate.restype = ctypes.c_int
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Deallocate bytes [offset, offset + length) of the open file `fd`, keeping its
+    size (Linux `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)`): they read as
+    zeros from now on, through every mapping too, and nothing is written. False when the
+    system or the file system cannot (the bytes are unchanged then).
+
+    Raises:
+        OSError: the call failed for another reason (EIO, EBADF...).
+    """
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 class SegmentList:
@@ -282,6 +310,31 @@ class SegmentList:
                 if data.any():
                     self.table.zero(pos, stop - pos)
             pos = stop
+
+    def clear_range(self, start: int, end: int) -> None:
+        """Make [start, end) read as zeros when nothing reads or writes those bytes again
+        (the dead head of a prefix reset): the file system deallocates them
+        (`punch_hole`: no write, and their disk space is freed) or, where it cannot,
+        they are zeroed and msynced (`zero_range`). A punch is durable once the file
+        system commits it: until then a crash may bring the old bytes back, which
+        recovery clears again for the head blank of the last reset."""
+        table = self.table
+        pos = max(start, int(table.first_offset)) if table.count else end
+        end = min(end, int(table.end_offset)) if table.count else end
+        while pos < end:
+            path, lo = self.locate(pos)
+            n = min(self.file_size - lo, end - pos)
+            fd = self._open(path, os.O_RDWR)
+            try:
+                punched = punch_hole(fd, lo, n)
+            except OSError as exc:
+                raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot clear bytes of {path}: {exc.strerror}") from exc
+            finally:
+                os.close(fd)
+            if not punched:
+                self.zero_range(pos, pos + n)
+                table.msync(pos, pos + n)
+            pos += n
 
     def close(self) -> None:
         """Unmap everything (files stay)."""

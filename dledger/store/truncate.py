@@ -7,8 +7,8 @@ and a follower appends an entry only at the leader's position.
 
 Every step leaves files that recovery reads as the old log or the new one: bytes are
 zeroed (durably) before the segments after them are deleted, and a head blank's header
-is durable before the bytes it covers are zeroed (recovery tells an unfinished reset
-from a damaged first entry by the `reset` file).
+is durable before the bytes it covers are cleared (recovery tells an unfinished reset
+from a damaged first entry by the `reset` file, and finishes it).
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ def cut_data(segments: SegmentList, end: int, old_end: int) -> None:
 
 def write_head_blank(segments: SegmentList, pos: int) -> None:
     """Cover [first segment start, pos) with one blank record (DLedger 0.4.0's
-    resetOffset): the header first, durably, then the bytes behind it are zeroed."""
+    resetOffset): the header first, durably, then the bytes behind it read as zeros
+    (`SegmentList.clear_range`: deallocated by the file system, no gigabyte of zeros
+    written and msynced while the store is held)."""
     table = segments.table
     start = int(table.first_offset)
     dead = pos - start
@@ -54,8 +56,7 @@ def write_head_blank(segments: SegmentList, pos: int) -> None:
         return
     table.write(start, blank_header(dead))
     table.msync(start, start + BLANK_HEADER_SIZE)
-    segments.zero_range(start + BLANK_HEADER_SIZE, pos)
-    table.msync(start, pos)
+    segments.clear_range(start + BLANK_HEADER_SIZE, pos)
 
 
 def empty_data_at(segments: SegmentList, pos: int, old_end: int) -> None:
