@@ -7,16 +7,19 @@ the members `dledger cluster` starts), plus `--insecure` and `--reflection`."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import click
 
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.security.probe import tls_mismatch
 from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, TlsConfig, TlsError, is_loopback
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _META_KEY = "dledger.tls"
+_CLIENT_KEY = "dledger.client"
 _FILE = click.Path(dir_okay=False)
 
 EXIT_USAGE = 2
@@ -62,6 +65,27 @@ def client_tls() -> TlsConfig | None:
     except TlsError as exc:
         raise click.BadParameter(str(exc), param_hint="'--tls-cert/--tls-key/--tls-ca'") from exc
     return tls
+
+
+def remember_client(peers: Mapping[str, str], using_tls: bool) -> None:
+    """Note the members the current command's client talks to, and whether over TLS,
+    for `unreachable_hint`."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_CLIENT_KEY] = (dict(peers), using_tls)
+
+
+def unreachable_hint(exc: DLedgerError) -> str:
+    """When a client command failed because no member answered (TIMEOUT,
+    NETWORK_ERROR): `"; hint: ..."` naming the members that speak TLS to a plaintext
+    client, or plaintext to a TLS one (`dledger.security.probe`); else ""."""
+    ctx = click.get_current_context(silent=True)
+    client = ctx.meta.get(_CLIENT_KEY) if ctx is not None else None
+    if client is None or exc.code not in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR):
+        return ""
+    peers, using_tls = client
+    mismatch = tls_mismatch(peers, using_tls)
+    return f"; hint: {mismatch}" if mismatch else ""
 
 
 def server_tls_options(fn: F) -> F:

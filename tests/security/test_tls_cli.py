@@ -72,7 +72,8 @@ def test_cluster_tls_in_one_command(tmp_path: Path, commands: list[Running]) -> 
     assert refused.returncode == 1 and "PERMISSION_DENIED" in refused.stderr
     assert "Traceback" not in refused.stderr
     plaintext = dledger("status", "-p", peers, "--timeout", "2")
-    assert plaintext.returncode != 0
+    assert plaintext.returncode == 1
+    assert "serve TLS: pass --tls-cert, --tls-key and --tls-ca" in plaintext.stderr  # the hint names all three
     assert dledger("status", *common, *tls_args(certs, "client-admin")).returncode == 0
 
     os.killpg(cluster.process.pid, signal.SIGINT)

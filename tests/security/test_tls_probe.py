@@ -1,0 +1,116 @@
+"""The TLS mismatch hint: a client command that reached no member says when the members
+speak TLS and it did not (or the reverse), found by a TLS handshake of its own against
+real gRPC servers on loopback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+import pytest
+
+from dledger.security.probe import speaks_tls, tls_mismatch
+from dledger.security.tls import TlsConfig
+from tests.e2e.test_cli import DLEDGER
+from tests.security.tls_support import make_certs
+
+pytestmark = [pytest.mark.security, pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def _serve(credentials: grpc.ServerCredentials | None) -> tuple[grpc.Server, str]:
+    server = grpc.server(ThreadPoolExecutor(2))
+    if credentials is None:
+        port = server.add_insecure_port("127.0.0.1:0")
+    else:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def tls_member(certs: Path) -> Iterator[str]:
+    server, address = _serve(TlsConfig.in_directory(certs, "n0").server_credentials())
+    yield address
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def plain_member() -> Iterator[str]:
+    server, address = _serve(None)
+    yield address
+    server.stop(0)
+
+
+@pytest.fixture
+def closed_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_tls_member_a_plaintext_one_and_nothing_are_told_apart(
+    tls_member: str, plain_member: str, closed_port: str
+) -> None:
+    assert speaks_tls(tls_member) is True  # it requires a client certificate: the handshake still tells
+    assert speaks_tls(plain_member) is False
+    assert speaks_tls(closed_port) is None
+    assert speaks_tls("no-port") is None
+
+
+def test_a_member_that_never_answers_is_unknown() -> None:
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # accepts into the backlog, never speaks
+        assert speaks_tls(f"127.0.0.1:{silent.getsockname()[1]}", timeout_s=0.2) is None
+
+
+def test_the_hint_names_only_the_members_whose_setting_differs(
+    tls_member: str, plain_member: str, closed_port: str
+) -> None:
+    peers = {"n0": tls_member, "n1": plain_member, "n2": closed_port}
+    plaintext = tls_mismatch(peers, using_tls=False)
+    assert plaintext is not None and plaintext.startswith(f"n0 ({tls_member}) serves TLS: pass --tls-cert")
+    assert "n1" not in plaintext and "n2" not in plaintext
+    with_tls = tls_mismatch(peers, using_tls=True)
+    assert with_tls is not None and with_tls.startswith(f"n1 ({plain_member}) answered in plaintext")
+    assert tls_mismatch({"n0": tls_member}, using_tls=True) is None
+    assert tls_mismatch({"n2": closed_port}, using_tls=False) is None
+
+
+def _append(peers: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*DLEDGER, "append", "x", "-p", peers, "--timeout", "2", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_a_plaintext_command_against_tls_members_says_to_pass_the_tls_options(tls_member: str) -> None:
+    done = _append(f"n0-{tls_member}")
+    assert done.returncode == 1
+    assert f"hint: n0 ({tls_member}) serves TLS: pass --tls-cert, --tls-key and --tls-ca" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_tls_command_against_plaintext_members_says_to_drop_them(plain_member: str, certs: Path) -> None:
+    tls = ["--tls-cert", str(certs / "client-admin.crt"), "--tls-key", str(certs / "client-admin.key")]
+    done = _append(f"n0-{plain_member}", *tls, "--tls-ca", str(certs / "ca.crt"))
+    assert done.returncode == 1
+    assert f"hint: n0 ({plain_member}) answered in plaintext, not TLS" in done.stderr
+
+
+def test_no_hint_when_nothing_answers(closed_port: str) -> None:
+    done = _append(f"n0-{closed_port}")
+    assert done.returncode == 1 and "NETWORK_ERROR" in done.stderr
+    assert "hint" not in done.stderr
