@@ -79,7 +79,7 @@ def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
     except DLedgerError as exc:
         from dledger.cli.tls_options import unreachable_hint  # grpc only for the commands that need it
 
-        fail(str(exc) + unreachable_hint(exc))
+        fail(str(unreachable_hint(exc)))
     except BrokenPipeError:
         # the reader went away (`dledger get ... | head`): say so once, without a flush
         # of the rest of stdout failing again at exit

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 import click
 
-from dledger.codes import DLedgerError, ResponseCode
-from dledger.security.probe import tls_mismatch
+from dledger.codes import DLedgerError
+from dledger.security.probe import with_tls_hint
 from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, TlsConfig, TlsError, is_loopback
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,17 +75,16 @@ def remember_client(peers: Mapping[str, str], using_tls: bool) -> None:
         ctx.meta[_CLIENT_KEY] = (dict(peers), using_tls)
 
 
-def unreachable_hint(exc: DLedgerError) -> str:
-    """When a client command failed because no member answered (TIMEOUT,
-    NETWORK_ERROR): `"; hint: ..."` naming the members that speak TLS to a plaintext
-    client, or plaintext to a TLS one (`dledger.security.probe`); else ""."""
+def unreachable_hint(exc: DLedgerError) -> DLedgerError:
+    """`exc`, with a hint added when a client command failed because no member answered
+    and the members speak TLS where the command did not, or the reverse
+    (`dledger.security.probe.with_tls_hint`)."""
     ctx = click.get_current_context(silent=True)
     client = ctx.meta.get(_CLIENT_KEY) if ctx is not None else None
-    if client is None or exc.code not in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR):
-        return ""
+    if client is None:
+        return exc
     peers, using_tls = client
-    mismatch = tls_mismatch(peers, using_tls)
-    return f"; hint: {mismatch}" if mismatch else ""
+    return with_tls_hint(exc, peers, using_tls)
 
 
 def server_tls_options(fn: F) -> F:

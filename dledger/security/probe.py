@@ -14,6 +14,8 @@ import ssl
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
+from dledger.codes import DLedgerError, ResponseCode
+
 PROBE_TIMEOUT_S = 1.0
 """How long one probe waits for a member to connect and answer the handshake."""
 
@@ -69,3 +71,16 @@ def tls_mismatch(peers: Mapping[str, str], using_tls: bool, timeout_s: float = P
         f"{names} {verb} TLS: pass --tls-cert, --tls-key and --tls-ca "
         "(or DLEDGER_TLS_CERT, DLEDGER_TLS_KEY, DLEDGER_TLS_CA)"
     )
+
+
+def with_tls_hint(exc: DLedgerError, peers: Mapping[str, str], using_tls: bool) -> DLedgerError:
+    """`exc` with `; hint: <tls_mismatch>` added to its message when no member answered
+    (TIMEOUT, NETWORK_ERROR) and some speak TLS where the client did not, or the
+    reverse; else `exc` itself (also when it is a subclass, such as an indeterminate
+    outcome, whose meaning a copy would lose)."""
+    if type(exc) is not DLedgerError or exc.code not in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR):
+        return exc
+    mismatch = tls_mismatch(peers, using_tls)
+    if mismatch is None:
+        return exc
+    return DLedgerError(exc.code, f"{exc.message}; hint: {mismatch}")

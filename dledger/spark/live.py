@@ -19,6 +19,7 @@ import numpy as np
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL
+from dledger.security.probe import with_tls_hint
 from dledger.spark.options import ReadOptions
 from dledger.spark.planning import (
     IndexAtTime,
@@ -178,7 +179,11 @@ def fetch_view(target: Target, client: LedgerClient) -> ClusterView:
     """Ask the cluster for its state; when a follower answered, ask the leader too (its
     committed index is the newest)."""
     configured = target.peer_map()
-    view = cluster_view(client.metadata(), configured)
+    try:
+        metadata = client.metadata()
+    except DLedgerError as exc:  # no member answered: say so when it is a TLS mismatch
+        raise with_tls_hint(exc, configured, target.tls is not None) from None
+    view = cluster_view(metadata, configured)
     if view.leader_id and view.self_id and view.self_id != view.leader_id and view.leader_id in view.peers:
         try:
             view = cluster_view(client.metadata(node_id=view.leader_id), view.peers)

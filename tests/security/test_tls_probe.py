@@ -13,7 +13,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dledger.security.probe import speaks_tls, tls_mismatch
+from dledger.client.policy import IndeterminateError
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.security.probe import speaks_tls, tls_mismatch, with_tls_hint
 from dledger.security.tls import TlsConfig
 from tests.e2e.test_cli import DLEDGER
 from tests.security.tls_support import make_certs
@@ -114,3 +116,15 @@ def test_no_hint_when_nothing_answers(closed_port: str) -> None:
     done = _append(f"n0-{closed_port}")
     assert done.returncode == 1 and "NETWORK_ERROR" in done.stderr
     assert "hint" not in done.stderr
+
+
+def test_only_a_plain_network_failure_gets_the_hint(tls_member: str) -> None:
+    peers = {"n0": tls_member}
+    timeout = DLedgerError(ResponseCode.TIMEOUT, "Metadata failed: timed out")
+    hinted = with_tls_hint(timeout, peers, using_tls=False)
+    assert hinted.code == ResponseCode.TIMEOUT
+    assert hinted.message.startswith("Metadata failed: timed out; hint: n0") and "serves TLS" in hinted.message
+    refused = DLedgerError(ResponseCode.UNKNOWN_GROUP, "no such group")
+    assert with_tls_hint(refused, peers, using_tls=False) is refused
+    unknown = IndeterminateError(ResponseCode.TIMEOUT, "the append may have happened")
+    assert with_tls_hint(unknown, peers, using_tls=False) is unknown  # a copy would lose "indeterminate"
