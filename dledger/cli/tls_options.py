@@ -20,6 +20,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _META_KEY = "dledger.tls"
 _CLIENT_KEY = "dledger.client"
+_SETTINGS = f"--tls-cert, --tls-key and --tls-ca (or {ENV_CERT}, {ENV_KEY}, {ENV_CA})"
 _FILE = click.Path(dir_okay=False)
 
 EXIT_USAGE = 2
@@ -84,7 +85,7 @@ def unreachable_hint(exc: DLedgerError) -> DLedgerError:
     if client is None:
         return exc
     peers, using_tls = client
-    return with_tls_hint(exc, peers, using_tls)
+    return with_tls_hint(exc, peers, using_tls, _SETTINGS)
 
 
 def server_tls_options(fn: F) -> F:

@@ -53,9 +53,12 @@ def speaks_tls(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool | None:
         sock.close()
 
 
-def tls_mismatch(peers: Mapping[str, str], using_tls: bool, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+def tls_mismatch(
+    peers: Mapping[str, str], using_tls: bool, settings: str, timeout_s: float = PROBE_TIMEOUT_S
+) -> str | None:
     """A sentence naming the members whose TLS setting differs from the client's
-    (`using_tls`), probed in parallel; None when every member that answers agrees, or
+    (`using_tls`, made with `settings`: how the user gives the client its certificate,
+    key and CA), probed in parallel; None when every member that answers agrees, or
     none answers."""
     with ThreadPoolExecutor(max_workers=max(1, min(len(peers), 8))) as pool:
         found = pool.map(lambda address: speaks_tls(address, timeout_s), peers.values())
@@ -65,22 +68,19 @@ def tls_mismatch(peers: Mapping[str, str], using_tls: bool, timeout_s: float = P
         return None
     names = ", ".join(f"{member} ({peers[member]})" for member in wrong)
     if using_tls:
-        return f"{names} answered in plaintext, not TLS: drop --tls-cert/--tls-key/--tls-ca for this group"
+        return f"{names} answered in plaintext, not TLS: leave out {settings}"
     verb = "serves" if len(wrong) == 1 else "serve"
-    return (
-        f"{names} {verb} TLS: pass --tls-cert, --tls-key and --tls-ca "
-        "(or DLEDGER_TLS_CERT, DLEDGER_TLS_KEY, DLEDGER_TLS_CA)"
-    )
+    return f"{names} {verb} TLS: pass {settings}"
 
 
-def with_tls_hint(exc: DLedgerError, peers: Mapping[str, str], using_tls: bool) -> DLedgerError:
+def with_tls_hint(exc: DLedgerError, peers: Mapping[str, str], using_tls: bool, settings: str) -> DLedgerError:
     """`exc` with `; hint: <tls_mismatch>` added to its message when no member answered
     (TIMEOUT, NETWORK_ERROR) and some speak TLS where the client did not, or the
     reverse; else `exc` itself (also when it is a subclass, such as an indeterminate
     outcome, whose meaning a copy would lose)."""
     if type(exc) is not DLedgerError or exc.code not in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR):
         return exc
-    mismatch = tls_mismatch(peers, using_tls)
+    mismatch = tls_mismatch(peers, using_tls, settings)
     if mismatch is None:
         return exc
     return DLedgerError(exc.code, f"{exc.message}; hint: {mismatch}")

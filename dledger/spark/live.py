@@ -32,10 +32,13 @@ from dledger.spark.planning import (
     resolve_range,
 )
 from dledger.spark.send_queue import requests_of, send_all
-from dledger.spark.target import Target, TlsFiles
+from dledger.spark.target import TLS_OPTIONS, Target, TlsFiles
 from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
+
+TLS_SETTINGS = f"the options {', '.join(TLS_OPTIONS[:-1])} and {TLS_OPTIONS[-1]}"
+"""How a hint names the TLS settings of a Spark job."""
 
 
 class LedgerClient(Protocol):
@@ -182,7 +185,7 @@ def fetch_view(target: Target, client: LedgerClient) -> ClusterView:
     try:
         metadata = client.metadata()
     except DLedgerError as exc:  # no member answered: say so when it is a TLS mismatch
-        raise with_tls_hint(exc, configured, target.tls is not None) from None
+        raise with_tls_hint(exc, configured, target.tls is not None, TLS_SETTINGS) from None
     view = cluster_view(metadata, configured)
     if view.leader_id and view.self_id and view.self_id != view.leader_id and view.leader_id in view.peers:
         try:

@@ -22,6 +22,8 @@ from tests.security.tls_support import make_certs
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(120)]
 
+SETTINGS = "the certificate settings"
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -79,13 +81,12 @@ def test_the_hint_names_only_the_members_whose_setting_differs(
     tls_member: str, plain_member: str, closed_port: str
 ) -> None:
     peers = {"n0": tls_member, "n1": plain_member, "n2": closed_port}
-    plaintext = tls_mismatch(peers, using_tls=False)
-    assert plaintext is not None and plaintext.startswith(f"n0 ({tls_member}) serves TLS: pass --tls-cert")
-    assert "n1" not in plaintext and "n2" not in plaintext
-    with_tls = tls_mismatch(peers, using_tls=True)
-    assert with_tls is not None and with_tls.startswith(f"n1 ({plain_member}) answered in plaintext")
-    assert tls_mismatch({"n0": tls_member}, using_tls=True) is None
-    assert tls_mismatch({"n2": closed_port}, using_tls=False) is None
+    plaintext = tls_mismatch(peers, using_tls=False, settings=SETTINGS)
+    assert plaintext == f"n0 ({tls_member}) serves TLS: pass {SETTINGS}"
+    with_tls = tls_mismatch(peers, using_tls=True, settings=SETTINGS)
+    assert with_tls == f"n1 ({plain_member}) answered in plaintext, not TLS: leave out {SETTINGS}"
+    assert tls_mismatch({"n0": tls_member}, using_tls=True, settings=SETTINGS) is None
+    assert tls_mismatch({"n2": closed_port}, using_tls=False, settings=SETTINGS) is None
 
 
 def _append(peers: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -121,10 +122,11 @@ def test_no_hint_when_nothing_answers(closed_port: str) -> None:
 def test_only_a_plain_network_failure_gets_the_hint(tls_member: str) -> None:
     peers = {"n0": tls_member}
     timeout = DLedgerError(ResponseCode.TIMEOUT, "Metadata failed: timed out")
-    hinted = with_tls_hint(timeout, peers, using_tls=False)
+    hinted = with_tls_hint(timeout, peers, using_tls=False, settings=SETTINGS)
     assert hinted.code == ResponseCode.TIMEOUT
     assert hinted.message.startswith("Metadata failed: timed out; hint: n0") and "serves TLS" in hinted.message
     refused = DLedgerError(ResponseCode.UNKNOWN_GROUP, "no such group")
-    assert with_tls_hint(refused, peers, using_tls=False) is refused
+    assert with_tls_hint(refused, peers, using_tls=False, settings=SETTINGS) is refused
     unknown = IndeterminateError(ResponseCode.TIMEOUT, "the append may have happened")
-    assert with_tls_hint(unknown, peers, using_tls=False) is unknown  # a copy would lose "indeterminate"
+    # a copy would lose "indeterminate"
+    assert with_tls_hint(unknown, peers, using_tls=False, settings=SETTINGS) is unknown
