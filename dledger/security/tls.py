@@ -1,5 +1,8 @@
 """TLS settings of a member or a client: certificate, key and CA files, loaded into gRPC
-credentials. Members require and verify a client certificate (mutual TLS)."""
+credentials. Members require and verify a client certificate (mutual TLS).
+
+gRPC is imported only where credentials are made: a `TlsConfig` is a plain value that
+Spark pickles to its executors without importing gRPC where it is unpickled."""
 
 from __future__ import annotations
 
@@ -8,8 +11,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import grpc  # type: ignore[import-untyped]
 
 ENV_CERT = "DLEDGER_TLS_CERT"
 ENV_KEY = "DLEDGER_TLS_KEY"
@@ -84,11 +85,15 @@ class TlsConfig:
 
     def server_credentials(self) -> Any:
         """gRPC server credentials that require a client certificate from this CA."""
+        import grpc  # type: ignore[import-untyped]
+
         cert, key, ca = self.read()
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
     def channel_credentials(self) -> Any:
         """gRPC channel credentials presenting this certificate, trusting this CA."""
+        import grpc
+
         cert, key, ca = self.read()
         return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
 

@@ -20,6 +20,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL
 from dledger.security.probe import with_tls_hint
+from dledger.security.tls import TlsConfig
 from dledger.spark.options import ReadOptions
 from dledger.spark.planning import (
     IndexAtTime,
@@ -32,7 +33,7 @@ from dledger.spark.planning import (
     resolve_range,
 )
 from dledger.spark.send_queue import requests_of, send_all
-from dledger.spark.target import TLS_OPTIONS, Target, TlsFiles
+from dledger.spark.target import TLS_OPTIONS, Target
 from dledger.timeindex import PROBE_BYTES, TimeSearch, search_time
 
 log = logging.getLogger(__name__)
@@ -96,11 +97,11 @@ def default_client_factory(peers: str, group: str, timeout_s: float) -> LedgerCl
 
 @dataclass(frozen=True)
 class TlsClientFactory:
-    """Makes clients that speak mutual TLS with the members, presenting `files` (read
-    where each client is made: on the driver and on the executors). Picklable: Spark
-    ships it to the tasks."""
+    """Makes clients that speak mutual TLS with the members, presenting the files of
+    `tls` (read where each client is made: on the driver and on the executors).
+    Picklable: Spark ships it to the tasks."""
 
-    files: TlsFiles
+    tls: TlsConfig
 
     def __call__(self, peers: str, group: str, timeout_s: float) -> LedgerClient:
         """A TLS `dledger.client.DLedgerClient` for `peers`.
@@ -109,10 +110,8 @@ class TlsClientFactory:
             dledger.security.tls.TlsError: a file cannot be read or is not PEM.
         """
         from dledger.client import DLedgerClient
-        from dledger.security.tls import TlsConfig
 
-        tls = TlsConfig(self.files.cert, self.files.key, self.files.ca)
-        return DLedgerClient(peers, group=group, timeout_s=timeout_s, tls=tls)
+        return DLedgerClient(peers, group=group, timeout_s=timeout_s, tls=self.tls)
 
 
 def client_factory_for(target: Target) -> ClientFactory:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dledger.config import ConfigError, parse_peers
+from dledger.security.tls import TlsConfig
 
 DEFAULT_GROUP = "default"
 TLS_OPTIONS = ("tlsCert", "tlsKey", "tlsCa")
@@ -21,16 +22,6 @@ TARGET_OPTIONS = ("path", "peers", "group", *TLS_OPTIONS)
 
 class OptionError(ValueError):
     """An option or a schema given to the `dledger` data source is invalid."""
-
-
-@dataclass(frozen=True)
-class TlsFiles:
-    """A client certificate, its private key and the CA the members' certificates must
-    chain to (paths; read where a client is made)."""
-
-    cert: str
-    key: str
-    ca: str
 
 
 @dataclass(frozen=True)
@@ -48,7 +39,7 @@ class Target:
     path: str | None
     peers: str | None
     group: str
-    tls: TlsFiles | None = None
+    tls: TlsConfig | None = None
 
     @property
     def is_live(self) -> bool:
@@ -92,7 +83,7 @@ def parse_target(options: Mapping[str, str]) -> Target:
     return Target(path, peers, group, _tls(opts, live=bool(peers)))
 
 
-def _tls(opts: Mapping[str, str], live: bool) -> TlsFiles | None:
+def _tls(opts: Mapping[str, str], live: bool) -> TlsConfig | None:
     files = {name: opts.get(name.lower()) or None for name in TLS_OPTIONS}
     given = [name for name, value in files.items() if value]
     if not given:
@@ -107,7 +98,7 @@ def _tls(opts: Mapping[str, str], live: bool) -> TlsFiles | None:
             "mutual TLS needs a client certificate, its key and the CA: "
             f"give {', '.join(TLS_OPTIONS)} together (missing {', '.join(missing)})"
         )
-    return TlsFiles(files["tlsCert"] or "", files["tlsKey"] or "", files["tlsCa"] or "")
+    return TlsConfig(files["tlsCert"] or "", files["tlsKey"] or "", files["tlsCa"] or "")
 
 
 __all__ = [
@@ -116,7 +107,6 @@ __all__ = [
     "TLS_OPTIONS",
     "OptionError",
     "Target",
-    "TlsFiles",
     "lower_keys",
     "parse_target",
 ]

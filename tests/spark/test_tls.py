@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from dledger.security.tls import TlsConfig
 from dledger.spark.live import TlsClientFactory, client_factory_for, default_client_factory
 from dledger.spark.options import parse_read_options, parse_write_options
-from dledger.spark.target import OptionError, TlsFiles, parse_target
+from dledger.spark.target import OptionError, parse_target
 from tests.security.tls_support import GROUP, TlsGroup, make_certs
 
 PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912"
@@ -31,9 +32,9 @@ def _files(certs: Path, client: str) -> dict[str, str]:
 @pytest.mark.unit
 def test_the_three_files_make_a_tls_target_and_its_clients_speak_tls() -> None:
     target = parse_target({"peers": PEERS, "tlscert": "c.crt", "TLSKEY": "c.key", "tlsCa": "ca.crt"})
-    assert target.tls == TlsFiles("c.crt", "c.key", "ca.crt")
+    assert target.tls == TlsConfig("c.crt", "c.key", "ca.crt")
     factory = client_factory_for(target)
-    assert factory == TlsClientFactory(TlsFiles("c.crt", "c.key", "ca.crt"))
+    assert factory == TlsClientFactory(TlsConfig("c.crt", "c.key", "ca.crt"))
     assert pickle.loads(pickle.dumps(factory)) == factory  # Spark ships it to the tasks
     assert client_factory_for(parse_target({"peers": PEERS})) is default_client_factory
     assert parse_read_options({"peers": PEERS, **_files(Path("/c"), "r")}, streaming=False).target.tls is not None
