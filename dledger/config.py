@@ -23,6 +23,8 @@ from typing import Any, Literal
 from dledger.entry import INDEX_UNIT_SIZE, MAX_ENTRY_SIZE
 
 MIB = 1024 * 1024
+DEFAULT_GROUP = "default"
+"""The group of a member, a client or a Spark job that names none (DLedger's default)."""
 
 MAX_BODIES_PER_APPEND = 65_536
 """A member's default limit on the bodies of one append request (`ServiceLimits`);
@@ -268,7 +270,7 @@ class DLedgerConfig:
     effect with a `SnapshottingStateMachine` (docs/OPERATIONS.md, "Snapshots").
     """
 
-    group: str = "default"
+    group: str = DEFAULT_GROUP
     self_id: str = "n0"
     peers: str = "n0-localhost:20911"
     store_base_dir: str = "/tmp/dledgerstore"

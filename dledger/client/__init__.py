@@ -18,7 +18,7 @@ Example::
         assert [e.body for e in client.get(first, count=2)] == [b"a", b"b"]
 """
 
-from dledger.client.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient
+from dledger.client.client import DEFAULT_PEERS, DLedgerClient
 from dledger.client.members import Members
 from dledger.client.policy import IndeterminateError
 from dledger.client.producer import MAX_BODY_BYTES, Producer
@@ -33,6 +33,7 @@ from dledger.client.types import (
     Target,
     derive_producer_id,
 )
+from dledger.config import DEFAULT_GROUP
 
 __all__ = [
     "DEFAULT_GROUP",

@@ -46,13 +46,13 @@ from dledger.client.types import AppendResult, NodeMetadata, ReadMode, Target
 from dledger.clock import Clock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
+from dledger.config import DEFAULT_GROUP
 from dledger.entry import MAGIC_NORMAL, Entry
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import PACKED, pb
 
 DEFAULT_PEERS = "n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
 """The local 3-node cluster that `make run` starts."""
-DEFAULT_GROUP = "default"
 MIN_ATTEMPT_MS = 10
 """A write is not started with less time than this left (it would time out, unknown)."""
 TRANSFER_TIMEOUT_S = 10.0

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dledger.config import ConfigError, parse_peers
+from dledger.config import DEFAULT_GROUP, ConfigError, parse_peers
 from dledger.security.tls import TlsConfig
 
-DEFAULT_GROUP = "default"
 TLS_OPTIONS = ("tlsCert", "tlsKey", "tlsCa")
 TARGET_OPTIONS = ("path", "peers", "group", *TLS_OPTIONS)
 """The options every read and write takes."""
