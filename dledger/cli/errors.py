@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from dledger.cli.tls_options import unreachable_hint
 from dledger.codes import DLedgerError
 from dledger.config import ConfigError
 
@@ -77,8 +78,6 @@ def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
     except ConfigError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except DLedgerError as exc:
-        from dledger.cli.tls_options import unreachable_hint  # grpc only for the commands that need it
-
         fail(str(unreachable_hint(exc)))
     except BrokenPipeError:
         # the reader went away (`dledger get ... | head`): say so once, without a flush

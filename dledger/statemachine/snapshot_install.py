@@ -62,7 +62,7 @@ class SnapshotInstall:
         self._publish = publish
         self._received = 0
         self._crc = 0  # CRC-32 of the bytes written so far (finish checks it: no read-back)
-        self._window = (0, 0)  # the last two write-back marks: [0], [1] (see write_chunk)
+        self._window = (0, 0)  # the last two write-back marks (see _stream_out)
         self._state = "receiving"
         remove_tree(directory)
         file_ops().mkdir(directory)
