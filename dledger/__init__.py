@@ -7,18 +7,10 @@ The embedded store::
         index = log.append(b"hello")
         assert log.get(index).body == b"hello"
 
-gRPC's fork handlers are turned off for this process (GRPC_ENABLE_FORK_SUPPORT=false,
-unless the environment sets it): with them on, a child forked to run a program (a
-`subprocess.Popen` with `preexec_fn`, as PySpark starts its JVM) crashed with SIGABRT or
-SIGSEGV before its exec in 5-6 % of forks once gRPC had been used (grpcio 1.85), and
-dledger starts Spark, members and tools that way. No child of dledger uses gRPC
-inherited from its parent, which is all that fork support is for.
+Importing dledger turns gRPC's fork handlers off (`dledger._fork`): import it before grpc.
 """
 
-import os
-
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
+from dledger._fork import GRPC_FORK_HANDLERS_ON
 from dledger.codes import CorruptStoreError, DLedgerError, ReadMode, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import StoreConfig
@@ -31,6 +23,7 @@ from dledger.store.mmap_store import MmapLogStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "GRPC_FORK_HANDLERS_ON",
     "ColumnBatch",
     "CorruptStoreError",
     "DLedgerError",

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import dledger
 from dledger.spark.options import SCHEMA_DDL
 from dledger.spark.target import OptionError
 
@@ -29,7 +31,15 @@ if TYPE_CHECKING:
 
 FORMAT = "dledger"
 
-__all__ = ["FORMAT", "SCHEMA_DDL", "DLedgerDataSource", "OptionError", "local_session", "register"]
+__all__ = [
+    "FORMAT",
+    "SCHEMA_DDL",
+    "DLedgerDataSource",
+    "OptionError",
+    "local_session",
+    "register",
+    "warn_if_grpc_came_first",
+]
 
 LOOPBACK_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -75,6 +85,18 @@ def register(spark: Any, *, default_parallelism: int | None = None) -> type[DLed
     return cls
 
 
+def warn_if_grpc_came_first() -> None:
+    """Warn (RuntimeWarning) when gRPC was imported before dledger with its fork
+    handlers on (`dledger.GRPC_FORK_HANDLERS_ON`): starting Spark's JVM can fail then."""
+    if dledger.GRPC_FORK_HANDLERS_ON:
+        warnings.warn(
+            "grpc was imported before dledger, with its fork handlers on: starting Spark's JVM can fail "
+            "('Java gateway process exited'); import dledger first, or set GRPC_ENABLE_FORK_SUPPORT=false",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
 def local_session(app_name: str = "dledger", *, master: str = "local[2]", conf: Mapping[str, str] | None = None) -> Any:
     """A SparkSession on this machine, bound to loopback, with the `dledger` format
     registered (`getOrCreate`: an active session is reused, and `conf` applied to it).
@@ -90,6 +112,7 @@ def local_session(app_name: str = "dledger", *, master: str = "local[2]", conf: 
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    warn_if_grpc_came_first()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)

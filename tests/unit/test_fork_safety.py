@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,3 +54,23 @@ def test_children_forked_with_a_preexec_fn_start_after_grpc_was_used(busy_grpc: 
         child = subprocess.Popen(["true"], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         codes.append(child.wait(timeout=30))
     assert [code for code in codes if code != 0] == []
+
+
+@pytest.mark.parametrize(
+    ("imports", "noticed"),
+    [
+        ("import grpc, dledger.spark", True),  # too late: gRPC read the setting already
+        ("import dledger.spark, grpc", False),
+    ],
+)
+def test_grpc_imported_first_is_noticed_and_warned_about(imports: str, noticed: bool) -> None:
+    check = (
+        f"{imports}, warnings\n"
+        "with warnings.catch_warnings(record=True) as seen:\n"
+        "    warnings.simplefilter('always')\n"
+        "    dledger.spark.warn_if_grpc_came_first()\n"
+        "print(dledger.GRPC_FORK_HANDLERS_ON, any('fork handlers' in str(w.message) for w in seen))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.split() == [str(noticed), str(noticed)], done.stderr
