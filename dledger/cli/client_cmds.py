@@ -414,18 +414,17 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
         for r in rows:
             if r["error"]:
                 click.echo(f"{r['id']}: {' '.join(r['error'].split())}")
-    problem = status_problem(rows)
-    if problem and not any(r["reachable"] for r in rows):
+    if not any(r["reachable"] for r in rows):
         raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered")  # the guard adds a TLS hint if one fits
+    problem = status_problem(rows)
     if problem:
         fail(problem)
 
 
 def status_problem(rows: list[dict[str, Any]]) -> str | None:
-    """Why `status` exits 1 (None: every member answered and a leader is known)."""
+    """Why `status` exits 1 when some member answered (None: every member answered and
+    a leader is known); `status` itself reports that none did."""
     down = [r["id"] for r in rows if not r["reachable"]]
-    if len(down) == len(rows):
-        return "NETWORK_ERROR (302): no member answered"
     if not any(r["role"] == "LEADER" for r in rows):
         unreachable = f" ({', '.join(down)} unreachable)" if down else ""
         return f"no leader: no member that answered is leading{unreachable}"

@@ -15,14 +15,10 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import parse_address
 
 PROBE_TIMEOUT_S = 1.0
 """How long one probe waits for a member to connect and answer the handshake."""
-
-
-def _split(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 def speaks_tls(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool | None:
@@ -31,9 +27,9 @@ def speaks_tls(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool | None:
     does); False when something answers that is not TLS (a plaintext gRPC server); None
     when nothing answers in time or `address` is not `host:port`."""
     try:
-        host, port = _split(address)
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-    except (OSError, ValueError):
+        host, port = parse_address(address)
+        sock = socket.create_connection((host.strip("[]"), port), timeout=timeout_s)
+    except (OSError, ValueError):  # ValueError: dledger.config.ConfigError
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False

@@ -319,8 +319,9 @@ class SegmentList:
         system commits it: until then a crash may bring the old bytes back, which
         recovery clears again for the head blank of the last reset."""
         table = self.table
-        pos = max(start, int(table.first_offset)) if table.count else end
-        end = min(end, int(table.end_offset)) if table.count else end
+        if not table.count:
+            return
+        pos, end = max(start, int(table.first_offset)), min(end, int(table.end_offset))
         while pos < end:
             path, lo = self.locate(pos)
             n = min(self.file_size - lo, end - pos)

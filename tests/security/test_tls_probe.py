@@ -17,7 +17,7 @@ from dledger.client.policy import IndeterminateError
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.security.probe import speaks_tls, tls_mismatch, with_tls_hint
 from dledger.security.tls import TlsConfig
-from tests.e2e.test_cli import DLEDGER
+from tests.security.test_tls_cli import dledger
 from tests.security.tls_support import make_certs
 
 pytestmark = [pytest.mark.security, pytest.mark.timeout(120)]
@@ -90,13 +90,7 @@ def test_the_hint_names_only_the_members_whose_setting_differs(
 
 
 def _append(peers: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*DLEDGER, "append", "x", "-p", peers, "--timeout", "2", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    return dledger("append", "x", "-p", peers, "--timeout", "2", *args)
 
 
 def test_a_plaintext_command_against_tls_members_says_to_pass_the_tls_options(tls_member: str) -> None:
