@@ -314,10 +314,10 @@ class SegmentList:
     def clear_range(self, start: int, end: int) -> None:
         """Make [start, end) read as zeros when nothing reads or writes those bytes again
         (the dead head of a prefix reset): the file system deallocates them
-        (`punch_hole`: no write, and their disk space is freed) or, where it cannot,
-        they are zeroed and msynced (`zero_range`). A punch is durable once the file
-        system commits it: until then a crash may bring the old bytes back, which
-        recovery clears again for the head blank of the last reset."""
+        (`punch_hole`: no write, and their disk space is freed) or, where it cannot or
+        the punch fails, they are zeroed and msynced (`zero_range`). A punch is durable
+        once the file system commits it: until then a crash may bring the old bytes
+        back, which recovery clears again for the head blank of the last reset."""
         table = self.table
         if not table.count:
             return
@@ -328,8 +328,9 @@ class SegmentList:
             fd = self._open(path, os.O_RDWR)
             try:
                 punched = punch_hole(fd, lo, n)
-            except OSError as exc:
-                raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot clear bytes of {path}: {exc.strerror}") from exc
+            except OSError as exc:  # the zeros below still clear them, or fail as writes do
+                log.warning("cannot punch a hole in %s (%s): zeroing the bytes instead", path, exc.strerror)
+                punched = False
             finally:
                 os.close(fd)
             if not punched:

@@ -4,6 +4,7 @@ cannot; a crash before the clear is finished by recovery."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -79,6 +80,26 @@ def test_where_holes_cannot_be_punched_the_head_is_zeroed(tmp_path: Path, monkey
     assert raw[8:dead].count(0) == dead - 8
     assert allocated(first_segment(tmp_path / "s")) == before  # zeros written, nothing freed
     store.close()
+
+
+def test_a_failing_punch_falls_back_to_zeros_and_the_reset_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(fd: int, offset: int, length: int) -> bool:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(segment_list, "punch_hole", broken)
+    store = filled_store(tmp_path / "s")
+    dead = store.get(2000).pos - store.get(2000).pos // SEGMENT * SEGMENT
+    kept = [store.get(i).body for i in (2000, 2999)]
+    assert store.reset(1999, 1) == 2000
+    raw = first_segment(tmp_path / "s").read_bytes()
+    assert raw[8:dead].count(0) == dead - 8
+    store.close()
+    again = MmapLogStore(tmp_path / "s", CFG)
+    assert (again.begin_index, again.end_index) == (2000, 2999)
+    assert [again.get(i).body for i in (2000, 2999)] == kept  # nothing kept was lost
+    again.close()
 
 
 def test_clear_range_zeroes_across_segments_and_only_the_range(tmp_path: Path) -> None:
