@@ -346,6 +346,10 @@ class DLedgerConfig:
     tls_cert: str | None = field(default=None, metadata={"yaml": "tlsCert"})
     tls_key: str | None = field(default=None, metadata={"yaml": "tlsKey"})
     tls_ca: str | None = field(default=None, metadata={"yaml": "tlsCa"})
+    # dledger-py: a client-only port (server-side TLS) for clients with bearer tokens
+    # from `tokens_file` (dledger.security.tokens); both or neither, TLS required
+    client_address: str | None = field(default=None, metadata={"yaml": "clientAddress"})
+    tokens_file: str | None = field(default=None, metadata={"yaml": "tokensFile"})
 
     # snapshots (DLedger 0.3.2+ / 0.4.0 names and defaults; dledger.node_snapshots). The
     # reset strategies are the *_SYNC ones: after a snapshot the log prefix up to it
@@ -428,6 +432,12 @@ class DLedgerConfig:
         if any(tls.values()) and not all(tls.values()):
             missing = ", ".join(name for name, value in tls.items() if not value)
             raise ConfigError(f"TLS needs a certificate, a key and a CA: {missing} missing")
+        if bool(self.client_address) != bool(self.tokens_file):
+            raise ConfigError("a client port needs both client_address and tokens_file")
+        if self.client_address:
+            if not self.tls_enabled:
+                raise ConfigError("a client port (bearer tokens) needs TLS: set tls_cert, tls_key and tls_ca")
+            parse_address(self.client_address)
 
     @property
     def tls_enabled(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 from dledger.config import DLedgerConfig
 from dledger.node import DLedgerNode
+from dledger.security.tokens import TokenStore
 from dledger.statemachine import StateMachine
 from dledger.transport.grpc_client import GrpcTransport, member_tls
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
@@ -95,17 +96,27 @@ class DLedgerServer:
                 left running).
             DLedgerError, OSError: the store cannot be opened (e.g. CorruptStoreError).
             TlsError: the TLS files cannot be read (nothing is left running).
+            TokenFileError: the tokens file cannot be read or is malformed.
         """
         tls = member_tls(self.config)
         if tls is not None:
             tls.read()  # a missing or unreadable file fails before the store opens
+        tokens = TokenStore.load(self.config.tokens_file) if self.config.tokens_file else None
         self.transport = GrpcTransport(self.config)
         if self.state_machine is not None:
             name = self.config.state_machine or "given"
             log.info("state machine: %s (%s)", name, type(self.state_machine).__name__)
         try:
             self.node = self._node_factory(self.config, self.transport)
-            self.grpc = GrpcServer(self.node, self.listen_address, self.limits, tls=tls, reflection=self.reflection)
+            self.grpc = GrpcServer(
+                self.node,
+                self.listen_address,
+                self.limits,
+                tls=tls,
+                reflection=self.reflection,
+                client_address=self.config.client_address,
+                tokens=tokens,
+            )
             if self.metrics_port is not None:
                 self._start_metrics(self.metrics_port)
         except BaseException:
@@ -123,6 +134,8 @@ class DLedgerServer:
             "mutual TLS" if tls is not None else "plaintext",
             self.config.default_path,
         )
+        if tokens is not None:
+            log.info("clients with bearer tokens: %s (TLS, %d tokens)", self.config.client_address, len(tokens))
         return self
 
     def _start_metrics(self, port: int) -> None:

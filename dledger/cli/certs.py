@@ -1,5 +1,6 @@
 """`dledger certs init`: a development CA and member / client certificates for a
-mutual-TLS group (see dledger.security.certs)."""
+mutual-TLS group (see dledger.security.certs); `dledger certs token`: a bearer token for
+the members' client ports (see dledger.security.tokens)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def parse_members(members: str) -> tuple[str, ...]:
 
 @click.group(cls=GuardedGroup, context_settings=CONTEXT, no_args_is_help=False)
 def certs() -> None:
-    """Development certificates for a mutual-TLS group."""
+    """Development certificates and bearer tokens for a TLS group."""
 
 
 @certs.command("init", cls=GuardedCommand, context_settings=CONTEXT)
@@ -123,3 +124,41 @@ def init(
         return
     click.echo(f"wrote {len(written)} files to {directory}: CA, members {', '.join(plan.members)}, ", nl=False)
     click.echo("clients " + ", ".join(f"{n} ({r})" for n, r in plan.clients.items()))
+
+
+@certs.command("token", cls=GuardedCommand, context_settings=CONTEXT)
+@click.argument("name")
+@click.option("--role", type=click.Choice(ROLES), default="read", show_default=True, help="What the token may call.")
+@click.option(
+    "-f",
+    "--file",
+    "tokens_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The tokens file to add it to (created with mode 0600 when missing).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the name, role and token as one JSON object.")
+def token(name: str, role: str, tokens_file: Path, as_json: bool) -> None:
+    """Make a bearer token for client NAME, add its SHA-256 to the tokens file and print
+    the token (it is shown only here). Members read the file at start
+    (`dledger server --client-address HOST:PORT --tokens-file FILE`); clients send it
+    with `--token` or DLEDGER_TOKEN and `--tls-ca`. Exit 0 on success, 1 when the file
+    cannot be read or written, 2 for a bad name or role.
+
+    \b
+      export DLEDGER_TOKEN=$(dledger certs token dashboard --role read -f tls/tokens)
+      dledger get 0 -p "n0-127.0.0.1:21911" --tls-ca tls/ca.crt
+    """
+    from dledger.security.tokens import TokenFileError, add_token, entry_problem, token_digest
+
+    problem = entry_problem(name, role, token_digest(""))
+    if problem:
+        raise click.BadParameter(problem, param_hint="'NAME'")
+    try:
+        made = add_token(tokens_file, name, role)
+    except TokenFileError as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps({"name": name, "role": role, "token": made, "file": str(tokens_file)}))
+    else:
+        click.echo(made)

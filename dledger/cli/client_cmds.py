@@ -26,7 +26,7 @@ import click
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
-from dledger.cli.tls_options import client_tls, client_tls_options, remember_client
+from dledger.cli.tls_options import client_tls, client_tls_options, client_token, remember_client
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
 from dledger.client.interrupts import DeferredCtrlC
 from dledger.codes import DLedgerError, ResponseCode
@@ -79,7 +79,7 @@ def open_client(peers: str, group: str, timeout_s: float, multiplex: bool = True
     """A client, or a usage error (exit 2) for a bad --peers."""
     tls = client_tls()
     try:
-        client = DLedgerClient(peers, group, timeout_s, tls=tls, multiplex=multiplex)
+        client = DLedgerClient(peers, group, timeout_s, tls=tls, token=client_token(), multiplex=multiplex)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
     remember_client(client.members.peers, tls is not None)

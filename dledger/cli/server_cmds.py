@@ -303,6 +303,8 @@ def server(
     tls_cert: str | None,
     tls_key: str | None,
     tls_ca: str | None,
+    client_address: str | None,
+    tokens_file: str | None,
     insecure: bool,
     reflection: bool,
     **store: Any,
@@ -337,6 +339,8 @@ def server(
             "tls_cert": tls_cert,
             "tls_key": tls_key,
             "tls_ca": tls_ca,
+            "client_address": client_address,
+            "tokens_file": tokens_file,
             "initial_cluster_state": initial_cluster_state,
             "state_machine": state_machine,
             **store,
@@ -404,6 +408,7 @@ def run_server(
     address without `insecure` or unreadable TLS files, 1 for a busy port (named) or a
     store that cannot be opened."""
     from dledger.security.tls import TlsError
+    from dledger.security.tokens import TokenFileError
     from dledger.server import DLedgerServer
     from dledger.transport.grpc_server import BindError
 
@@ -418,10 +423,10 @@ def run_server(
     )
     try:
         srv.run_until_signal()
-    except TlsError as exc:
+    except (TlsError, TokenFileError) as exc:
         fail(str(exc), EXIT_USAGE)
     except BindError as exc:
-        fail(bind_failure(srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
+        fail(bind_failure(exc.address or srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
     except CorruptStoreError as exc:
         hint = (
             ""

@@ -14,7 +14,7 @@ import click
 
 from dledger.codes import DLedgerError
 from dledger.security.probe import with_tls_hint
-from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, TlsConfig, TlsError, is_loopback
+from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, TlsConfig, TlsError, is_loopback
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,8 +31,20 @@ def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 
 
 def client_tls_options(fn: F) -> F:
-    """Decorator: --tls-cert/--tls-key/--tls-ca for a client command (environment
-    DLEDGER_TLS_*); read them with `client_tls()`. The command's signature is unchanged."""
+    """Decorator: --tls-cert/--tls-key/--tls-ca and --token for a client command
+    (environment DLEDGER_TLS_*, DLEDGER_TOKEN); read them with `client_tls()` and
+    `client_token()`. The command's signature is unchanged."""
+    fn = click.option(
+        "--token",
+        "token",
+        envvar=ENV_TOKEN,
+        show_envvar=True,
+        expose_value=False,
+        callback=_remember,
+        metavar="TOKEN",
+        help="Bearer token for the members' client ports (--client-address), with --tls-ca and no client "
+        f"certificate. Prefer {ENV_TOKEN}: options show in the process list.",
+    )(fn)
     for name, env, what in (
         ("ca", ENV_CA, "CA certificate the members' certificates must chain to"),
         ("key", ENV_KEY, "Private key of the client certificate"),
@@ -57,15 +69,33 @@ def client_tls() -> TlsConfig | None:
     Raises:
         click.BadParameter: only some are given, or a file cannot be read (exit 2).
     """
-    ctx = click.get_current_context(silent=True)
-    given = ctx.meta.get(_META_KEY, {}) if ctx is not None else {}
+    given = _given()
+    token = given.get("token")
     try:
-        tls = TlsConfig.from_options(given.get("tls_cert"), given.get("tls_key"), given.get("tls_ca"))
+        tls = TlsConfig.from_options(
+            given.get("tls_cert"), given.get("tls_key"), given.get("tls_ca"), allow_ca_only=bool(token)
+        )
         if tls is not None:
             tls.read()
     except TlsError as exc:
         raise click.BadParameter(str(exc), param_hint="'--tls-cert/--tls-key/--tls-ca'") from exc
+    if token and tls is None:
+        raise click.BadParameter(
+            f"a bearer token is only sent over TLS: give --tls-ca (or {ENV_CA})", param_hint="'--token'"
+        )
     return tls
+
+
+def client_token() -> str | None:
+    """The bearer token the current client command was given (None: none)."""
+    token = _given().get("token")
+    return token or None
+
+
+def _given() -> dict[str, str | None]:
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, str | None] = ctx.meta.get(_META_KEY, {}) if ctx is not None else {}
+    return given
 
 
 def remember_client(peers: Mapping[str, str], using_tls: bool) -> None:
@@ -90,8 +120,19 @@ def unreachable_hint(exc: DLedgerError) -> DLedgerError:
 
 def server_tls_options(fn: F) -> F:
     """Decorator: --tls-cert/--tls-key/--tls-ca (passed as tls_cert, tls_key, tls_ca),
-    --insecure and --reflection of `dledger server`."""
+    --client-address/--tokens-file, --insecure and --reflection of `dledger server`."""
     fn = click.option("--reflection", is_flag=True, help="Serve gRPC server reflection (off by default).")(fn)
+    fn = click.option(
+        "--tokens-file",
+        type=_FILE,
+        help="Bearer tokens the client port accepts: lines 'name role sha256' (see `dledger certs token`).",
+    )(fn)
+    fn = click.option(
+        "--client-address",
+        metavar="HOST:PORT",
+        help="Also serve clients with bearer tokens here (server-side TLS, no client certificate; needs "
+        "--tls-* and --tokens-file). The Peer service is refused there.",
+    )(fn)
     fn = click.option(
         "--insecure",
         is_flag=True,

@@ -137,6 +137,10 @@ class DLedgerClient(RecordMethods):
         tls: mutual TLS with this client certificate, key and CA
             (`dledger.security.TlsConfig`; None: plaintext). The certificate's role
             decides what the client may call (read, write, admin).
+        token: a bearer token sent with every call instead of a client certificate,
+            for members' client ports (`dledger server --client-address`); give
+            `tls=TlsConfig.ca_only(<CA file>)` with it. Its role comes from the
+            members' tokens file.
         multiplex: let concurrent `append`/`append_many`/`append_batch` calls (and
             concurrent `get`s of nearby indexes) from this process's threads share
             requests (see `dledger.client.combiner`): a call that finds the client idle
@@ -147,6 +151,7 @@ class DLedgerClient(RecordMethods):
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
         dledger.security.TlsError: a TLS file cannot be read.
+        ValueError: a token without TLS.
     """
 
     def __init__(
@@ -157,9 +162,10 @@ class DLedgerClient(RecordMethods):
         *,
         clock: Clock | None = None,
         tls: TlsConfig | None = None,
+        token: str | None = None,
         multiplex: bool = True,
     ) -> None:
-        self.members = Members(peers, group, timeout_s, clock, tls)
+        self.members = Members(peers, group, timeout_s, clock, tls, token)
         self._appends: Combiner[tuple[Sequence[bytes], int, int], AppendResult] | None = None
         self._gets: Combiner[tuple[int, int, str | None], list[Entry]] | None = None
         self._queries: Combiner[tuple[bytes, ReadMode, int], bytes] | None = None

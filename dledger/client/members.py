@@ -46,20 +46,30 @@ class Members:
         clock: time source for deadlines and backoff (tests).
         tls: speak TLS to the members, presenting this client certificate (None:
             plaintext).
+        token: send this bearer token with every call (the members' client ports;
+            needs `tls`, usually `TlsConfig.ca_only`).
 
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
-        ValueError: `timeout_s` is not positive.
+        ValueError: `timeout_s` is not positive, or a token without TLS.
         dledger.security.TlsError: a TLS file cannot be read.
     """
 
     def __init__(
-        self, peers: str, group: str, timeout_s: float, clock: Clock | None = None, tls: TlsConfig | None = None
+        self,
+        peers: str,
+        group: str,
+        timeout_s: float,
+        clock: Clock | None = None,
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
+        if token is not None and tls is None:
+            raise ValueError("a bearer token is only sent over TLS: give tls=TlsConfig.ca_only(<CA file>)")
         self.tls = tls
-        self._credentials = tls.channel_credentials() if tls is not None else None
+        self._credentials = tls.channel_credentials(token) if tls is not None else None
         self.peers = parse_peers(peers)
         self.group = group
         self.timeout_s = timeout_s

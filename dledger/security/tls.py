@@ -15,6 +15,7 @@ from typing import Any
 ENV_CERT = "DLEDGER_TLS_CERT"
 ENV_KEY = "DLEDGER_TLS_KEY"
 ENV_CA = "DLEDGER_TLS_CA"
+ENV_TOKEN = "DLEDGER_TOKEN"
 
 
 class TlsError(ValueError):
@@ -26,8 +27,9 @@ class TlsConfig:
     """Paths of the PEM files of one TLS identity.
 
     Attributes:
-        cert: this side's certificate (chain).
-        key: its private key.
+        cert: this side's certificate (chain); "" for a client that authenticates with
+            a bearer token instead (server-side TLS only: `ca_only`).
+        key: its private key ("" with no certificate).
         ca: the CA certificate(s) the other side's certificate must chain to.
     """
 
@@ -36,8 +38,22 @@ class TlsConfig:
     ca: str
 
     @classmethod
-    def from_options(cls, cert: str | None, key: str | None, ca: str | None) -> TlsConfig | None:
-        """None when no option is given, a TlsConfig when all three are.
+    def ca_only(cls, ca: str) -> TlsConfig:
+        """TLS that verifies the server against `ca` and presents no certificate (a
+        client that authenticates with a bearer token on a member's client port)."""
+        return cls("", "", ca)
+
+    @property
+    def has_certificate(self) -> bool:
+        """True when this side presents a certificate."""
+        return bool(self.cert)
+
+    @classmethod
+    def from_options(
+        cls, cert: str | None, key: str | None, ca: str | None, *, allow_ca_only: bool = False
+    ) -> TlsConfig | None:
+        """None when no option is given, a TlsConfig when all three are (or only the CA,
+        with `allow_ca_only`: a bearer-token client).
 
         Raises:
             TlsError: some but not all are given.
@@ -45,6 +61,8 @@ class TlsConfig:
         given = {"cert": cert, "key": key, "ca": ca}
         if not any(given.values()):
             return None
+        if allow_ca_only and ca and not cert and not key:
+            return cls.ca_only(ca)
         missing = [name for name, value in given.items() if not value]
         if missing:
             raise TlsError(f"TLS needs a certificate, a key and a CA: missing --tls-{', --tls-'.join(missing)}")
@@ -67,13 +85,16 @@ class TlsConfig:
         return cls(str(base / f"{stem}.crt"), str(base / f"{stem}.key"), str(base / "ca.crt"))
 
     def read(self) -> tuple[bytes, bytes, bytes]:
-        """(certificate, key, CA) bytes.
+        """(certificate, key, CA) bytes (b"" for a certificate and key not given).
 
         Raises:
             TlsError: a file cannot be read or is not PEM.
         """
         out = []
         for what, path in (("certificate", self.cert), ("key", self.key), ("CA", self.ca)):
+            if not path and what != "CA":
+                out.append(b"")
+                continue
             try:
                 data = Path(path).read_bytes()
             except OSError as exc:
@@ -83,19 +104,28 @@ class TlsConfig:
             out.append(data)
         return out[0], out[1], out[2]
 
-    def server_credentials(self) -> Any:
-        """gRPC server credentials that require a client certificate from this CA."""
+    def server_credentials(self, *, client_certificates: bool = True) -> Any:
+        """gRPC server credentials that require a client certificate from this CA
+        (`client_certificates=False`: server-side TLS, no client certificate asked for)."""
         import grpc  # type: ignore[import-untyped]
 
         cert, key, ca = self.read()
+        if not client_certificates:
+            return grpc.ssl_server_credentials([(key, cert)])
         return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
 
-    def channel_credentials(self) -> Any:
-        """gRPC channel credentials presenting this certificate, trusting this CA."""
+    def channel_credentials(self, token: str | None = None) -> Any:
+        """gRPC channel credentials presenting this certificate (if any), trusting this
+        CA, and sending `token` as `authorization: Bearer` with every call."""
         import grpc
 
         cert, key, ca = self.read()
-        return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca, private_key=key or None, certificate_chain=cert or None
+        )
+        if token:
+            credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
+        return credentials
 
 
 def is_loopback(address: str) -> bool:

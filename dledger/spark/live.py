@@ -102,6 +102,7 @@ class TlsClientFactory:
     Picklable: Spark ships it to the tasks."""
 
     tls: TlsConfig
+    token: str | None = None
 
     def __call__(self, peers: str, group: str, timeout_s: float) -> LedgerClient:
         """A TLS `dledger.client.DLedgerClient` for `peers`.
@@ -111,13 +112,13 @@ class TlsClientFactory:
         """
         from dledger.client import DLedgerClient
 
-        return DLedgerClient(peers, group=group, timeout_s=timeout_s, tls=self.tls)
+        return DLedgerClient(peers, group=group, timeout_s=timeout_s, tls=self.tls, token=self.token)
 
 
 def client_factory_for(target: Target) -> ClientFactory:
-    """How the clients of a read or write of `target` are made: plaintext, or mutual TLS
-    with its `tlsCert` / `tlsKey` / `tlsCa` files."""
-    return default_client_factory if target.tls is None else TlsClientFactory(target.tls)
+    """How the clients of a read or write of `target` are made: plaintext, or TLS with
+    its `tlsCert` / `tlsKey` / `tlsCa` files (and its bearer `token`)."""
+    return default_client_factory if target.tls is None else TlsClientFactory(target.tls, target.token)
 
 
 def close_client(client: LedgerClient) -> None:
@@ -161,12 +162,13 @@ def _field(meta: Any, name: str, default: Any = None) -> Any:
 
 def cluster_view(meta: Any, configured: Mapping[str, str]) -> ClusterView:
     """A ClusterView from a `metadata()` answer (an object or a mapping with the
-    NodeMetadata / MetadataResponse field names); members missing from the answer come
-    from `configured`."""
+    NodeMetadata / MetadataResponse field names). The `configured` addresses are kept
+    (they may be the members' client ports, which the members do not advertise); the
+    answer adds the members the job was not given."""
     peers = dict(configured)
     answered = _field(meta, "peers") or {}
     for node_id, address in dict(answered).items():
-        peers[str(node_id)] = str(address)
+        peers.setdefault(str(node_id), str(address))
     leader = _field(meta, "leader_id") or None
     self_id = _field(meta, "node_id") or _field(meta, "self_id") or None
     bounds = LogBounds(

@@ -3,7 +3,9 @@ store directory (offline) or a live cluster (`peers`, `group`); for a cluster wh
 members speak mutual TLS, the client certificate, its key and the CA (`tlsCert`,
 `tlsKey`, `tlsCa`: PEM files at these paths on the driver and on every executor, as
 Kafka's `kafka.ssl.*.location` options; the certificate's role decides what the job
-may do: `read` to read, `write` to write).
+may do: `read` to read, `write` to write). Against the members' client ports, a bearer
+token (`token`, with `tlsCa` only) stands for the certificate; Spark redacts options
+named like `token` in its plans and UI.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dledger.config import DEFAULT_GROUP, ConfigError, parse_peers
 from dledger.security.tls import TlsConfig
 
 TLS_OPTIONS = ("tlsCert", "tlsKey", "tlsCa")
-TARGET_OPTIONS = ("path", "peers", "group", *TLS_OPTIONS)
+TARGET_OPTIONS = ("path", "peers", "group", *TLS_OPTIONS, "token")
 """The options every read and write takes."""
 
 
@@ -32,13 +34,16 @@ class Target:
             None for a live cluster.
         peers: DLedger's peers string (`n0-host:port;n1-host:port`); None offline.
         group: the DLedger group.
-        tls: mutual TLS with the members (None: plaintext).
+        tls: mutual TLS with the members (None: plaintext); server-side TLS only
+            (`TlsConfig.ca_only`) with a token.
+        token: the bearer token sent with every call (None: none).
     """
 
     path: str | None
     peers: str | None
     group: str
     tls: TlsConfig | None = None
+    token: str | None = None
 
     @property
     def is_live(self) -> bool:
@@ -79,18 +84,24 @@ def parse_target(options: Mapping[str, str]) -> Target:
             parse_peers(peers)
         except ConfigError as exc:
             raise OptionError(f"option peers: {exc}") from None
-    return Target(path, peers, group, _tls(opts, live=bool(peers)))
+    token = opts.get("token") or None
+    return Target(path, peers, group, _tls(opts, live=bool(peers), token=bool(token)), token)
 
 
-def _tls(opts: Mapping[str, str], live: bool) -> TlsConfig | None:
+def _tls(opts: Mapping[str, str], live: bool, token: bool) -> TlsConfig | None:
     files = {name: opts.get(name.lower()) or None for name in TLS_OPTIONS}
-    given = [name for name, value in files.items() if value]
+    given = [name for name, value in files.items() if value] + (["token"] if token else [])
     if not given:
         return None
     if not live:
         raise OptionError(
             f"option {given[0]} is for a live cluster (option peers): an offline read opens the store directory"
         )
+    if token:
+        if not files["tlsCa"]:
+            raise OptionError("option token is sent over TLS only: give option tlsCa (the members' CA) with it")
+        if not files["tlsCert"] and not files["tlsKey"]:
+            return TlsConfig.ca_only(files["tlsCa"])
     missing = [name for name, value in files.items() if not value]
     if missing:
         raise OptionError(

@@ -4,7 +4,9 @@ one port, plus gRPC health checking (and reflection, when asked for).
 With TLS (`dledger.security.TlsConfig`) the port speaks mutual TLS only and every call is
 checked against the caller's certificate (`dledger.transport.guard`): Peer calls must
 come from the member they speak as, Ledger calls need the role the method asks for;
-refusals are gRPC PERMISSION_DENIED.
+refusals are gRPC PERMISSION_DENIED. A second, client-only port (`client_address`)
+speaks server-side TLS: its callers present a bearer token of the tokens file instead of
+a certificate (missing or unknown: UNAUTHENTICATED), and Peer calls there are refused.
 
 Handlers are registered with raw-bytes request deserializers and parse the protobuf
 themselves, so that bytes that are not a valid message get INVALID_ARGUMENT (gRPC's own
@@ -34,6 +36,7 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection  # type: ignor
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.messages import RequestOrResponse
 from dledger.security.tls import TlsConfig
+from dledger.security.tokens import TokenStore
 from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
 from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
 from dledger.transport.grpc_install import install_handler
@@ -161,7 +164,15 @@ class PeerService:
 
 
 class BindError(OSError):
-    """The listen address cannot be bound (in use: SO_REUSEPORT is off; or not local)."""
+    """The listen address cannot be bound (in use: SO_REUSEPORT is off; or not local).
+
+    Attributes:
+        address: the address that could not be bound ("" when not known).
+    """
+
+    def __init__(self, message: str, address: str = "") -> None:
+        super().__init__(message)
+        self.address = address
 
 
 class HealthServicer(health.HealthServicer):  # type: ignore[misc]
@@ -217,10 +228,14 @@ class GrpcServer:
         tls: serve mutual TLS with these files and check every caller's identity
             (None: plaintext, no checks).
         reflection: also serve gRPC server reflection.
+        client_address: also listen here for clients with bearer tokens (server-side
+            TLS; needs `tls` and `tokens`). See `client_port`.
+        tokens: the bearer tokens accepted on `client_address`.
 
     Raises:
-        BindError: the address cannot be bound.
+        BindError: an address cannot be bound.
         dledger.security.TlsError: the TLS files cannot be read.
+        ValueError: `client_address` without `tls` and `tokens`.
     """
 
     def __init__(
@@ -231,7 +246,11 @@ class GrpcServer:
         *,
         tls: TlsConfig | None = None,
         reflection: bool = False,
+        client_address: str | None = None,
+        tokens: TokenStore | None = None,
     ) -> None:
+        if client_address is not None and (tls is None or tokens is None):
+            raise ValueError("a client port needs TLS and a tokens file")
         self.limits = limits or ServiceLimits()
         self.core = ServiceCore(node, self.limits)
         self.address = address
@@ -241,10 +260,11 @@ class GrpcServer:
             options=list(SERVER_OPTIONS),  # the same for TLS (docs/BENCHMARKS.md, "Mutual TLS")
         )
         credentials = tls.server_credentials() if tls is not None else None
-        self.guard = Guard(node.config) if tls is not None else None
+        self.guard = Guard(node.config, tokens) if tls is not None else None
         ledger = LedgerService(self.core).generic_handler()
         if self.guard is not None:
             ledger = self.guard.ledger_handler(ledger)
+            self.core.identify = self.guard.ledger_caller
         self._server.add_generic_rpc_handlers((ledger, PeerService(self.core, self.guard).generic_handler()))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         if reflection:
@@ -252,17 +272,30 @@ class GrpcServer:
             grpc_reflection.enable_server_reflection(services, self._server)
         for name in ("", LEDGER_SERVICE, PEER_SERVICE):
             self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        try:
-            if credentials is not None:
-                self.port: int = self._server.add_secure_port(address, credentials)
-            else:
-                self.port = self._server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise BindError(f"cannot listen on {address} (in use?): {exc}") from exc
-        if not self.port:
-            raise BindError(f"cannot listen on {address} (in use?)")
+        if credentials is not None:
+            self.port: int = self._bind(address, lambda: self._server.add_secure_port(address, credentials))
+        else:
+            self.port = self._bind(address, lambda: self._server.add_insecure_port(address))
+        self.client_port: int | None = None
+        """The bound client-only port (None: none asked for)."""
+        if client_address is not None:
+            assert tls is not None
+            client_credentials = tls.server_credentials(client_certificates=False)
+            self.client_port = self._bind(
+                client_address, lambda: self._server.add_secure_port(client_address, client_credentials)
+            )
         self._stopped = False
         self._health_down = False
+
+    @staticmethod
+    def _bind(address: str, add_port: Callable[[], int]) -> int:
+        try:
+            port = add_port()
+        except RuntimeError as exc:
+            raise BindError(f"cannot listen on {address} (in use?): {exc}", address) from exc
+        if not port:
+            raise BindError(f"cannot listen on {address} (in use?)", address)
+        return port
 
     def start(self) -> None:
         """Start serving; health turns SERVING."""

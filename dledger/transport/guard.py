@@ -3,10 +3,13 @@
 - `dledger.v1.Peer`: only a member certificate of this group naming one of its members;
   a request whose `local_id` (or `leader_id`, when set) is not that member is refused.
 - `dledger.v1.Ledger`: a client certificate whose role allows the method
-  (`dledger.security.identity.LEDGER_METHOD_ROLES`); member certificates may read.
+  (`dledger.security.identity.LEDGER_METHOD_ROLES`); member certificates may read. On the
+  client-only port (server-side TLS, no certificates) a bearer token of the tokens file
+  stands for the certificate (`dledger.security.tokens`).
 
-Refusals end the call with gRPC PERMISSION_DENIED and are logged (at most once a second
-per caller and reason, so a flood of forged calls cannot flood the log).
+Refusals end the call with gRPC PERMISSION_DENIED (UNAUTHENTICATED for a missing or
+unknown token) and are logged (at most once a second per caller and reason, so a flood
+of forged calls cannot flood the log).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import grpc  # type: ignore[import-untyped]
 from dledger.config import DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
 from dledger.security.identity import Identity, identity_of
+from dledger.security.tokens import TokenStore
 from dledger.transport.service_core import abort
 
 log = logging.getLogger(__name__)
@@ -34,9 +38,12 @@ class Guard:
 
     Args:
         config: the member's configuration (its group and members).
+        tokens: the bearer tokens callers without a certificate may present (None:
+            every caller needs a certificate).
     """
 
-    def __init__(self, config: DLedgerConfig) -> None:
+    def __init__(self, config: DLedgerConfig, tokens: TokenStore | None = None) -> None:
+        self.tokens = tokens
         self.group = config.group
         self.members = frozenset(config.peer_map)
         self.self_id = config.self_id
@@ -45,8 +52,8 @@ class Guard:
         self.refused = 0
         """How many calls were refused (tests, metrics)."""
 
-    def refuse(self, context: Any, who: Identity, reason: str) -> None:
-        """Log (rate-limited) and end the call with PERMISSION_DENIED."""
+    def refuse(self, context: Any, who: Identity, reason: str, status: Any = grpc.StatusCode.PERMISSION_DENIED) -> None:
+        """Log (rate-limited) and end the call with `status` (PERMISSION_DENIED)."""
         self.refused += 1
         key = (who.describe(), reason)
         now = time.monotonic()
@@ -54,7 +61,21 @@ class Guard:
             if now - self._logged.get(key, -LOG_EVERY_S) >= LOG_EVERY_S:
                 self._logged[key] = now
                 log.warning("%s: refused a call from %s: %s", self.self_id, who.describe(), reason)
-        abort(context, grpc.StatusCode.PERMISSION_DENIED, f"{who.describe()}: {reason}")
+        abort(context, status, f"{who.describe()}: {reason}")
+
+    def ledger_caller(self, context: Any) -> Identity:
+        """The caller of a Ledger call: its certificate's identity, or, on the client
+        port (no certificate), the client its bearer token names; a missing or unknown
+        token ends the call with UNAUTHENTICATED."""
+        auth = context.auth_context()
+        if self.tokens is None or auth.get("x509_pem_cert"):
+            return identity_of(auth)
+        who = self.tokens.caller(context.invocation_metadata() or ())
+        if who is None:
+            reason = "no valid bearer token (authorization: Bearer <token> from the tokens file)"
+            self.refuse(context, Identity("unknown"), reason, grpc.StatusCode.UNAUTHENTICATED)
+        assert who is not None
+        return who
 
     def peer_caller(self, context: Any) -> Identity:
         """The caller of a Peer call, when its certificate names a member of this
@@ -109,7 +130,7 @@ class _RoleCheckedHandler(grpc.GenericRpcHandler):  # type: ignore[misc]
         guard = self._guard
 
         def checked(request: Any, context: Any) -> Any:
-            who = identity_of(context.auth_context())
+            who = guard.ledger_caller(context)
             if not who.may_call_ledger(name):
                 guard.refuse(context, who, f"its role may not call {name}")
             return behaviour(request, context)

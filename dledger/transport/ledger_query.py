@@ -18,7 +18,6 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from dledger.codes import DLedgerError, ReadMode, ResponseCode
-from dledger.security.identity import identity_of
 from dledger.transport.convert import pb
 from dledger.transport.service_core import ServiceCore, abort, parse
 
@@ -34,7 +33,7 @@ def answer_query(core: ServiceCore, raw: bytes, context: Any) -> Any:
     if refusal is not None:
         return core.fill_header(out, *refusal)
     if request.mode == ReadMode.RAFT_LOG and core.config.tls_enabled:
-        who = identity_of(context.auth_context())  # the guard let any reader in: RAFT_LOG appends
+        who = core.identify(context)  # the guard let any reader in: RAFT_LOG appends
         if not who.may_call_ledger("Append"):
             abort(context, grpc.StatusCode.PERMISSION_DENIED, f"{who.describe()}: a RAFT_LOG query appends entries")
     if core.is_closing:

@@ -18,6 +18,7 @@ import grpc  # type: ignore[import-untyped]
 from dledger.codes import ReadMode
 from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND, DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
+from dledger.security.identity import Identity, identity_of
 from dledger.transport.convert import StatusLike
 from dledger.transport.validate import Refusal, RefusalLog, RequestValidator
 
@@ -153,6 +154,11 @@ class ShuttingDown(Exception):
     """The server is shutting down (answered with gRPC UNAVAILABLE)."""
 
 
+def caller_certificate(context: Any) -> Identity:
+    """The identity a call's peer certificate names ("unknown" without one)."""
+    return identity_of(context.auth_context())
+
+
 class ServiceCore:
     """What the Ledger and Peer services share: the node, the limits, the client-call
     slots and the shutdown signal.
@@ -178,6 +184,8 @@ class ServiceCore:
         self._wakers_lock = threading.Lock()
         self.incoming_appends = ArrivalGauge()
         node.set_incoming_appends(self.incoming_appends)
+        self.identify: Callable[[Any], Identity] = caller_certificate
+        """Who a Ledger call's caller is (the TLS guard sets its own: bearer tokens)."""
 
     # -- lifecycle
 

@@ -50,18 +50,28 @@ def wait_for(check: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> 
 
 
 class TlsGroup:
-    """Three in-process members with mutual TLS (certificates from `certs`)."""
+    """Three in-process members with mutual TLS (certificates from `certs`); with
+    `tokens_file`, each also serves a client port for bearer tokens (`client_peers`)."""
 
     def __init__(
-        self, base: Path, certs: Path, n: int = 3, node_factory: NodeFactory | None = None, **overrides: Any
+        self,
+        base: Path,
+        certs: Path,
+        n: int = 3,
+        node_factory: NodeFactory | None = None,
+        tokens_file: Path | None = None,
+        **overrides: Any,
     ) -> None:
         self.base = base
         self.certs = certs
         self.node_factory = node_factory
         self.overrides = overrides
-        ports = free_ports(n)
+        self.tokens_file = tokens_file
+        ports = free_ports(2 * n if tokens_file else n)
         self.ids = [f"n{k}" for k in range(n)]
-        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, ports, strict=True))
+        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, ports, strict=False))
+        self.client_addresses = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, ports[n:], strict=False)}
+        self.client_peers = ";".join(f"{i}-{a}" for i, a in self.client_addresses.items())
         self.servers: dict[str, DLedgerServer] = {}
         for node_id in self.ids:
             self.start(node_id)
@@ -77,6 +87,8 @@ class TlsGroup:
             tls_cert=tls.cert,
             tls_key=tls.key,
             tls_ca=tls.ca,
+            client_address=self.client_addresses.get(node_id),
+            tokens_file=str(self.tokens_file) if self.tokens_file else None,
             **{**TIMINGS, **self.overrides},
         )
 

@@ -546,6 +546,9 @@ def test_cluster_view_from_object_and_data_loss() -> None:
 
     view = cluster_view(Meta(), {"n0": "h:1"})
     assert view == ClusterView(None, {"n0": "h:1"}, LogBounds(10, 30, 28), None)
+    # the job's addresses win (they may be client ports); the answer adds the others
+    answered = cluster_view({"peers": {"n0": "peer:1", "n1": "peer:2"}, "leader_id": "n1"}, {"n0": "h:1"})
+    assert answered.peers == {"n0": "h:1", "n1": "peer:2"} and answered.leader_id == "n1"
     opts = parse_read_options({"peers": "n0-h:1", "startingIndex": "5"}, False)
     with pytest.raises(DataLossError):
         plan_batch_read(view, opts, 1)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from dledger.security.tls import TlsConfig
+from dledger.security.tokens import add_token
 from dledger.spark.live import TlsClientFactory, client_factory_for, default_client_factory
 from dledger.spark.options import parse_read_options, parse_write_options
 from dledger.spark.target import OptionError, parse_target
@@ -56,6 +57,20 @@ def test_incomplete_or_offline_tls_options_are_clear_errors(options: dict[str, s
 
 
 @pytest.mark.unit
+def test_a_token_with_the_ca_makes_a_server_side_tls_target() -> None:
+    target = parse_target({"peers": PEERS, "tlsCa": "ca.crt", "Token": "secret"})
+    assert (target.tls, target.token) == (TlsConfig.ca_only("ca.crt"), "secret")
+    factory = client_factory_for(target)
+    assert factory == TlsClientFactory(TlsConfig.ca_only("ca.crt"), "secret")
+    assert pickle.loads(pickle.dumps(factory)) == factory
+    with pytest.raises(OptionError, match="option token is sent over TLS only: give option tlsCa"):
+        parse_target({"peers": PEERS, "token": "secret"})
+    with pytest.raises(OptionError, match="option token is for a live cluster"):
+        parse_target({"path": "/store", "token": "secret"})
+    assert parse_read_options({"peers": PEERS, "tlsCa": "c", "token": "t"}, streaming=False).target.token == "t"
+
+
+@pytest.mark.unit
 def test_a_missing_certificate_file_is_named_when_a_client_is_made(tmp_path: Path) -> None:
     files = _files(tmp_path, "nobody")
     factory = client_factory_for(parse_target({"peers": PEERS, **files}))
@@ -66,7 +81,9 @@ def test_a_missing_certificate_file_is_named_when_a_client_is_made(tmp_path: Pat
 @pytest.fixture(scope="module")
 def tls_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsGroup]:
     base = tmp_path_factory.mktemp("tls-spark")
-    group = TlsGroup(base / "data", make_certs(base / "certs"))
+    for role in ("read", "write"):
+        (base / f"{role}.token").write_text(add_token(base / "tokens", f"spark-{role}", role))
+    group = TlsGroup(base / "data", make_certs(base / "certs"), tokens_file=base / "tokens")
     group.leader()
     yield group
     group.close()
@@ -83,6 +100,22 @@ def test_spark_writes_and_reads_a_tls_cluster(spark: Any, tls_group: TlsGroup) -
     read = spark.read.format("dledger").option("peers", tls_group.peers).option("group", GROUP)
     rows = read.options(**_files(certs, "reader")).load().select("value").collect()
     assert sorted(r["value"] for r in rows) == values  # each once (exactly-once over TLS)
+
+
+@pytest.mark.spark
+def test_spark_writes_and_reads_with_bearer_tokens(spark: Any, tls_group: TlsGroup) -> None:
+    tokens = tls_group.base.parent
+    common = {"peers": tls_group.client_peers, "group": GROUP, "tlsCa": str(tls_group.certs / "ca.crt")}
+    values = [b"token-%03d" % k for k in range(50)]
+    df = spark.createDataFrame([(v,) for v in values], "value binary").coalesce(1)
+    df.write.format("dledger").mode("append").options(**common, token=(tokens / "write.token").read_text()).save()
+    read = spark.read.format("dledger").options(**common, token=(tokens / "read.token").read_text()).load()
+    rows = read.select("value").collect()
+    assert sorted(r["value"] for r in rows if r["value"].startswith(b"token-")) == values
+    with pytest.raises(Exception, match=r"client spark-read \(read\): its role may not call Append"):
+        df.write.format("dledger").mode("append").options(
+            **common, token=(tokens / "read.token").read_text(), rpcTimeoutMs="5000"
+        ).save()
 
 
 @pytest.mark.spark

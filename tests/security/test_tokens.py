@@ -1,0 +1,278 @@
+"""Bearer tokens on the members' client-only ports: the tokens file, real in-process TLS
+members serving a client port next to their mutual-TLS one, and the CLI (`certs token`,
+`--token` / DLEDGER_TOKEN, `server --client-address`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from dledger.client import DLedgerClient
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import ConfigError, DLedgerConfig
+from dledger.security.tls import TlsConfig
+from dledger.security.tokens import TokenFileError, TokenStore, add_token, token_digest
+from dledger.transport.convert import pb, pb_grpc
+from dledger.transport.grpc_client import open_channel
+from tests.e2e.harness import eventually, free_ports
+from tests.e2e.test_cli import Running
+from tests.security.test_tls_cli import dledger, tls_args
+from tests.security.tls_support import GROUP, TlsGroup, make_certs, wait_for
+
+pytestmark = pytest.mark.security
+
+
+# -- the tokens file
+
+
+def test_a_tokens_file_maps_tokens_to_names_and_roles(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    writer = add_token(path, "app", "write")
+    reader = add_token(path, "dash.board", "read")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    text = path.read_text()
+    assert writer not in text and reader not in text  # only digests are kept
+    store = TokenStore.load(path)
+    assert len(store) == 2
+    assert store.identity(writer) == store.caller([("authorization", f"Bearer {writer}")])
+    who = store.identity(writer)
+    assert who is not None and (who.kind, who.name, who.role) == ("client", "app", "write")
+    assert store.caller({"authorization": f"bearer {reader}"}).role == "read"  # type: ignore[union-attr]
+    assert store.identity(writer + "x") is None
+    assert store.caller([("authorization", writer)]) is None  # no Bearer scheme
+    assert store.caller([]) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ("app write", "expected 'name role sha256', got 2 fields"),
+        ("app root " + "a" * 64, "bad role 'root'"),
+        ("a/b read " + "a" * 64, "bad client name"),
+        ("app read " + "A" * 64, "SHA-256 in 64 lowercase hex digits"),
+        ("app read plaintext-token", "SHA-256 in 64 lowercase hex digits"),
+    ],
+)
+def test_a_malformed_tokens_file_names_the_line(tmp_path: Path, line: str, problem: str) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("# comment\n\nok read " + token_digest("t") + "  # trailing comment\n" + line + "\n")
+    with pytest.raises(TokenFileError, match=f"tokens:4: .*{problem}"):
+        TokenStore.load(path)
+    with pytest.raises(TokenFileError):  # nothing is added to a file the members could not load
+        add_token(path, "more", "read")
+    assert path.read_text().count("\n") == 4
+
+
+def test_a_token_listed_twice_or_an_unreadable_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    digest = token_digest("same")
+    path.write_text(f"a read {digest}\nb write {digest}")
+    with pytest.raises(TokenFileError, match="listed twice"):
+        TokenStore.load(path)
+    with pytest.raises(TokenFileError, match="cannot read the tokens file"):
+        TokenStore.load(tmp_path / "missing")
+
+
+def test_a_token_is_added_on_a_line_of_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"a read {token_digest('x')}")  # no newline at the end
+    made = add_token(path, "b", "admin")
+    store = TokenStore.load(path)
+    assert store.identity("x") is not None and store.identity(made) is not None
+
+
+def test_a_client_port_needs_tls_and_a_tokens_file(tmp_path: Path) -> None:
+    base = {"self_id": "n0", "peers": "n0-127.0.0.1:20911", "store_base_dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match="both client_address and tokens_file"):
+        DLedgerConfig(**base, client_address="127.0.0.1:20912")
+    with pytest.raises(ConfigError, match="needs TLS"):
+        DLedgerConfig(**base, client_address="127.0.0.1:20912", tokens_file=str(tmp_path / "t"))
+    with pytest.raises(ValueError, match="only sent over TLS"):
+        DLedgerClient("n0-127.0.0.1:20911", token="t")
+
+
+# -- members serving a client port
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_certs(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | Path]:
+    path = tmp_path_factory.mktemp("tokens") / "tokens"
+    made: dict[str, str | Path] = {role: add_token(path, f"{role}-app", role) for role in ("read", "write", "admin")}
+    made["file"] = path
+    return made
+
+
+@pytest.fixture
+def group(tmp_path: Path, certs: Path, tokens: dict[str, str | Path]) -> Iterator[TlsGroup]:
+    made = TlsGroup(tmp_path / "store", certs, tokens_file=Path(tokens["file"]))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def token_client(group: TlsGroup, token: str) -> DLedgerClient:
+    tls = TlsConfig.ca_only(str(group.certs / "ca.crt"))
+    return DLedgerClient(group.client_peers, GROUP, 10.0, tls=tls, token=token)
+
+
+def raw_channel(group: TlsGroup, node_id: str, token: str | None) -> grpc.Channel:
+    """A channel to `node_id`'s client port: server-side TLS, `token` (if any), no certificate."""
+    tls = TlsConfig.ca_only(str(group.certs / "ca.crt"))
+    return open_channel(group.client_addresses[node_id], credentials=tls.channel_credentials(token))
+
+
+def test_roles_of_tokens_decide_what_a_client_may_call(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+    leader = group.leader()
+    with token_client(group, str(tokens["write"])) as writer:
+        result = writer.append_batch([b"a", b"b"])
+        assert [e.body for e in writer.get(result.first_index, 2)] == [b"a", b"b"]
+        with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
+            writer.leadership_transfer(next(i for i in group.ids if i != leader))
+    with token_client(group, str(tokens["read"])) as reader:
+        assert reader.get(result.first_index)[0].body == b"a"
+        with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
+            reader.append(b"forbidden")
+    assert max(group.metadata(i).end_index for i in group.ids) == result.first_index + 1
+    target = next(i for i in group.ids if i != leader)
+    with token_client(group, str(tokens["admin"])) as admin:
+        admin.leadership_transfer(target)
+    wait_for(lambda: group.leader() == target, "the transfer")
+
+
+def test_a_raft_log_query_needs_a_token_that_may_append(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+    leader = group.leader()
+    end = group.servers[leader].node.status().end_index  # type: ignore[union-attr]
+    query = pb.QueryRequest(requests=[b"get"], mode=pb.QueryRequest.RAFT_LOG)
+    with raw_channel(group, leader, str(tokens["read"])) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.LedgerStub(channel).Query(query, timeout=10)
+        assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "client read-app (read): a RAFT_LOG query appends entries" in info.value.details()
+    with raw_channel(group, leader, str(tokens["write"])) as channel:
+        answer = pb_grpc.LedgerStub(channel).Query(query, timeout=10)
+        assert answer.code == ResponseCode.UNSUPPORTED  # past the role check; these members run no state machine
+    assert group.servers[leader].node.status().end_index == end  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("token", [None, "not-a-token"])
+def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: str | None) -> None:
+    group.leader()
+    with raw_channel(group, "n0", token) as channel:
+        stub = pb_grpc.LedgerStub(channel)
+        for call in (
+            lambda: stub.Metadata(pb.MetadataRequest(), timeout=5),
+            lambda: stub.Append(pb.AppendRequest(group=GROUP, bodies=[b"x"]), timeout=5),
+        ):
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert group.servers["n0"].grpc is not None and group.servers["n0"].grpc.guard.refused >= 2  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("role", ["write", "admin"])
+def test_the_client_port_refuses_the_peer_service(group: TlsGroup, tokens: dict[str, str | Path], role: str) -> None:
+    leader = group.leader()
+    before = [(s.node.term, s.node.leader_id) for s in group.servers.values() if s.node is not None]
+    with raw_channel(group, leader, str(tokens[role])) as channel:
+        stub = pb_grpc.PeerStub(channel)
+        forged = [
+            ("HeartBeat", pb.HeartBeatRequest(group=GROUP, local_id="n9", leader_id="n9", term=1 << 40)),
+            ("Vote", pb.VoteRequest(group=GROUP, local_id=leader, leader_id=leader, term=1 << 40)),
+            ("Push", pb.PushEntryRequest(group=GROUP, local_id=leader, leader_id=leader, term=1 << 40, type=2)),
+        ]
+        for method, request in forged:
+            with pytest.raises(grpc.RpcError) as info:
+                getattr(stub, method)(request, timeout=5)
+            assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "only members" in info.value.details()
+    after = [(s.node.term, s.node.leader_id) for s in group.servers.values() if s.node is not None]
+    assert after == before
+
+
+def test_a_token_does_not_open_the_mutual_tls_port(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+    leader = group.leader()
+    tls = TlsConfig.ca_only(str(group.certs / "ca.crt"))
+    with open_channel(group.address(leader), credentials=tls.channel_credentials(str(tokens["admin"]))) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake wants a certificate
+
+
+# -- the command line
+
+
+def test_certs_token_prints_a_token_once(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    made = dledger("certs", "token", "app", "--role", "write", "-f", str(path))
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert TokenStore.load(path).identity(token).role == "write"  # type: ignore[union-attr]
+    for args in (["app", "--role", "root"], ["a b"]):
+        bad = dledger("certs", "token", *args, "-f", str(path))
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    path.write_text("garbage\n")
+    broken = dledger("certs", "token", "app", "-f", str(path))
+    assert broken.returncode == 1 and broken.stderr.count("\n") == 1 and "tokens:1" in broken.stderr, broken.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(180)
+def test_a_server_with_a_client_port_serves_token_clients(tmp_path: Path, certs: Path) -> None:
+    tokens_file = tmp_path / "tokens"
+    writer = add_token(tokens_file, "app", "write")
+    reader = add_token(tokens_file, "dash", "read")
+    port, client_port = free_ports(2)
+    peers = f"n0-127.0.0.1:{port}"
+    client_options = ["--client-address", f"127.0.0.1:{client_port}", "--tokens-file", str(tokens_file)]
+    member = ["-g", GROUP, "-i", "n0", "-p", peers, "-s", str(tmp_path / "data"), *tls_args(certs, "n0")]
+    server = Running(["server", *member, *client_options], tmp_path)
+    try:
+        client_peers = f"n0-127.0.0.1:{client_port}"
+        common = ["-g", GROUP, "-p", client_peers, "--tls-ca", str(certs / "ca.crt"), "--timeout", "20"]
+        as_writer = {"DLEDGER_TOKEN": writer}
+        appended = eventually(
+            lambda: (r := dledger("append", *common, "--json", "hello", env=as_writer)).returncode == 0 and r,
+            60,
+            "an append through the client port",
+        )
+        index = json.loads(appended.stdout)["first_index"]
+        got = dledger("get", *common, "--json", str(index), env={"DLEDGER_TOKEN": reader})
+        assert got.returncode == 0, got.stderr
+        assert json.loads(got.stdout.splitlines()[0])["body"] == "hello"
+        refused = dledger("append", *common, "--token", reader, "no")
+        assert refused.returncode == 1 and "PERMISSION_DENIED" in refused.stderr, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        no_ca = dledger("append", "-g", GROUP, "-p", client_peers, "--token", writer, "x")
+        assert no_ca.returncode == 2 and "--tls-ca" in no_ca.stderr, no_ca.stderr
+    finally:
+        if server.process.poll() is None:
+            server.process.terminate()
+            server.process.wait(60)
+    assert server.process.returncode == 0
+
+
+def test_server_checks_the_client_port_settings(tmp_path: Path, certs: Path) -> None:
+    port, client_port = free_ports(2)
+    args = ["server", "-g", GROUP, "-i", "n0", "-p", f"n0-127.0.0.1:{port}", "-s", str(tmp_path / "data")]
+    client = ["--client-address", f"127.0.0.1:{client_port}"]
+    missing_file = dledger(*args, *tls_args(certs, "n0"), *client, "--tokens-file", str(tmp_path / "none"))
+    assert missing_file.returncode == 2 and "cannot read the tokens file" in missing_file.stderr
+    no_tokens = dledger(*args, *tls_args(certs, "n0"), *client)
+    assert no_tokens.returncode == 2 and "both client_address and tokens_file" in no_tokens.stderr
+    plaintext = dledger(*args, *client, "--tokens-file", str(tmp_path / "none"))
+    assert plaintext.returncode == 2 and "needs TLS" in plaintext.stderr
+    assert missing_file.stderr.count("\n") == 1  # one `error:` line
+    assert not any("Traceback" in done.stderr for done in (missing_file, no_tokens, plaintext))
+    assert not os.path.exists(tmp_path / "data" / "dledger-n0" / "data")
