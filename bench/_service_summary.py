@@ -47,9 +47,10 @@ def summary_lines(figures: Mapping[str, Any], latency_rate: int) -> list[str]:
             )
             lines.append(f"  {label} {impl}: {value:,.0f} entries/s [>= {target:,}; >= {pso_target}x]  ({ratios})")
     for label, target in (("128B", 250_000), ("1KiB", 110_000)):
-        value, plain = (rate(figures, f"service-{label}/dledger-{impl}-batch") for impl in ("tls", "async"))
+        value = rate(figures, f"service-{label}/dledger-tls-batch")
+        plain = rate(figures, f"service-{label}/dledger-async-batch-beside-tls")
         if value is not None:
-            ratio = f" = {value / plain:.2f}x plaintext" if plain else ""
+            ratio = f" = {value / plain:.2f}x plaintext ({plain:,.0f}/s, rounds alternating)" if plain else ""
             lines.append(f"  {label} dledger-tls-batch: {value:,.0f} entries/s{ratio} [>= {target:,}; >= 0.8x]")
     latency = figures.get("latency-50k")
     if isinstance(latency, BenchResult):
