@@ -45,6 +45,7 @@ Run: `make bench PYTEST_ARGS="-k service"`, or
 from __future__ import annotations
 
 import itertools
+import os
 import statistics
 import subprocess
 import sys
@@ -317,9 +318,17 @@ def test_single_16_processes(benchmark: Any, request: pytest.FixtureRequest, loa
     bench_load(benchmark, UNARY_16X4, impl, load_pool, spec, LOAD_PROCESSES, 4)
 
 
+def settle() -> None:
+    """Write back what earlier rounds left dirty in the page cache (untimed), so that an
+    idle-latency figure is taken on an idle machine, not beside the kernel's writeback
+    of a gigabyte of batch rounds."""
+    os.sync()
+
+
 def test_async_idle_single_latency(benchmark: Any, async_client: DLedgerClient) -> None:
     """One append at a time on an idle cluster (the median round is the p50)."""
     benchmark.group = "service-idle-append"
+    settle()
     body = b"x" * 128
     benchmark.pedantic(async_client.append, args=(body,), rounds=300, iterations=1, warmup_rounds=10)
     FIGURES["idle-async-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
@@ -329,6 +338,7 @@ def test_etcd_idle_put_latency(benchmark: Any, etcd: str) -> None:
     """One etcd put (128 B, a new key each) at a time, from this process (the median round
     is the p50; etcd fsyncs its WAL before answering)."""
     benchmark.group = "service-idle-append"
+    settle()
     operation = open_operation(OpSpec("etcd-put", etcd), "idle")
     keys = itertools.count()
     benchmark.pedantic(lambda: operation.call(0, next(keys)), rounds=300, iterations=1, warmup_rounds=10)
@@ -356,6 +366,7 @@ def test_sync_batch(benchmark: Any, sync_client: DLedgerClient, label: str) -> N
 
 def test_sync_idle_single_latency(benchmark: Any, sync_client: DLedgerClient) -> None:
     benchmark.group = "service-idle-append"
+    settle()
     benchmark.pedantic(sync_client.append, args=(b"x" * 128,), rounds=200, iterations=1, warmup_rounds=10)
     FIGURES["idle-sync-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
 
@@ -394,6 +405,7 @@ def test_tls_batch(benchmark: Any, tls_client: DLedgerClient, async_client: DLed
 
 def test_tls_idle_single_latency(benchmark: Any, tls_client: DLedgerClient) -> None:
     benchmark.group = "service-idle-append"
+    settle()
     benchmark.pedantic(tls_client.append, args=(b"x" * 128,), rounds=300, iterations=1, warmup_rounds=10)
     FIGURES["idle-tls-p50-ms"] = benchmark.stats.stats.median * 1000 if benchmark.stats is not None else None
 

@@ -4,7 +4,8 @@
 
 In-process with click's CliRunner against a fake Ledger cluster (DLEDGER_PEERS), with
 the parts that would run for good replaced: `server` and `cluster` stop once their
-options are checked, `bench` does not load, `demo` writes to no store. A command that
+options are checked, `bench` does not load, `demo` writes to no store, `certs init`
+writes no certificates. Subcommands (`certs token`, `kv put`, ...) are fuzzed too. A command that
 still waits (`get --follow`, a member that never answers with a huge --timeout) is
 interrupted after a budget, which then allows exit status 130 too. A handful of
 hostile command lines also run as real processes.
@@ -33,6 +34,7 @@ from dledger.cli import bench_cmd, demo
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.cli.loadgen import BenchConfig, BenchResult
 from dledger.cli.main import main
+from dledger.security import certs
 from dledger.server import DLedgerServer
 from tests.client.fake_ledger import FakeCluster
 
@@ -98,10 +100,18 @@ def _edges(param: click.Parameter) -> list[str]:
     return []
 
 
+def _commands(group: click.Group, prefix: str = "") -> Iterator[tuple[str, click.Command]]:
+    """Every command under `group` by its words ("append", "certs token", ...)."""
+    for name, command in group.commands.items():
+        yield prefix + name, command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix}{name} ")
+
+
 def _command_tree() -> dict[str, dict[str, list[str]]]:
-    """Every subcommand: its option names, each with the values at its edges."""
+    """Every command and subcommand: its option names, each with the values at its edges."""
     tree: dict[str, dict[str, list[str]]] = {}
-    for name, command in main.commands.items():
+    for name, command in _commands(main):
         options: dict[str, list[str]] = {"--help": []}
         for param in command.params:
             edges = _edges(param)
@@ -178,6 +188,8 @@ def patched() -> Iterator[None]:
     patch.setattr(LocalCluster, "run", lambda self: 0)
     patch.setattr(bench_cmd, "run_bench", no_bench)
     patch.setattr(demo, "open_log", NoLog)
+    # `certs init DIR` / `cluster --tls -s DIR` would write certificates anywhere a value points
+    patch.setattr(certs, "write_dev_certs", lambda directory, plan, force=False: [])
     try:
         yield
     finally:
@@ -234,7 +246,7 @@ def argv_strategy(values: list[str]) -> st.SearchStrategy[list[str]]:
             return pair if edges or not opt else st.one_of(pair, st.just([opt]))
 
         chunk = st.sampled_from(sorted(options)).flatmap(with_value)
-        return st.lists(chunk, max_size=5).map(lambda chunks: [name, *(t for c in chunks for t in c)])
+        return st.lists(chunk, max_size=5).map(lambda chunks: [*name.split(), *(t for c in chunks for t in c)])
 
     return st.one_of(
         st.sampled_from(sorted(TREE)).flatmap(for_command),
