@@ -82,7 +82,7 @@ def open_client(peers: str, group: str, timeout_s: float, multiplex: bool = True
         client = DLedgerClient(peers, group, timeout_s, tls=tls, token=client_token(), multiplex=multiplex)
     except ConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="'--peers'") from exc
-    remember_client(client.members.peers, tls is not None)
+    remember_client(client.members.peers, tls)
     return client
 
 

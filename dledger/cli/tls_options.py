@@ -98,12 +98,12 @@ def _given() -> dict[str, str | None]:
     return given
 
 
-def remember_client(peers: Mapping[str, str], using_tls: bool) -> None:
-    """Note the members the current command's client talks to, and whether over TLS,
+def remember_client(peers: Mapping[str, str], tls: TlsConfig | None) -> None:
+    """Note the members the current command's client talks to, and its TLS settings,
     for `unreachable_hint`."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
-        ctx.meta[_CLIENT_KEY] = (dict(peers), using_tls)
+        ctx.meta[_CLIENT_KEY] = (dict(peers), tls)
 
 
 def unreachable_hint(exc: DLedgerError) -> DLedgerError:
@@ -114,8 +114,9 @@ def unreachable_hint(exc: DLedgerError) -> DLedgerError:
     client = ctx.meta.get(_CLIENT_KEY) if ctx is not None else None
     if client is None:
         return exc
-    peers, using_tls = client
-    return with_tls_hint(exc, peers, using_tls, _SETTINGS)
+    peers, tls = client
+    with_certificate = tls is None or tls.has_certificate
+    return with_tls_hint(exc, peers, tls is not None, _SETTINGS, with_certificate=with_certificate)
 
 
 def server_tls_options(fn: F) -> F:

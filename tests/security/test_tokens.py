@@ -16,6 +16,7 @@ import pytest
 from dledger.client import DLedgerClient
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError, DLedgerConfig
+from dledger.security.probe import tls_mismatch, wants_certificate
 from dledger.security.tls import TlsConfig
 from dledger.security.tokens import TokenFileError, TokenStore, add_token, token_digest
 from dledger.transport.convert import pb, pb_grpc
@@ -208,6 +209,23 @@ def test_a_token_does_not_open_the_mutual_tls_port(group: TlsGroup, tokens: dict
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake wants a certificate
+
+
+def test_a_token_client_at_the_member_ports_gets_a_hint(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+    group.leader()
+    member_ports = dict(item.split("-", 1) for item in group.peers.split(";"))
+    assert wants_certificate(group.address("n0")) is True
+    assert wants_certificate(group.client_addresses["n0"]) is False
+    hint = tls_mismatch(member_ports, using_tls=True, settings="S", with_certificate=False)
+    assert hint is not None and hint.startswith("n0 (") and "want a client certificate" in hint
+    assert "--client-address" in hint
+    assert tls_mismatch(group.client_addresses, using_tls=True, settings="S", with_certificate=False) is None
+    assert tls_mismatch(member_ports, using_tls=True, settings="S") is None  # a certificate client: no hint
+    ca = str(group.certs / "ca.crt")
+    done = dledger("get", "-g", GROUP, "-p", group.peers, "--tls-ca", ca, "--timeout", "2", "0",
+                   env={"DLEDGER_TOKEN": str(tokens["read"])})  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "hint: n0 (" in done.stderr and "client ports" in done.stderr, done.stderr
 
 
 # -- the command line
