@@ -115,10 +115,7 @@ class MemoryLogStore:
                 if e_term < term:
                     raise DLedgerError(ResponseCode.INCONSISTENT_TERM, f"run entry term goes backwards at {e_idx}")
                 body = view[off + HEADER_SIZE : off + size]
-                if (
-                    crc != 0
-                    and (impl.crc32(body) - (1 << 32) if impl.crc32(body) >= 1 << 31 else impl.crc32(body)) != crc
-                ):
+                if crc != 0 and impl.crc32(body) != crc & 0xFFFFFFFF:  # the header keeps it signed
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"body CRC mismatch at index {e_idx}")
                 entries.append((bytes(view[off : off + size]), pos))
                 idx, term, off = e_idx, e_term, off + size
