@@ -53,6 +53,8 @@ from dledger.transport.convert import pb
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry (a bigger one would fail its whole batch on the server)."""
 MAX_IDEMPOTENT_IN_FLIGHT = 5
+DEFAULT_IN_FLIGHT = 8
+"""A plain producer's `max_in_flight` when none is given."""
 
 
 class _Stream:
@@ -124,7 +126,8 @@ class Producer:
         linger_ms: how long a batch waits for more bodies before it is sent.
         max_batch_bytes: a batch is sent once its bodies reach this size.
         max_batch_count: ... or this many bodies.
-        max_in_flight: batches sent and not yet answered (all streams together).
+        max_in_flight: batches sent and not yet answered (all streams together);
+            default 8, or MAX_IDEMPOTENT_IN_FLIGHT (5) for an idempotent producer.
         max_buffered_bytes: `send` blocks while this much is waiting or in flight.
         delivery_timeout_s: a batch not sent within this time fails (default: the
             members' `timeout_s`); once sent, the server's own deadline applies.
@@ -141,13 +144,15 @@ class Producer:
         linger_ms: int = 5,
         max_batch_bytes: int = 1024 * 1024,
         max_batch_count: int = 16384,
-        max_in_flight: int = 8,
+        max_in_flight: int | None = None,
         max_buffered_bytes: int = 64 * 1024 * 1024,
         delivery_timeout_s: float | None = None,
         idempotent: bool = False,
         producer_id: int | None = None,
         epoch: int = 0,
     ) -> None:
+        if max_in_flight is None:
+            max_in_flight = MAX_IDEMPOTENT_IN_FLIGHT if idempotent else DEFAULT_IN_FLIGHT
         if idempotent and max_in_flight > MAX_IDEMPOTENT_IN_FLIGHT:
             raise ValueError(f"an idempotent producer keeps at most {MAX_IDEMPOTENT_IN_FLIGHT} batches in flight")
         self.stamp = (

@@ -177,3 +177,12 @@ def test_send_blocks_while_the_buffer_is_full(client: DLedgerClient, fake: FakeC
     finally:
         fake["n0"].gate.set()
         producer.close()
+
+
+def test_max_in_flight_defaults_to_what_the_producer_kind_allows(client: DLedgerClient) -> None:
+    from dledger.client.producer import DEFAULT_IN_FLIGHT, MAX_IDEMPOTENT_IN_FLIGHT, Producer
+
+    with Producer(client.members) as plain, Producer(client.members, idempotent=True, producer_id=7) as numbered:
+        assert (plain.max_in_flight, numbered.max_in_flight) == (DEFAULT_IN_FLIGHT, MAX_IDEMPOTENT_IN_FLIGHT)
+    with pytest.raises(ValueError, match="at most 5 batches in flight"):
+        Producer(client.members, idempotent=True, producer_id=7, max_in_flight=6)

@@ -139,13 +139,19 @@ def test_roles_of_tokens_decide_what_a_client_may_call(group: TlsGroup, tokens: 
     with token_client(group, str(tokens["write"])) as writer:
         result = writer.append_batch([b"a", b"b"])
         assert [e.body for e in writer.get(result.first_index, 2)] == [b"a", b"b"]
+        with writer.producer(idempotent=True) as producer:  # InitProducer, then AppendStream
+            for k in range(20):
+                producer.send(b"streamed-%d" % k)
+            assert producer.flush(30) and producer.stats.acked == 20, producer.stats
         with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
             writer.leadership_transfer(next(i for i in group.ids if i != leader))
     with token_client(group, str(tokens["read"])) as reader:
         assert reader.get(result.first_index)[0].body == b"a"
         with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
             reader.append(b"forbidden")
-    assert max(group.metadata(i).end_index for i in group.ids) == result.first_index + 1
+    assert max(group.metadata(i).end_index for i in group.ids) >= result.first_index + 21
+    with token_client(group, str(tokens["read"])) as reader, pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
+        reader.init_producer()
     target = next(i for i in group.ids if i != leader)
     with token_client(group, str(tokens["admin"])) as admin:
         admin.leadership_transfer(target)
