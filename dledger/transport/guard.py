@@ -52,16 +52,20 @@ class Guard:
         self.refused = 0
         """How many calls were refused (tests, metrics)."""
 
-    def refuse(self, context: Any, who: Identity, reason: str, status: Any = grpc.StatusCode.PERMISSION_DENIED) -> None:
-        """Log (rate-limited) and end the call with `status` (PERMISSION_DENIED)."""
+    def refuse(
+        self, context: Any, who: Identity | str, reason: str, status: Any = grpc.StatusCode.PERMISSION_DENIED
+    ) -> None:
+        """Log (rate-limited) and end the call with `status` (PERMISSION_DENIED); `who`
+        is the caller's identity or a description of it."""
         self.refused += 1
-        key = (who.describe(), reason)
+        caller = who if isinstance(who, str) else who.describe()
+        key = (caller, reason)
         now = time.monotonic()
         with self._log_lock:
             if now - self._logged.get(key, -LOG_EVERY_S) >= LOG_EVERY_S:
                 self._logged[key] = now
-                log.warning("%s: refused a call from %s: %s", self.self_id, who.describe(), reason)
-        abort(context, status, f"{who.describe()}: {reason}")
+                log.warning("%s: refused a call from %s: %s", self.self_id, caller, reason)
+        abort(context, status, f"{caller}: {reason}")
 
     def ledger_caller(self, context: Any) -> Identity:
         """The caller of a Ledger call: its certificate's identity, or, on the client
@@ -73,7 +77,7 @@ class Guard:
         who = self.tokens.caller(context.invocation_metadata() or ())
         if who is None:
             reason = "no valid bearer token (authorization: Bearer <token> from the tokens file)"
-            self.refuse(context, Identity("unknown"), reason, grpc.StatusCode.UNAUTHENTICATED)
+            self.refuse(context, "a client without a certificate", reason, grpc.StatusCode.UNAUTHENTICATED)
         assert who is not None
         return who
 

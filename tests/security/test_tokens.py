@@ -185,6 +185,7 @@ def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: s
             with pytest.raises(grpc.RpcError) as info:
                 call()
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert info.value.details().startswith("a client without a certificate: no valid bearer token")
     assert group.servers["n0"].grpc is not None and group.servers["n0"].grpc.guard.refused >= 2  # type: ignore[union-attr]
 
 
