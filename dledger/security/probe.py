@@ -84,20 +84,19 @@ def tls_mismatch(
     agrees, or none answers."""
     answers = _ask(peers, speaks_tls, timeout_s)
     wrong = [member for member, tls in answers.items() if tls is not None and tls != using_tls]
-    verb = "serves" if len(wrong) == 1 else "serve"
-    if not wrong and using_tls and not with_certificate:
-        wrong = [member for member, wants in _ask(peers, wants_certificate, timeout_s).items() if wants]
-        verb = "wants" if len(wrong) == 1 else "want"
-        if wrong:
-            return (
-                f"{_names(peers, wrong)} {verb} a client certificate: a bearer token is taken on the members' "
-                f"client ports (`dledger server --client-address`); list those, or use a certificate ({settings})"
-            )
-    if not wrong:
-        return None
-    if using_tls:
+    if wrong and using_tls:
         return f"{_names(peers, wrong)} answered in plaintext, not TLS: leave out {settings}"
-    return f"{_names(peers, wrong)} {verb} TLS: pass {settings}"
+    if wrong:
+        return f"{_names(peers, wrong)} {'serves' if len(wrong) == 1 else 'serve'} TLS: pass {settings}"
+    if using_tls and not with_certificate:
+        wanting = [member for member, wants in _ask(peers, wants_certificate, timeout_s).items() if wants]
+        if wanting:
+            return (
+                f"{_names(peers, wanting)} {'wants' if len(wanting) == 1 else 'want'} a client certificate: a bearer "
+                "token is taken on the members' client ports (`dledger server --client-address`); list those, or "
+                f"use a certificate ({settings})"
+            )
+    return None
 
 
 def _ask(
