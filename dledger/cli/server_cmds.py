@@ -311,9 +311,10 @@ def server(
 ) -> None:
     """Run one member of a DLedger group until SIGTERM / Ctrl-C.
 
-    It listens on its own address from --peers (clients and peers share the port),
-    stores its log under --store-base-dir and shuts down cleanly (flush + checkpoint)
-    on SIGTERM or SIGINT. Example, a 3-member group on one machine:
+    It listens on its own address from --peers (clients and peers share the port; with
+    TLS, --client-address adds a port for clients with bearer tokens), stores its log
+    under --store-base-dir and shuts down cleanly (flush + checkpoint) on SIGTERM or
+    SIGINT. Example, a 3-member group on one machine:
 
     \b
       P="n0-127.0.0.1:20911;n1-127.0.0.1:20912;n2-127.0.0.1:20913"
