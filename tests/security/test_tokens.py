@@ -221,13 +221,14 @@ def test_a_token_does_not_open_the_mutual_tls_port(group: TlsGroup, tokens: dict
 def test_a_token_client_at_the_member_ports_gets_a_hint(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
     group.leader()
     member_ports = dict(item.split("-", 1) for item in group.peers.split(";"))
-    assert wants_certificate(group.address("n0")) is True
-    assert wants_certificate(group.client_addresses["n0"]) is False
-    hint = tls_mismatch(member_ports, using_tls=True, settings="S", with_certificate=False)
+    wait = 10.0  # a bound for a loaded machine, not a speed check
+    assert wants_certificate(group.address("n0"), wait) is True
+    assert wants_certificate(group.client_addresses["n0"], wait) is False
+    hint = tls_mismatch(member_ports, using_tls=True, settings="S", timeout_s=wait, with_certificate=False)
     assert hint is not None and hint.startswith("n0 (") and "want a client certificate" in hint
     assert "--client-address" in hint
-    assert tls_mismatch(group.client_addresses, using_tls=True, settings="S", with_certificate=False) is None
-    assert tls_mismatch(member_ports, using_tls=True, settings="S") is None  # a certificate client: no hint
+    assert tls_mismatch(group.client_addresses, True, "S", wait, with_certificate=False) is None
+    assert tls_mismatch(member_ports, using_tls=True, settings="S", timeout_s=wait) is None  # certificates: no hint
     ca = str(group.certs / "ca.crt")
     done = dledger("get", "-g", GROUP, "-p", group.peers, "--tls-ca", ca, "--timeout", "2", "0",
                    env={"DLEDGER_TOKEN": str(tokens["read"])})  # fmt: skip
