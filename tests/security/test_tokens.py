@@ -9,6 +9,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import pytest
@@ -106,17 +107,22 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_certs(tmp_path_factory.mktemp("tls"))
 
 
+class Tokens(NamedTuple):
+    """A tokens file and the token of each role in it (client `<role>-app`)."""
+
+    file: Path
+    by_role: dict[str, str]
+
+
 @pytest.fixture(scope="module")
-def tokens(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | Path]:
+def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
     path = tmp_path_factory.mktemp("tokens") / "tokens"
-    made: dict[str, str | Path] = {role: add_token(path, f"{role}-app", role) for role in ("read", "write", "admin")}
-    made["file"] = path
-    return made
+    return Tokens(path, {role: add_token(path, f"{role}-app", role) for role in ("read", "write", "admin")})
 
 
 @pytest.fixture
-def group(tmp_path: Path, certs: Path, tokens: dict[str, str | Path]) -> Iterator[TlsGroup]:
-    made = TlsGroup(tmp_path / "store", certs, tokens_file=Path(tokens["file"]))
+def group(tmp_path: Path, certs: Path, tokens: Tokens) -> Iterator[TlsGroup]:
+    made = TlsGroup(tmp_path / "store", certs, tokens_file=tokens.file)
     try:
         yield made
     finally:
@@ -134,9 +140,9 @@ def raw_channel(group: TlsGroup, node_id: str, token: str | None) -> grpc.Channe
     return open_channel(group.client_addresses[node_id], credentials=tls.channel_credentials(token))
 
 
-def test_roles_of_tokens_decide_what_a_client_may_call(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+def test_roles_of_tokens_decide_what_a_client_may_call(group: TlsGroup, tokens: Tokens) -> None:
     leader = group.leader()
-    with token_client(group, str(tokens["write"])) as writer:
+    with token_client(group, tokens.by_role["write"]) as writer:
         result = writer.append_batch([b"a", b"b"])
         assert [e.body for e in writer.get(result.first_index, 2)] == [b"a", b"b"]
         with writer.producer(idempotent=True) as producer:  # InitProducer, then AppendStream
@@ -145,29 +151,29 @@ def test_roles_of_tokens_decide_what_a_client_may_call(group: TlsGroup, tokens: 
             assert producer.flush(30) and producer.stats.acked == 20, producer.stats
         with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
             writer.leadership_transfer(next(i for i in group.ids if i != leader))
-    with token_client(group, str(tokens["read"])) as reader:
+    with token_client(group, tokens.by_role["read"]) as reader:
         assert reader.get(result.first_index)[0].body == b"a"
         with pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
             reader.append(b"forbidden")
     assert max(group.metadata(i).end_index for i in group.ids) >= result.first_index + 21
-    with token_client(group, str(tokens["read"])) as reader, pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
+    with token_client(group, tokens.by_role["read"]) as reader, pytest.raises(DLedgerError, match="PERMISSION_DENIED"):
         reader.init_producer()
     target = next(i for i in group.ids if i != leader)
-    with token_client(group, str(tokens["admin"])) as admin:
+    with token_client(group, tokens.by_role["admin"]) as admin:
         admin.leadership_transfer(target)
     wait_for(lambda: group.leader() == target, "the transfer")
 
 
-def test_a_raft_log_query_needs_a_token_that_may_append(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+def test_a_raft_log_query_needs_a_token_that_may_append(group: TlsGroup, tokens: Tokens) -> None:
     leader = group.leader()
     end = group.servers[leader].node.status().end_index  # type: ignore[union-attr]
     query = pb.QueryRequest(requests=[b"get"], mode=pb.QueryRequest.RAFT_LOG)
-    with raw_channel(group, leader, str(tokens["read"])) as channel:
+    with raw_channel(group, leader, tokens.by_role["read"]) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.LedgerStub(channel).Query(query, timeout=10)
         assert info.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "client read-app (read): a RAFT_LOG query appends entries" in info.value.details()
-    with raw_channel(group, leader, str(tokens["write"])) as channel:
+    with raw_channel(group, leader, tokens.by_role["write"]) as channel:
         answer = pb_grpc.LedgerStub(channel).Query(query, timeout=10)
         assert answer.code == ResponseCode.UNSUPPORTED  # past the role check; these members run no state machine
     assert group.servers[leader].node.status().end_index == end  # type: ignore[union-attr]
@@ -190,10 +196,10 @@ def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: s
 
 
 @pytest.mark.parametrize("role", ["write", "admin"])
-def test_the_client_port_refuses_the_peer_service(group: TlsGroup, tokens: dict[str, str | Path], role: str) -> None:
+def test_the_client_port_refuses_the_peer_service(group: TlsGroup, tokens: Tokens, role: str) -> None:
     leader = group.leader()
     before = [(s.node.term, s.node.leader_id) for s in group.servers.values() if s.node is not None]
-    with raw_channel(group, leader, str(tokens[role])) as channel:
+    with raw_channel(group, leader, tokens.by_role[role]) as channel:
         stub = pb_grpc.PeerStub(channel)
         forged = [
             ("HeartBeat", pb.HeartBeatRequest(group=GROUP, local_id="n9", leader_id="n9", term=1 << 40)),
@@ -209,16 +215,16 @@ def test_the_client_port_refuses_the_peer_service(group: TlsGroup, tokens: dict[
     assert after == before
 
 
-def test_a_token_does_not_open_the_mutual_tls_port(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+def test_a_token_does_not_open_the_mutual_tls_port(group: TlsGroup, tokens: Tokens) -> None:
     leader = group.leader()
     tls = TlsConfig.ca_only(str(group.certs / "ca.crt"))
-    with open_channel(group.address(leader), credentials=tls.channel_credentials(str(tokens["admin"]))) as channel:
+    with open_channel(group.address(leader), credentials=tls.channel_credentials(tokens.by_role["admin"])) as channel:
         with pytest.raises(grpc.RpcError) as info:
             pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE  # the handshake wants a certificate
 
 
-def test_a_token_client_at_the_member_ports_gets_a_hint(group: TlsGroup, tokens: dict[str, str | Path]) -> None:
+def test_a_token_client_at_the_member_ports_gets_a_hint(group: TlsGroup, tokens: Tokens) -> None:
     group.leader()
     member_ports = dict(item.split("-", 1) for item in group.peers.split(";"))
     wait = 10.0  # a bound for a loaded machine, not a speed check
@@ -231,7 +237,7 @@ def test_a_token_client_at_the_member_ports_gets_a_hint(group: TlsGroup, tokens:
     assert tls_mismatch(member_ports, using_tls=True, settings="S", timeout_s=wait) is None  # certificates: no hint
     ca = str(group.certs / "ca.crt")
     done = dledger("get", "-g", GROUP, "-p", group.peers, "--tls-ca", ca, "--timeout", "2", "0",
-                   env={"DLEDGER_TOKEN": str(tokens["read"])})  # fmt: skip
+                   env={"DLEDGER_TOKEN": tokens.by_role["read"]})  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert "hint: n0 (" in done.stderr and "client ports" in done.stderr, done.stderr
 
