@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from bench._cluster import start_cluster
-from bench.record_read_probe import SPARK_CONF_DIR, measure, report
+from bench.record_read_probe import SPARK_CONF_DIR, interleave, report
 
 GROUP = "bench"
 VALUE = 100
@@ -49,13 +49,8 @@ def main(argv: list[str] | None = None) -> None:
             .mode("append")
             for name, flag in (("live:plain", "false"), ("live:exactly-once", "true"))
         }
-        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in writers}
-        names = list(writers)
-        for pair in range(args.pairs + 1):
-            for name in names if pair % 2 == 0 else reversed(names):
-                result = measure(writers[name].save, set())
-                if pair:  # pair 0 warms up
-                    results[name].append(result)
+        runs = {name: writer.save for name, writer in writers.items()}
+        results = interleave(runs, args.pairs, lambda name: set(), alternate=True)
         print(f"{args.rows:,} rows a write, {args.pairs} interleaved pairs, load {os.getloadavg()[0]:.1f}")
         report(results, args.rows)
         spark.stop()

@@ -113,6 +113,22 @@ def measure(run: Callable[[], object], exclude: set[int]) -> tuple[float, float,
     return wall, sum(spent.values()), sum(v for pid, v in spent.items() if comm(pid) == "java")
 
 
+def interleave(
+    cases: dict[str, Callable[[], object]], rounds: int, exclude: Callable[[str], set[int]], alternate: bool = False
+) -> dict[str, list[tuple[float, float, float]]]:
+    """`measure` every case once a round, `rounds` times after a warm-up round (the
+    order reversed every other round with `alternate`); `exclude(name)` names the
+    processes a case's CPU leaves out."""
+    results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
+    names = list(cases)
+    for round_no in range(rounds + 1):
+        for name in reversed(names) if alternate and round_no % 2 else names:
+            result = measure(cases[name], exclude(name))
+            if round_no:  # round 0 warms up
+                results[name].append(result)
+    return results
+
+
 def report(results: dict[str, list[tuple[float, float, float]]], rows: int) -> None:
     """Print medians and the ratios against the plain case of the same place."""
     medians = {}
@@ -166,14 +182,9 @@ def main(argv: list[str] | None = None) -> None:
                 cases[name] = (
                     live.schema(schema).option("startingIndex", str(first)).option("endingIndex", str(end)).load()
                 )
-        results: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
-        for round_no in range(args.rounds + 1):
-            for name, df in cases.items():
-                members = {m.process.pid for m in cluster.members.values() if m.process} if cluster else set()
-                exclude = members if name.startswith("offline") else set()
-                result = measure(lambda df=df: df.write.format("noop").mode("overwrite").save(), exclude)
-                if round_no:  # round 0 warms up
-                    results[name].append(result)
+        members = {m.process.pid for m in cluster.members.values() if m.process} if cluster else set()
+        runs = {name: (lambda df=df: df.write.format("noop").mode("overwrite").save()) for name, df in cases.items()}
+        results = interleave(runs, args.rounds, lambda name: members if name.startswith("offline") else set())
         print(f"{args.rows:,} rows, {args.rounds} interleaved rounds, load {os.getloadavg()[0]:.1f}")
         report(results, args.rows)
         spark.stop()
