@@ -149,9 +149,9 @@ def token(name: str, role: str, tokens_file: Path, as_json: bool) -> None:
       export DLEDGER_TOKEN=$(dledger certs token dashboard --role read -f tls/tokens)
       dledger get 0 -p "n0-127.0.0.1:21911" --tls-ca tls/ca.crt
     """
-    from dledger.security.tokens import TokenFileError, add_token, entry_problem, token_digest
+    from dledger.security.tokens import TokenFileError, add_token, client_problem
 
-    problem = entry_problem(name, role, token_digest(""))
+    problem = client_problem(name, role)
     if problem:
         raise click.BadParameter(problem, param_hint="'NAME'")
     try:

@@ -15,7 +15,6 @@ makes a token and adds its line.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -59,15 +58,18 @@ class TokenStore:
         TokenFileError: a name, role or digest is malformed, or a digest repeats.
     """
 
-    def __init__(self, entries: Iterable[tuple[str, str, str]]) -> None:
+    def __init__(self, entries: Iterable[tuple[str, str, str]] = ()) -> None:
         self._by_digest: dict[str, Identity] = {}
         for name, role, digest in entries:
-            problem = entry_problem(name, role, digest)
-            if problem:
-                raise TokenFileError(problem)
-            if digest in self._by_digest:
-                raise TokenFileError(f"the token of {name!r} is listed twice")
-            self._by_digest[digest] = Identity("client", name, "", role)
+            self._add(name, role, digest)
+
+    def _add(self, name: str, role: str, digest: str) -> None:
+        problem = entry_problem(name, role, digest)
+        if problem:
+            raise TokenFileError(problem)
+        if digest in self._by_digest:
+            raise TokenFileError(f"the token of {name!r} is listed twice")
+        self._by_digest[digest] = Identity("client", name, "", role)
 
     @classmethod
     def load(cls, path: str | Path) -> TokenStore:
@@ -76,26 +78,27 @@ class TokenStore:
         Raises:
             TokenFileError: it cannot be read, or a line is malformed (named by number).
         """
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise TokenFileError(f"cannot read the tokens file {path}: {reason}") from exc
-        entries = []
+        return cls.parse(_read_text(path), str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> TokenStore:
+        """The tokens of a tokens file's `text` (`source` names it in errors).
+
+        Raises:
+            TokenFileError: a line is malformed or repeats a token (named by number).
+        """
+        store = cls()
         for number, line in enumerate(text.splitlines(), 1):
             fields = line.split("#", 1)[0].split()
             if not fields:
                 continue
-            if len(fields) != 3:
-                raise TokenFileError(f"{path}:{number}: expected 'name role sha256', got {len(fields)} fields")
-            problem = entry_problem(*fields)
-            if problem:
-                raise TokenFileError(f"{path}:{number}: {problem}")
-            entries.append((fields[0], fields[1], fields[2]))
-        try:
-            return cls(entries)
-        except TokenFileError as exc:
-            raise TokenFileError(f"{path}: {exc}") from None
+            try:
+                if len(fields) != 3:
+                    raise TokenFileError(f"expected 'name role sha256', got {len(fields)} fields")
+                store._add(fields[0], fields[1], fields[2])
+            except TokenFileError as exc:
+                raise TokenFileError(f"{source}:{number}: {exc}") from None
+        return store
 
     def __len__(self) -> int:
         return len(self._by_digest)
@@ -114,15 +117,29 @@ class TokenStore:
         return None
 
 
-def entry_problem(name: str, role: str, digest: str) -> str:
-    """Why (name, role, digest) is not a valid tokens-file entry ("" when it is)."""
+def _read_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise TokenFileError(f"cannot read the tokens file {path}: {reason}") from exc
+
+
+def client_problem(name: str, role: str) -> str:
+    """Why `name` and `role` cannot name a token's client ("" when they can)."""
     if not _NAME.fullmatch(name):
         return f"bad client name {name!r} (letters, digits, '.', '_', '@', '-'; at most 64)"
     if role not in ROLES:
         return f"bad role {role!r} (one of {', '.join(ROLES)})"
-    if not _DIGEST.fullmatch(digest):
-        return "the token must be given as its SHA-256 in 64 lowercase hex digits"
     return ""
+
+
+def entry_problem(name: str, role: str, digest: str) -> str:
+    """Why (name, role, digest) is not a valid tokens-file entry ("" when it is)."""
+    problem = client_problem(name, role)
+    if not problem and not _DIGEST.fullmatch(digest):
+        return "the token must be given as its SHA-256 in 64 lowercase hex digits"
+    return problem
 
 
 def add_token(path: str | Path, name: str, role: str) -> str:
@@ -133,18 +150,17 @@ def add_token(path: str | Path, name: str, role: str) -> str:
     Raises:
         TokenFileError: bad name or role, the file is malformed or cannot be written.
     """
-    token = new_token()
-    digest = token_digest(token)
-    problem = entry_problem(name, role, digest)
+    problem = client_problem(name, role)
     if problem:
         raise TokenFileError(problem)
+    token = new_token()
+    digest = token_digest(token)
     target = Path(path)
     separator = ""
     if target.exists():
-        TokenStore.load(target)  # refuse to append to a file the members could not load
-        with contextlib.suppress(OSError):
-            text = target.read_bytes()
-            separator = "\n" if text and not text.endswith(b"\n") else ""
+        text = _read_text(target)
+        TokenStore.parse(text, str(target))  # refuse to append to a file the members could not load
+        separator = "\n" if text and not text.endswith("\n") else ""
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "a", encoding="utf-8") as out:
