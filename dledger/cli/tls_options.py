@@ -115,8 +115,7 @@ def unreachable_hint(exc: DLedgerError) -> DLedgerError:
     if client is None:
         return exc
     peers, tls = client
-    with_certificate = tls is None or tls.has_certificate
-    return with_tls_hint(exc, peers, tls is not None, _SETTINGS, with_certificate=with_certificate)
+    return with_tls_hint(exc, peers, tls, _SETTINGS)
 
 
 def server_tls_options(fn: F) -> F:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import parse_address
+from dledger.security.tls import TlsConfig
 
 PROBE_TIMEOUT_S = 1.0
 """How long one probe waits for a member to connect and answer the handshake."""
@@ -111,17 +112,16 @@ def _names(peers: Mapping[str, str], members: list[str]) -> str:
     return ", ".join(f"{member} ({peers[member]})" for member in members)
 
 
-def with_tls_hint(
-    exc: DLedgerError, peers: Mapping[str, str], using_tls: bool, settings: str, *, with_certificate: bool = True
-) -> DLedgerError:
+def with_tls_hint(exc: DLedgerError, peers: Mapping[str, str], tls: TlsConfig | None, settings: str) -> DLedgerError:
     """`exc` with `; hint: <tls_mismatch>` added to its message when no member answered
-    (TIMEOUT, NETWORK_ERROR) and some speak TLS where the client did not, or the
-    reverse, or want a certificate the client does not have; else `exc` itself (also
-    when it is a subclass, such as an indeterminate outcome, whose meaning a copy would
-    lose)."""
+    (TIMEOUT, NETWORK_ERROR) and some speak TLS where the client (TLS settings `tls`,
+    None: plaintext) did not, or the reverse, or want a certificate the client does not
+    have; else `exc` itself (also when it is a subclass, such as an indeterminate
+    outcome, whose meaning a copy would lose)."""
     if type(exc) is not DLedgerError or exc.code not in (ResponseCode.TIMEOUT, ResponseCode.NETWORK_ERROR):
         return exc
-    mismatch = tls_mismatch(peers, using_tls, settings, with_certificate=with_certificate)
+    with_certificate = tls is None or tls.has_certificate
+    mismatch = tls_mismatch(peers, tls is not None, settings, with_certificate=with_certificate)
     if mismatch is None:
         return exc
     return DLedgerError(exc.code, f"{exc.message}; hint: {mismatch}")

@@ -186,10 +186,7 @@ def fetch_view(target: Target, client: LedgerClient) -> ClusterView:
     try:
         metadata = client.metadata()
     except DLedgerError as exc:  # no member answered: say so when it is a TLS mismatch
-        with_certificate = target.tls is None or target.tls.has_certificate
-        raise with_tls_hint(
-            exc, configured, target.tls is not None, TLS_SETTINGS, with_certificate=with_certificate
-        ) from None
+        raise with_tls_hint(exc, configured, target.tls, TLS_SETTINGS) from None
     view = cluster_view(metadata, configured)
     if view.leader_id and view.self_id and view.self_id != view.leader_id and view.leader_id in view.peers:
         try:

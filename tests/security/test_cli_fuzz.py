@@ -5,10 +5,10 @@
 In-process with click's CliRunner against a fake Ledger cluster (DLEDGER_PEERS), with
 the parts that would run for good replaced: `server` and `cluster` stop once their
 options are checked, `bench` does not load, `demo` writes to no store, `certs init`
-writes no certificates. Subcommands (`certs token`, `kv put`, ...) are fuzzed too. A command that
-still waits (`get --follow`, a member that never answers with a huge --timeout) is
-interrupted after a budget, which then allows exit status 130 too. A handful of
-hostile command lines also run as real processes.
+writes no certificates. Subcommands (`certs token`, `kv put`, ...) are fuzzed too. A
+command that still waits (`get --follow`, a member that never answers with a huge
+--timeout) is interrupted after a budget, which then allows exit status 130 too. A
+handful of hostile command lines also run as real processes.
 
 DLEDGER_FUZZ_EXAMPLES sets the number of in-process examples (default 400).
 """

@@ -116,11 +116,11 @@ def test_no_hint_when_nothing_answers(closed_port: str) -> None:
 def test_only_a_plain_network_failure_gets_the_hint(tls_member: str) -> None:
     peers = {"n0": tls_member}
     timeout = DLedgerError(ResponseCode.TIMEOUT, "Metadata failed: timed out")
-    hinted = with_tls_hint(timeout, peers, using_tls=False, settings=SETTINGS)
+    hinted = with_tls_hint(timeout, peers, tls=None, settings=SETTINGS)
     assert hinted.code == ResponseCode.TIMEOUT
     assert hinted.message.startswith("Metadata failed: timed out; hint: n0") and "serves TLS" in hinted.message
     refused = DLedgerError(ResponseCode.UNKNOWN_GROUP, "no such group")
-    assert with_tls_hint(refused, peers, using_tls=False, settings=SETTINGS) is refused
+    assert with_tls_hint(refused, peers, tls=None, settings=SETTINGS) is refused
     unknown = IndeterminateError(ResponseCode.TIMEOUT, "the append may have happened")
     # a copy would lose "indeterminate"
-    assert with_tls_hint(unknown, peers, using_tls=False, settings=SETTINGS) is unknown
+    assert with_tls_hint(unknown, peers, tls=None, settings=SETTINGS) is unknown

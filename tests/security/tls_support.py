@@ -69,7 +69,7 @@ class TlsGroup:
         self.tokens_file = tokens_file
         ports = free_ports(2 * n if tokens_file else n)
         self.ids = [f"n{k}" for k in range(n)]
-        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, ports, strict=False))
+        self.peers = ";".join(f"{i}-127.0.0.1:{p}" for i, p in zip(self.ids, ports[:n], strict=True))
         self.client_addresses = {i: f"127.0.0.1:{p}" for i, p in zip(self.ids, ports[n:], strict=False)}
         self.client_peers = ";".join(f"{i}-{a}" for i, a in self.client_addresses.items())
         self.servers: dict[str, DLedgerServer] = {}
