@@ -432,6 +432,17 @@ cdef class LogCore:
         finally:
             self._unlock()
 
+    def read_records(self, long long from_index, long long max_count, long long max_bytes) -> tuple:
+        """The entries `read_columns` would return, with their record columns instead of
+        their bodies: (count, index, term, pos, magic, record columns as `split_records`
+        returns them), the fields copied straight from the data file (no bodies column
+        in between). ValueError names a record entry whose body is not a valid record."""
+        self._lock()
+        try:
+            return _read_records(self, from_index, max_count, max_bytes)
+        finally:
+            self._unlock()
+
     # -- recovery support (the walks are in _core_scan.pxi; the caller holds the lock)
 
     def scan(self, long long start, long long prev_index, long long prev_term, bint check_crc,

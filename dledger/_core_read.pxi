@@ -84,22 +84,14 @@ cdef tuple _read_run(LogCore core, long long from_index, long long max_bytes):
 
 # -- column batches
 
-cdef tuple _read_columns(LogCore core, long long from_index, long long max_count, long long max_bytes):
-    """`LogCore.read_columns`: (count, index, term, pos, offsets, bodies, magic)."""
-    cdef long long n = 0, total = 0, idx, pos, size, last, k
+cdef long long _column_span(LogCore core, long long from_index, long long max_count, long long max_bytes,
+                            long long *body_bytes) except -1:
+    """How many entries from `from_index` (in range) one column batch takes: up to
+    `max_count`, none past `end_index`, bodies within `max_bytes` (at least one); their
+    body bytes in `body_bytes`."""
+    cdef long long n = 0, total = 0, idx = from_index, size
+    cdef long long last = min(core.end_index, from_index + max_count - 1)
     cdef unsigned char *u
-    cdef const unsigned char *p
-    cdef int64_t *ci
-    cdef int64_t *ct
-    cdef int64_t *cp
-    cdef int32_t *co
-    cdef int32_t *cm
-    cdef char *cb
-    if max_count <= 0 or from_index > core.end_index:
-        return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(), bytearray())
-    _locate(core, from_index, &pos, &size)
-    last = min(core.end_index, from_index + max_count - 1)
-    idx = from_index
     while idx <= last:
         u = core.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
         if u == NULL:
@@ -112,27 +104,89 @@ cdef tuple _read_columns(LogCore core, long long from_index, long long max_count
         idx += 1
     if total > 0x7FFFFFFF:
         raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "column batch over 2 GiB")
-    a_i = PyByteArray_FromStringAndSize(NULL, n * 8)
-    a_t = PyByteArray_FromStringAndSize(NULL, n * 8)
-    a_p = PyByteArray_FromStringAndSize(NULL, n * 8)
+    body_bytes[0] = total
+    return n
+
+
+cdef tuple _read_columns(LogCore core, long long from_index, long long max_count, long long max_bytes):
+    """`LogCore.read_columns`: (count, index, term, pos, offsets, bodies, magic)."""
+    cdef long long n, total = 0, pos, size, k
+    cdef const unsigned char *p
+    if max_count <= 0 or from_index > core.end_index:
+        return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(), bytearray())
+    _locate(core, from_index, &pos, &size)
+    n = _column_span(core, from_index, max_count, max_bytes, &total)
+    a_i, a_t, a_p, a_m = _meta_columns(n)
+    cdef int64_t *ci = <int64_t *>PyByteArray_AS_STRING(a_i)
+    cdef int64_t *ct = <int64_t *>PyByteArray_AS_STRING(a_t)
+    cdef int64_t *cp = <int64_t *>PyByteArray_AS_STRING(a_p)
+    cdef int32_t *cm = <int32_t *>PyByteArray_AS_STRING(a_m)
     a_o = PyByteArray_FromStringAndSize(NULL, (n + 1) * 4)
     a_b = PyByteArray_FromStringAndSize(NULL, total)
-    a_m = PyByteArray_FromStringAndSize(NULL, n * 4)
-    ci = <int64_t *>PyByteArray_AS_STRING(a_i)
-    ct = <int64_t *>PyByteArray_AS_STRING(a_t)
-    cp = <int64_t *>PyByteArray_AS_STRING(a_p)
-    co = <int32_t *>PyByteArray_AS_STRING(a_o)
-    cb = PyByteArray_AS_STRING(a_b)
-    cm = <int32_t *>PyByteArray_AS_STRING(a_m)
+    cdef int32_t *co = <int32_t *>PyByteArray_AS_STRING(a_o)
+    cdef char *cb = PyByteArray_AS_STRING(a_b)
     co[0] = 0
     total = 0
     for k in range(n):
         p = _locate(core, from_index + k, &pos, &size)
-        ci[k] = from_index + k
-        ct[k] = dl_get64(p + DL_OFF_TERM)
-        cp[k] = pos
-        cm[k] = dl_get32(p + DL_OFF_MAGIC)
+        _meta_at(p, from_index + k, pos, k, ci, ct, cp, cm)
         memcpy(cb + total, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE)
         total += size - DL_HEADER_SIZE
         co[k + 1] = <int32_t>total
     return (n, a_i, a_t, a_p, a_o, a_b, a_m)
+
+
+cdef tuple _read_records(LogCore core, long long from_index, long long max_count, long long max_bytes):
+    """`LogCore.read_records`: (count, index, term, pos, magic, record columns). Each
+    record is parsed right after `_locate` has read it for its CRC (while it is in the
+    CPU's cache), then its fields are copied out (`_finish`)."""
+    cdef long long n, total, pos, size, k
+    cdef const unsigned char *p
+    cdef BodyRefs refs
+    cdef RecRows rows
+    cdef RecView r
+    cdef int err
+    if max_count <= 0 or from_index > core.end_index:
+        return (0, bytearray(), bytearray(), bytearray(), bytearray(), split_records(0, bytearray(4), b"", b""))
+    _locate(core, from_index, &pos, &size)
+    n = _column_span(core, from_index, max_count, max_bytes, &total)
+    a_i, a_t, a_p, a_m = _meta_columns(n)
+    cdef int64_t *ci = <int64_t *>PyByteArray_AS_STRING(a_i)
+    cdef int64_t *ct = <int64_t *>PyByteArray_AS_STRING(a_t)
+    cdef int64_t *cp = <int64_t *>PyByteArray_AS_STRING(a_p)
+    cdef int32_t *cm = <int32_t *>PyByteArray_AS_STRING(a_m)
+    row_cols = _row_columns(n, &rows)
+    refs.base = NULL
+    refs.off = NULL
+    refs.ptr = <const unsigned char **>PyMem_Malloc(n * sizeof(const unsigned char *))
+    refs.len = <const int32_t *>PyMem_Malloc(n * sizeof(int32_t))
+    try:
+        if refs.ptr == NULL or refs.len == NULL:
+            raise MemoryError()
+        for k in range(n):
+            p = _locate(core, from_index + k, &pos, &size)
+            _meta_at(p, from_index + k, pos, k, ci, ct, cp, cm)
+            refs.ptr[k] = p + DL_HEADER_SIZE
+            (<int32_t *>refs.len)[k] = <int32_t>(size - DL_HEADER_SIZE)
+            err = _row(&rows, k, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE, cm[k] == DL_MAGIC_RECORD, &r)
+            if err:
+                raise ValueError("entry %d: %s" % (from_index + k, _rec_error(err, r.at, size - DL_HEADER_SIZE)))
+        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, cm, &rows, row_cols, True))
+    finally:
+        PyMem_Free(refs.ptr)
+        PyMem_Free(<void *>refs.len)
+
+
+cdef tuple _meta_columns(long long n):
+    """Uninitialized index, term, pos (int64) and magic (int32) columns of n entries."""
+    return (PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 8),
+            PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 4))
+
+
+cdef inline void _meta_at(const unsigned char *p, long long idx, long long pos, long long k, int64_t *ci,
+                          int64_t *ct, int64_t *cp, int32_t *cm) noexcept nogil:
+    """Row k of the index, term, pos and magic columns, from the entry at p."""
+    ci[k] = idx
+    ct[k] = dl_get64(p + DL_OFF_TERM)
+    cp[k] = pos
+    cm[k] = dl_get32(p + DL_OFF_MAGIC)

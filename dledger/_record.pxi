@@ -252,6 +252,25 @@ cdef inline void _set_bit(unsigned char *bits, Py_ssize_t k) noexcept nogil:
     bits[k >> 3] |= <unsigned char>(1 << (k & 7))
 
 
+cdef struct BodyRefs:
+    # Where a batch's bodies are: one buffer and count + 1 offsets into it (`base`,
+    # `off`), or one pointer and length per body (`ptr`, `len`: bodies read in place
+    # from the data file).
+    const unsigned char *base
+    const int32_t *off
+    const unsigned char **ptr
+    const int32_t *len
+
+
+cdef inline const unsigned char *_body_at(const BodyRefs *refs, Py_ssize_t k, Py_ssize_t *n) noexcept nogil:
+    """Body k of `refs` and, in n, its length."""
+    if refs.ptr != NULL:
+        n[0] = refs.len[k]
+        return refs.ptr[k]
+    n[0] = refs.off[k + 1] - refs.off[k]
+    return refs.base + refs.off[k]
+
+
 def split_records(Py_ssize_t count, offsets, bodies, magic) -> tuple:
     """Record columns of a column batch, in Arrow's layouts, built in C.
 
@@ -265,121 +284,169 @@ def split_records(Py_ssize_t count, offsets, bodies, magic) -> tuple:
     `offsets` and `bodies` themselves. ValueError names the first bad record.
     """
     cdef Py_buffer vo, vb, vm
-    cdef const int32_t *off
-    cdef const unsigned char *bb
-    cdef const int32_t *mg
-    cdef Py_ssize_t k, nrec = 0, tv = 0, tk = 0, th = 0, thk = 0, thv = 0, n
-    cdef Py_ssize_t nbits = (count + 7) >> 3
-    cdef RecView r
-    cdef int err
+    cdef BodyRefs refs
+    cdef Py_ssize_t k
     PyObject_GetBuffer(offsets, &vo, PyBUF_SIMPLE)
     PyObject_GetBuffer(bodies, &vb, PyBUF_SIMPLE)
     PyObject_GetBuffer(magic, &vm, PyBUF_SIMPLE)
     try:
         if count < 0 or vo.len < (count + 1) * 4 or (vm.len != 0 and vm.len < count * 4):
             raise ValueError("split_records: columns shorter than %d entries" % count)
-        off = <const int32_t *>vo.buf
-        bb = <const unsigned char *>vb.buf
-        mg = <const int32_t *>vm.buf if vm.len else NULL
+        refs.base = <const unsigned char *>vb.buf
+        refs.off = <const int32_t *>vo.buf
+        refs.ptr = NULL
+        refs.len = NULL
         for k in range(count + 1):
-            if off[k] < 0 or off[k] > vb.len or (k > 0 and off[k] < off[k - 1]):
+            if refs.off[k] < 0 or refs.off[k] > vb.len or (k > 0 and refs.off[k] < refs.off[k - 1]):
                 raise ValueError("split_records: offset %d out of order or past the bodies" % k)
-        # pass 1: validate, and size the columns
-        for k in range(count):
-            n = off[k + 1] - off[k]
-            if mg == NULL or mg[k] != DL_MAGIC_RECORD:
-                tv += n
-                continue
-            err = _rec_parse(bb + off[k], n, &r)
-            if err:
-                raise ValueError("entry %d of the batch: %s" % (k, _rec_error(err, r.at, n)))
-            nrec += 1
-            tv += n - r.value_off
-            if r.key_off >= 0:
-                tk += r.key_len
-            th += r.hcount
-            thk += r.hkey_bytes
-            thv += r.hval_bytes
-        key_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
-        keys = PyByteArray_FromStringAndSize(NULL, tk)
-        key_valid = PyByteArray_FromStringAndSize(NULL, nbits)
-        stamps = PyByteArray_FromStringAndSize(NULL, count * 8)
-        stamp_valid = PyByteArray_FromStringAndSize(NULL, nbits)
-        hdr_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
-        hk_off = PyByteArray_FromStringAndSize(NULL, (th + 1) * 4)
-        hkeys = PyByteArray_FromStringAndSize(NULL, thk)
-        hv_off = PyByteArray_FromStringAndSize(NULL, (th + 1) * 4)
-        hvals = PyByteArray_FromStringAndSize(NULL, thv)
-        if nrec:
-            val_off = PyByteArray_FromStringAndSize(NULL, (count + 1) * 4)
-            vals = PyByteArray_FromStringAndSize(NULL, tv)
-        else:
-            val_off = offsets
-            vals = bodies
-        _fill_records(count, off, bb, mg, nrec,
-                      <int32_t *>PyByteArray_AS_STRING(val_off) if nrec else NULL,
-                      <unsigned char *>PyByteArray_AS_STRING(vals) if nrec else NULL,
-                      <int32_t *>PyByteArray_AS_STRING(key_off), <unsigned char *>PyByteArray_AS_STRING(keys),
-                      <unsigned char *>PyByteArray_AS_STRING(key_valid), <int64_t *>PyByteArray_AS_STRING(stamps),
-                      <unsigned char *>PyByteArray_AS_STRING(stamp_valid), <int32_t *>PyByteArray_AS_STRING(hdr_off),
-                      <int32_t *>PyByteArray_AS_STRING(hk_off), <unsigned char *>PyByteArray_AS_STRING(hkeys),
-                      <int32_t *>PyByteArray_AS_STRING(hv_off), <unsigned char *>PyByteArray_AS_STRING(hvals))
-        return (val_off, vals, key_off, keys, key_valid, stamps, stamp_valid, hdr_off, hk_off, hkeys, hv_off, hvals)
+        return _split(count, &refs, <const int32_t *>vm.buf if vm.len else NULL, offsets, bodies)
     finally:
         PyBuffer_Release(&vm)
         PyBuffer_Release(&vb)
         PyBuffer_Release(&vo)
 
 
-cdef void _fill_records(Py_ssize_t count, const int32_t *off, const unsigned char *bb, const int32_t *mg,
-                        Py_ssize_t nrec, int32_t *val_off, unsigned char *vals, int32_t *key_off,
-                        unsigned char *keys, unsigned char *key_valid, int64_t *stamps,
-                        unsigned char *stamp_valid, int32_t *hdr_off, int32_t *hk_off, unsigned char *hkeys,
-                        int32_t *hv_off, unsigned char *hvals) noexcept nogil:
-    """Pass 2 of `split_records`, over records pass 1 validated: copy the fields out."""
-    cdef Py_ssize_t k, i, n, at, koff = 0, klen = 0, voff = 0, vlen = 0, tv = 0, tk = 0, th = 0, thk = 0, thv = 0
+cdef struct RecRows:
+    # Pass 1's output: the columns of one row per entry, and the sizes of the others.
+    int32_t *val_off
+    int32_t *key_off
+    unsigned char *key_valid
+    int64_t *stamps
+    unsigned char *stamp_valid
+    int32_t *hdr_off
+    Py_ssize_t nrec, tv, tk, th, thk, thv
+
+
+cdef tuple _row_columns(Py_ssize_t count, RecRows *rows):
+    """Allocate the per-row columns of `count` entries and point `rows` at them: (value
+    offsets, key offsets, key validity, timestamps, timestamp validity, header list
+    offsets)."""
+    cdef Py_ssize_t nbits = (count + 7) >> 3
+    out = (PyByteArray_FromStringAndSize(NULL, (count + 1) * 4), PyByteArray_FromStringAndSize(NULL, (count + 1) * 4),
+           PyByteArray_FromStringAndSize(NULL, nbits), PyByteArray_FromStringAndSize(NULL, count * 8),
+           PyByteArray_FromStringAndSize(NULL, nbits), PyByteArray_FromStringAndSize(NULL, (count + 1) * 4))
+    rows.val_off = <int32_t *>PyByteArray_AS_STRING(out[0])
+    rows.key_off = <int32_t *>PyByteArray_AS_STRING(out[1])
+    rows.key_valid = <unsigned char *>PyByteArray_AS_STRING(out[2])
+    rows.stamps = <int64_t *>PyByteArray_AS_STRING(out[3])
+    rows.stamp_valid = <unsigned char *>PyByteArray_AS_STRING(out[4])
+    rows.hdr_off = <int32_t *>PyByteArray_AS_STRING(out[5])
+    memset(rows.key_valid, 0, nbits)
+    memset(rows.stamp_valid, 0, nbits)
+    rows.val_off[0] = rows.key_off[0] = rows.hdr_off[0] = 0
+    rows.nrec = rows.tv = rows.tk = rows.th = rows.thk = rows.thv = 0
+    return out
+
+
+cdef inline int _row(RecRows *rows, Py_ssize_t k, const unsigned char *b, Py_ssize_t n, bint record,
+                     RecView *r) noexcept nogil:
+    """Pass 1 for entry k (body b[0:n]): validate a record, fill row k of `rows` and
+    count the sizes of the other columns. Returns REC_OK or the error (`r.at`: where)."""
+    cdef int err
+    if not record:
+        rows.stamps[k] = -1
+        rows.tv += n
+    else:
+        err = _rec_parse(b, n, r)
+        if err:
+            return err
+        rows.nrec += 1
+        rows.stamps[k] = r.timestamp
+        _set_bit(rows.stamp_valid, k)
+        if r.key_off >= 0:
+            rows.tk += r.key_len
+            _set_bit(rows.key_valid, k)
+        rows.tv += n - r.value_off
+        rows.th += r.hcount
+        rows.thk += r.hkey_bytes
+        rows.thv += r.hval_bytes
+    rows.val_off[k + 1] = <int32_t>rows.tv
+    rows.key_off[k + 1] = <int32_t>rows.tk
+    rows.hdr_off[k + 1] = <int32_t>rows.th
+    return REC_OK
+
+
+cdef inline Py_ssize_t _key_start(const unsigned char *b, Py_ssize_t key_len) noexcept nogil:
+    """Where the key of length `key_len` starts in the valid record body b: after the
+    version byte (and a stamp), the timestamp and the minimal varint key_len + 1."""
+    cdef Py_ssize_t at = (DL_REC_STAMP_SIZE if b[0] == DL_REC_STAMPED else 0) + REC_FIXED + 1
+    cdef Py_ssize_t v = (key_len + 1) >> 7
+    while v:
+        at += 1
+        v >>= 7
+    return at
+
+
+cdef tuple _split(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, object same_offsets,
+                  object same_bodies):
+    """The record columns of `count` bodies (`split_records`' tuple): pass 1 over every
+    body, then `_finish`. When no entry is a record the values are `same_offsets` and
+    `same_bodies` (no copy). A bad record is a ValueError naming its place in the batch."""
+    cdef RecRows rows
+    cdef RecView r
+    cdef Py_ssize_t k, n
+    cdef const unsigned char *b
+    cdef int err
+    row_cols = _row_columns(count, &rows)
+    for k in range(count):
+        b = _body_at(refs, k, &n)
+        err = _row(&rows, k, b, n, mg != NULL and mg[k] == DL_MAGIC_RECORD, &r)
+        if err:
+            raise ValueError("entry %d of the batch: %s" % (k, _rec_error(err, r.at, n)))
+    if rows.nrec:
+        return _finish(count, refs, mg, &rows, row_cols, True)
+    return (same_offsets, same_bodies) + _finish(count, refs, mg, &rows, row_cols, False)[2:]
+
+
+cdef tuple _finish(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, RecRows *rows, tuple row_cols,
+                   bint copy_values):
+    """Pass 2, after pass 1 (`_row`) over every entry: allocate and fill the variable
+    columns (values only with `copy_values`); `split_records`' tuple."""
+    vals = PyByteArray_FromStringAndSize(NULL, rows.tv if copy_values else 0)
+    keys = PyByteArray_FromStringAndSize(NULL, rows.tk)
+    hk_off = PyByteArray_FromStringAndSize(NULL, (rows.th + 1) * 4)
+    hkeys = PyByteArray_FromStringAndSize(NULL, rows.thk)
+    hv_off = PyByteArray_FromStringAndSize(NULL, (rows.th + 1) * 4)
+    hvals = PyByteArray_FromStringAndSize(NULL, rows.thv)
+    _copy_fields(count, refs, mg, rows, <unsigned char *>PyByteArray_AS_STRING(vals) if copy_values else NULL,
+                 <unsigned char *>PyByteArray_AS_STRING(keys), <int32_t *>PyByteArray_AS_STRING(hk_off),
+                 <unsigned char *>PyByteArray_AS_STRING(hkeys), <int32_t *>PyByteArray_AS_STRING(hv_off),
+                 <unsigned char *>PyByteArray_AS_STRING(hvals))
+    return (row_cols[0], vals, row_cols[1], keys, row_cols[2], row_cols[3], row_cols[4], row_cols[5],
+            hk_off, hkeys, hv_off, hvals)
+
+
+cdef void _copy_fields(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, const RecRows *rows,
+                       unsigned char *vals, unsigned char *keys, int32_t *hk_off, unsigned char *hkeys,
+                       int32_t *hv_off, unsigned char *hvals) noexcept nogil:
+    """Copy the values (unless `vals` is NULL), keys and headers of bodies pass 1
+    validated, where its offsets say."""
+    cdef Py_ssize_t k, i, n, at, klen, koff = 0, hklen = 0, voff = 0, vlen = 0, th = 0, thk = 0, thv = 0
     cdef const unsigned char *b
     cdef RecView r
-    memset(key_valid, 0, (count + 7) >> 3)
-    memset(stamp_valid, 0, (count + 7) >> 3)
-    key_off[0] = 0
-    hdr_off[0] = 0
     hk_off[0] = 0
     hv_off[0] = 0
-    if nrec:
-        val_off[0] = 0
     for k in range(count):
-        b = bb + off[k]
-        n = off[k + 1] - off[k]
-        if mg == NULL or mg[k] != DL_MAGIC_RECORD:
-            stamps[k] = -1
-            if nrec:
-                memcpy(vals + tv, b, n)
-                tv += n
-        else:
-            _rec_parse(b, n, &r)
-            stamps[k] = r.timestamp
-            _set_bit(stamp_valid, k)
-            if r.key_off >= 0:
-                memcpy(keys + tk, b + r.key_off, r.key_len)
-                tk += r.key_len
-                _set_bit(key_valid, k)
-            at = r.headers_off
-            for i in range(r.hcount):
-                _rec_header(b, n, &at, &koff, &klen, &voff, &vlen)
-                memcpy(hkeys + thk, b + koff, klen)
-                thk += klen
-                memcpy(hvals + thv, b + voff, vlen)
-                thv += vlen
-                th += 1
-                hk_off[th] = <int32_t>thk
-                hv_off[th] = <int32_t>thv
-            memcpy(vals + tv, b + r.value_off, n - r.value_off)
-            tv += n - r.value_off
-        key_off[k + 1] = <int32_t>tk
-        hdr_off[k + 1] = <int32_t>th
-        if nrec:
-            val_off[k + 1] = <int32_t>tv
+        b = _body_at(refs, k, &n)
+        if vals != NULL:
+            vlen = rows.val_off[k + 1] - rows.val_off[k]
+            memcpy(vals + rows.val_off[k], b + n - vlen, vlen)
+        klen = rows.key_off[k + 1] - rows.key_off[k]
+        if klen:
+            memcpy(keys + rows.key_off[k], b + _key_start(b, klen), klen)
+        if rows.hdr_off[k + 1] == rows.hdr_off[k]:
+            continue
+        _rec_parse(b, n, &r)
+        at = r.headers_off
+        for i in range(r.hcount):
+            _rec_header(b, n, &at, &koff, &hklen, &voff, &vlen)
+            memcpy(hkeys + thk, b + koff, hklen)
+            thk += hklen
+            memcpy(hvals + thv, b + voff, vlen)
+            thv += vlen
+            th += 1
+            hk_off[th] = <int32_t>thk
+            hv_off[th] = <int32_t>thv
 
 
 _REFUSED_STAMPED = "stamped records (version 2) are written by the leader, not sent by clients"

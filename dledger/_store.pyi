@@ -80,6 +80,8 @@ _RecordColumns = tuple[
 """value offsets, values, key offsets, keys, key validity bitmap, timestamps (native int64, -1 when none),
 timestamp validity bitmap, header list offsets, header key offsets, header keys, header value offsets,
 header values (offsets native int32; bitmaps Arrow's, LSB first)."""
+_RecordBatch = tuple[int, bytearray, bytearray, bytearray, bytearray, _RecordColumns]
+"""count, index, term, pos, magic and the record columns of `LogCore.read_records`."""
 
 def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iterable[tuple[str, bytes]] = ()) -> bytes:
     """Encode a record body (docs/FORMAT.md "Records"); ValueError over a limit, TypeError for a wrong type."""
@@ -258,6 +260,9 @@ class LogCore:
 
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> _Columns:
         """Column-wise batch from `from_index`."""
+
+    def read_records(self, from_index: int, max_count: int, max_bytes: int) -> _RecordBatch:
+        """The entries of `read_columns` with their record columns instead of their bodies."""
 
     def scan(self, start: int, prev_index: int, prev_term: int, check_crc: bool, check_index: bool) -> ScanResult:
         """Walk and validate entries from data position `start` the way recovery does."""

@@ -26,7 +26,7 @@ from dledger._store_py_codec import (
     encode_entry,
     put_unit,
 )
-from dledger._store_py_record import check_append_magic, decode_record
+from dledger._store_py_record import check_append_magic, decode_record, split_batch
 from dledger._store_py_scan import find_unit_conflicts, scan_entries, walk_entries
 from dledger._store_py_table import MappedTable, mapped_at
 from dledger.codes import DLedgerError, ResponseCode
@@ -415,6 +415,13 @@ class LogCore:
                 bodies,
                 bytearray(struct.pack(f"={n}i", *magics)),
             )
+
+    def read_records(self, from_index: int, max_count: int, max_bytes: int) -> tuple[Any, ...]:
+        """The entries of `read_columns` with their record columns instead of their
+        bodies: (count, index, term, pos, magic, record columns), as in the compiled
+        twin (whose values are always a copy; a bad record is named by its index)."""
+        n, index, term, pos, offsets, bodies, magic = self.read_columns(from_index, max_count, max_bytes)
+        return (n, index, term, pos, magic, split_batch(n, offsets, bodies, magic, from_index))
 
     # -- recovery support (the walks are in _store_py_scan; the caller holds the lock)
 

@@ -301,6 +301,13 @@ def _i32(values: list[int]) -> bytearray:
 
 def split_records(count: int, offsets: Any, bodies: Any, magic: Any) -> tuple[Any, ...]:
     """Record columns of a column batch (see the compiled `split_records`)."""
+    return split_batch(count, offsets, bodies, magic)
+
+
+def split_batch(count: int, offsets: Any, bodies: Any, magic: Any, first_index: int = -1) -> tuple[Any, ...]:
+    """`split_records`, or with `first_index` >= 0 the record columns of entries read
+    from the log at `first_index` on (`LogCore.read_records`): the values always a copy
+    and a bad record named by its index."""
     off = np.frombuffer(offsets, dtype=np.int32)
     mg = np.frombuffer(magic, dtype=np.int32)
     data = bytes(bodies)
@@ -323,7 +330,8 @@ def split_records(count: int, offsets: Any, bodies: Any, magic: Any) -> tuple[An
             try:
                 timestamp, ko, kl, headers, vo = _parse(b)
             except _Bad as bad:
-                raise ValueError(f"entry {k} of the batch: {_error(bad, len(b))}") from None
+                where = f"entry {first_index + k}" if first_index >= 0 else f"entry {k} of the batch"
+                raise ValueError(f"{where}: {_error(bad, len(b))}") from None
             records += 1
             values += b[vo:]
             stamps.append(timestamp)
@@ -338,8 +346,9 @@ def split_records(count: int, offsets: Any, bodies: Any, magic: Any) -> tuple[An
         val_off.append(len(values))
         key_off.append(len(keys))
         hdr_off.append(len(hk_off) - 1)
-    out_off: Any = _i32(val_off) if records else offsets
-    out_values: Any = values if records else bodies
+    copy_values = records or first_index >= 0
+    out_off: Any = _i32(val_off) if copy_values else offsets
+    out_values: Any = values if copy_values else bodies
     return (
         out_off,
         out_values,

@@ -107,8 +107,9 @@ class ColumnBatch:
         magic: int32 array, one value per entry: MAGIC_NORMAL (1), MAGIC_NOOP (2, the
             empty entry a new leader appends) or MAGIC_RECORD (16, a record body).
             Omitted: every entry is normal.
-        records: the record columns, when read with them (`dledger.record.with_records`);
-            None otherwise (the bodies then hold record bodies as stored).
+        records: the record columns, when read with them (`dledger.record.with_records`,
+            or `StoreView.read_records`, which reads them instead of the bodies); None
+            otherwise (the bodies then hold record bodies as stored).
     """
 
     index: npt.NDArray[np.int64]
@@ -160,4 +161,20 @@ class ColumnBatch:
             np.frombuffer(raw[4], dtype=np.int32, count=n + 1),  # type: ignore[call-overload]
             raw[5],  # type: ignore[arg-type]
             np.frombuffer(raw[6], dtype=np.int32, count=n),  # type: ignore[call-overload]
+        )
+
+    @classmethod
+    def from_record_raw(cls, raw: tuple[Any, ...]) -> ColumnBatch:
+        """Wrap the tuple returned by the core's `read_records` without copying: (count,
+        index, term, pos, magic, record columns). The batch has its `records` and no
+        bodies (`offsets` all zero, `bodies` empty, as a read of the index file alone)."""
+        n = int(raw[0])
+        return cls(
+            np.frombuffer(raw[1], dtype=np.int64, count=n),
+            np.frombuffer(raw[2], dtype=np.int64, count=n),
+            np.frombuffer(raw[3], dtype=np.int64, count=n),
+            np.zeros(n + 1, dtype=np.int32),
+            bytearray(),
+            np.frombuffer(raw[4], dtype=np.int32, count=n),
+            RecordColumns.from_raw(raw[5], n),
         )

@@ -78,6 +78,7 @@ class LocalTask:
         start, end: the range.
         with_bodies: read the bodies.
         fail_on_data_loss: fail (true) or skip when entries were deleted since planning.
+        records: read the record columns instead of the bodies (with `with_bodies`).
     """
 
     node_dir: str
@@ -85,11 +86,19 @@ class LocalTask:
     end: int
     with_bodies: bool
     fail_on_data_loss: bool
+    records: bool = False
 
     def read(self, batch_rows: int, batch_bytes: int) -> Iterator[ColumnBatch]:
         """The entries as column batches."""
         return read_range(
-            Path(self.node_dir), self.start, self.end, self.with_bodies, self.fail_on_data_loss, batch_rows, batch_bytes
+            Path(self.node_dir),
+            self.start,
+            self.end,
+            self.with_bodies,
+            self.fail_on_data_loss,
+            batch_rows,
+            batch_bytes,
+            self.records,
         )
 
 
@@ -129,6 +138,7 @@ def read_range(
     fail_on_data_loss: bool,
     batch_rows: int,
     batch_bytes: int,
+    records: bool = False,
 ) -> Iterator[ColumnBatch]:
     """Entries [start, end) of a store as column batches (executor side).
 
@@ -142,6 +152,8 @@ def read_range(
             `offsets` are all zero and `bodies` empty).
         fail_on_data_loss: raise when entries were deleted, else skip them.
         batch_rows, batch_bytes: size of one batch.
+        records: with `with_bodies`, read the record columns instead of the bodies
+            (`StoreView.read_records`: each field copied once; `bodies` empty).
 
     Raises:
         DataLossError: entries of the range are gone.
@@ -158,7 +170,12 @@ def read_range(
         index = start
         while index < end:
             count = min(batch_rows, end - index)
-            batch = store.read_columns(index, count, batch_bytes) if with_bodies else store.read_meta(index, count)
+            if not with_bodies:
+                batch = store.read_meta(index, count)
+            elif records:
+                batch = store.read_records(index, count, batch_bytes)
+            else:
+                batch = store.read_columns(index, count, batch_bytes)
             if batch.count == 0:
                 raise DataLossError(f"entry {index} of {node_dir} could not be read")
             yield batch

@@ -67,6 +67,7 @@ from dledger.spark.planning import (
     resolve_range,
     resolve_start,
 )
+from dledger.spark.records import RECORD_COLUMNS
 from dledger.spark.target import OptionError, Target
 from dledger.store import checkpoint_committed
 from dledger.timeindex import search_store
@@ -129,6 +130,11 @@ class _ReadPlan:
         """Whether a read needs the bodies (every column but index, term, pos, magic)."""
         return any(col not in ("index", "term", "pos", "magic") for col in self.columns)
 
+    @property
+    def with_records(self) -> bool:
+        """Whether a read needs record columns (key, value, timestamp, headers)."""
+        return any(col in RECORD_COLUMNS for col in self.columns)
+
     def local_partitions(self, start: int | None, end: int | None) -> list[InputPartition]:
         """Tasks over the store directory: [start, end), or the batch options' range."""
         assert self.node_dir is not None
@@ -148,7 +154,9 @@ class _ReadPlan:
         finally:
             store.close()
         return [
-            InputPartition(LocalTask(self.node_dir, r.start, r.end, self.with_bodies, opts.fail_on_data_loss))
+            InputPartition(
+                LocalTask(self.node_dir, r.start, r.end, self.with_bodies, opts.fail_on_data_loss, self.with_records)
+            )
             for r in plan.ranges
         ]
 

@@ -250,6 +250,16 @@ class StoreView:
         batch = ColumnBatch.from_raw(self._core.read_columns(from_index, max_count, max_bytes))
         return with_records(batch) if records else batch
 
+    def read_records(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:
+        """The committed entries of `read_columns` with their record columns (a plain
+        entry: no key, no timestamp, no headers, its body as value) and no bodies, each
+        field copied once, straight from the data file (`ColumnBatch.from_record_raw`).
+
+        Raises:
+            ValueError: a record entry whose body is not a valid record (named by index).
+        """
+        return ColumnBatch.from_record_raw(self._core.read_records(from_index, max_count, max_bytes))
+
     def read_meta(self, start: int, count: int) -> ColumnBatch:
         """index, term, pos and magic of entries [start, start+count) straight from the
         index file (no data is touched; `offsets` are all zero and `bodies` empty); stops

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from dledger import _store_py
 from dledger._native import impl
 from dledger.codes import DLedgerError
-from dledger.entry import ScanResult
+from dledger.entry import MAGIC_RECORD, ScanResult
+from dledger.record import stamp_record_body
 from tests.property.strategies import DATA_SEG, INDEX_SEG, bodies, ops
 
 pytestmark = pytest.mark.property
@@ -194,3 +195,74 @@ def test_cores_agree_on_index_unit_conflicts(
             assert (pos, prev_end) == (0, -1)
         else:
             assert ends[index - 1] == prev_end <= pos
+
+
+record_rows = st.lists(
+    st.one_of(
+        st.tuples(st.just("plain"), st.binary(max_size=100)),
+        st.tuples(
+            st.just("record"),
+            st.binary(max_size=150),
+            st.none() | st.binary(max_size=200),  # keys of 127+ bytes take a 2-byte length
+            st.integers(0, 2**63 - 1),
+            st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=20)), max_size=3),
+            st.booleans(),  # stamped (version 2)
+        ),
+        st.just(("noop",)),
+    ),
+    max_size=25,
+)
+
+
+def _append_row(core: Any, row: tuple[Any, ...]) -> None:
+    if row[0] == "plain":
+        core.append_many([row[1]])
+    elif row[0] == "noop":
+        core.append_noop()
+    else:
+        body = impl.encode_record(row[1], row[2], row[3], row[4])
+        core.append_many([stamp_record_body(body, 7, 1, 0, 1, 5) if row[5] else body], MAGIC_RECORD)
+
+
+def _as_bytes(result: tuple[Any, ...]) -> list[Any]:
+    return [*result[:5], [bytes(column) for column in result[5]]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=record_rows, read_from=st.integers(0, 30), count=st.integers(-1, 30), max_bytes=st.integers(1, 3000))
+def test_read_records_agrees_with_the_twin_and_with_split_records(
+    rows: list[tuple[Any, ...]], read_from: int, count: int, max_bytes: int
+) -> None:
+    """`read_records` (the fields straight from the data file, across segments) gives
+    what `read_columns` + `split_records` give, with the values copied, in both cores."""
+    a, b = Harness(impl), Harness(_store_py)
+    for row in rows:
+        for h in (a, b):
+            _append_row(h.core, row)
+    got = [outcome(h.core.read_records, read_from, count, max_bytes) for h in (a, b)]
+    assert got[0][0] == got[1][0]
+    if got[0][0] == "err":
+        assert got[0] == got[1]
+        return
+    assert _as_bytes(got[0][1]) == _as_bytes(got[1][1])
+    n, index, term, pos, offsets, bodies, magic = a.core.read_columns(read_from, count, max_bytes)
+    assert _as_bytes(got[0][1]) == _as_bytes(
+        (n, index, term, pos, magic, impl.split_records(n, offsets, bodies, magic))
+    )
+    if n:
+        assert got[0][1][5][1] is not bodies  # a copy, even of plain bodies
+
+
+def test_read_records_names_a_bad_record_by_its_index_in_both_cores() -> None:
+    """A record entry whose body (its CRC intact) is no valid record fails the read
+    with the entry's index, and the cores are left as they were."""
+    for mod in (impl, _store_py):
+        h = Harness(mod)
+        h.core.append_many([b"plain", b"\x01\x00\x00"])  # the second: a truncated record body
+        entry = h.core.get(1)
+        segment = h.data.segments()[entry.pos // DATA_SEG]
+        segment[entry.pos % DATA_SEG : entry.pos % DATA_SEG + 4] = MAGIC_RECORD.to_bytes(4, "big")
+        with pytest.raises(ValueError, match=r"^entry 1: bad record body \(3 bytes\): truncated at byte 0$"):
+            h.core.read_records(0, 10, 1 << 20)
+        assert h.core.read_records(0, 1, 1 << 20)[0] == 1
+        assert h.state() == (0, 1, 1, h.core.write_pos)

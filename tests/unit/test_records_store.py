@@ -12,6 +12,7 @@ import pytest
 import dledger
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.columns import RecordColumns
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import Record, encode_record, record_of, with_records
 from dledger.store import MemoryLogStore, MmapLogStore, StoreConfig, StoreView
@@ -90,6 +91,24 @@ def test_a_log_that_starts_with_records_reopens_and_reads_offline(tmp_path: Path
         log.reset(149, 1)  # a prefix reset: the first entry left is a record too
     with dledger.open_log(tmp_path, SMALL) as log:
         assert (log.begin_index, log.get_record(150).value) == (150, b"v150")
+
+
+def test_a_view_reads_record_columns_straight_from_the_data_file(tmp_path: Path) -> None:
+    with dledger.open_log(tmp_path, SMALL) as log:
+        _fill(log)
+        log.append_records([Record(b"v%d" % k, key=b"k" * 130, timestamp=k) for k in range(400)])  # rolls segments
+    with StoreView.open(tmp_path) as view:
+        assert len(list((tmp_path / "data").iterdir())) > 1
+        direct = view.read_records(0, 500, 1 << 20)
+        split = view.read_columns(0, 500, 1 << 20, records=True)
+    assert direct.count == split.count == 403
+    assert direct.records is not None and split.records is not None
+    for name in RecordColumns.__dataclass_fields__:
+        assert bytes(getattr(direct.records, name)) == bytes(getattr(split.records, name)), name
+    for name in ("index", "term", "pos", "magic"):
+        assert list(getattr(direct, name)) == list(getattr(split, name))
+    assert direct.records.key(3) == b"k" * 130 and direct.records.value(402) == b"v399"
+    assert direct.bodies == bytearray() and not direct.offsets.any()  # no bodies column
 
 
 def test_java_compat_refuses_records_and_appends_nothing(tmp_path: Path) -> None:
