@@ -11,7 +11,8 @@ same 100-byte values) with `dledger.open_log` (untimed), and with `--live` fills
 times after a warm-up round, A, B, A, B... (the machine is shared), it writes each read
 into Spark's `noop` sink (`local[2]`) and prints per case the median rows/s, the median
 CPU ns per row of the whole process tree (`java`: the JVM alone) and the ratios
-against the plain read of the same place:
+against the plain read of the same place (of the medians, and the median of each round's
+own ratio, which a drift of the machine's speed over the run moves less):
 
 - plain: `index, term, pos, body` of the plain entries;
 - record: `index, term, key, value, timestamp` of the records;
@@ -143,8 +144,13 @@ def report(results: dict[str, list[tuple[float, float, float]]], rows: int) -> N
             f"(java {java * 1e9 / rows:.0f})"
         )
     for name, (wall, cpu) in medians.items():
-        plain = medians[name.split(":")[0] + ":plain"]
-        print(f"{name:22s} vs plain: {plain[0] / wall:.2f}x wall, {plain[1] / cpu:.2f}x CPU")
+        base = name.split(":")[0] + ":plain"
+        plain = medians[base]
+        paired = statistics.median(p[0] / r[0] for p, r in zip(results[base], results[name], strict=True))
+        print(
+            f"{name:22s} vs plain: {plain[0] / wall:.2f}x wall, {plain[1] / cpu:.2f}x CPU "
+            f"(median of the rounds' own ratios: {paired:.2f}x wall)"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

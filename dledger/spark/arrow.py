@@ -3,8 +3,9 @@
 A `ColumnBatch` already has Arrow's layouts: native int64 arrays for index/term/pos,
 int32 for magic and, for the bodies, int32 offsets (count + 1) over one bytes buffer. The
 Arrow arrays are views of those buffers. The record columns (key, value, timestamp,
-headers: `dledger.spark.records`) are views of the buffers `dledger.record.with_records`
-builds in C, made only when one of them is read. NOOP entries (magic 2, written by a new
+headers: `dledger.spark.records`) are views of the buffers built in C by
+`StoreView.read_records` (offline reads of them) or else by `dledger.record.with_records`,
+made only when one of them is read. NOOP entries (magic 2, written by a new
 leader) are left out unless asked for; only a batch that holds one is copied.
 """
 
