@@ -108,7 +108,8 @@ class _LocalLogBase(MmapLogStore):
 
     def iterate_records(self, from_index: int | None = None, to_index: int | None = None) -> Iterator[Record]:
         """Records in [from_index, to_index) (default: the whole log), in order. For bulk
-        reads prefer `read_columns(..., records=True)`."""
+        reads prefer `read_columns(..., records=True)`, or `read_records` (the record
+        columns without the bodies, each field copied once)."""
         for entry in self.iterate(from_index, to_index):
             yield record_of(entry)
 

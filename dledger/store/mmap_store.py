@@ -269,6 +269,11 @@ class MmapLogStore(impl.LogCore, Durability):
         """Entries from `from_index` column-wise (see ColumnBatch; `dledger.record.with_records` adds records)."""
         return ColumnBatch.from_raw(super().read_columns(from_index, max_count, max_bytes))
 
+    def read_records(self, from_index: int, max_count: int, max_bytes: int) -> ColumnBatch:  # type: ignore[override]
+        """The entries of `read_columns` with their record columns and no bodies, straight
+        from the data file (see `dledger.store.StoreView.read_records`)."""
+        return ColumnBatch.from_record_raw(super().read_records(from_index, max_count, max_bytes))
+
     def get_range(self, from_index: int, to_index: int) -> list[Entry]:
         """Entries in [from_index, to_index) that exist."""
         lo, hi = max(from_index, self.begin_index), min(to_index, self.end_index + 1)

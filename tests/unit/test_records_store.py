@@ -12,7 +12,7 @@ import pytest
 import dledger
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.columns import RecordColumns
+from dledger.columns import ColumnBatch, RecordColumns
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import Record, encode_record, record_of, with_records
 from dledger.store import MemoryLogStore, MmapLogStore, StoreConfig, StoreView
@@ -64,6 +64,14 @@ def test_read_columns_with_records_builds_arrow_layouts(tmp_path: Path) -> None:
     assert [cols.headers(k) for k in range(3)] == [[], [("h", b"1"), ("h", b"2")], []]
     assert list(cols.header_offsets) == [0, 0, 2, 2]
     assert batch.body(rec) == log_body(tmp_path, rec)  # the bodies stay as stored
+    direct = log_records(tmp_path)
+    assert direct.records is not None and bytes(direct.records.values) == b"plain bodyvalue"
+    assert list(direct.records.timestamps) == list(cols.timestamps) and direct.bodies == bytearray()
+
+
+def log_records(path: Path) -> ColumnBatch:
+    with dledger.open_log(path, SMALL) as log:
+        return log.read_records(0, 10, 1 << 20)
 
 
 def log_body(path: Path, index: int) -> bytes:
