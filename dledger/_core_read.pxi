@@ -112,15 +112,12 @@ cdef tuple _read_columns(LogCore core, long long from_index, long long max_count
     """`LogCore.read_columns`: (count, index, term, pos, offsets, bodies, magic)."""
     cdef long long n, total = 0, pos, size, k
     cdef const unsigned char *p
+    cdef MetaRows meta
     if max_count <= 0 or from_index > core.end_index:
         return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(), bytearray())
     _locate(core, from_index, &pos, &size)
     n = _column_span(core, from_index, max_count, max_bytes, &total)
-    a_i, a_t, a_p, a_m = _meta_columns(n)
-    cdef int64_t *ci = <int64_t *>PyByteArray_AS_STRING(a_i)
-    cdef int64_t *ct = <int64_t *>PyByteArray_AS_STRING(a_t)
-    cdef int64_t *cp = <int64_t *>PyByteArray_AS_STRING(a_p)
-    cdef int32_t *cm = <int32_t *>PyByteArray_AS_STRING(a_m)
+    a_i, a_t, a_p, a_m = _meta_columns(n, &meta)
     a_o = PyByteArray_FromStringAndSize(NULL, (n + 1) * 4)
     a_b = PyByteArray_FromStringAndSize(NULL, total)
     cdef int32_t *co = <int32_t *>PyByteArray_AS_STRING(a_o)
@@ -129,7 +126,7 @@ cdef tuple _read_columns(LogCore core, long long from_index, long long max_count
     total = 0
     for k in range(n):
         p = _locate(core, from_index + k, &pos, &size)
-        _meta_at(p, from_index + k, pos, k, ci, ct, cp, cm)
+        _meta_at(&meta, k, from_index + k, pos, p)
         memcpy(cb + total, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE)
         total += size - DL_HEADER_SIZE
         co[k + 1] = <int32_t>total
@@ -142,6 +139,7 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
     CPU's cache), then its fields are copied out (`_finish`)."""
     cdef long long n, total, pos, size, k
     cdef const unsigned char *p
+    cdef MetaRows meta
     cdef BodyRefs refs
     cdef RecRows rows
     cdef RecView r
@@ -150,11 +148,7 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
         return (0, bytearray(), bytearray(), bytearray(), bytearray(), split_records(0, bytearray(4), b"", b""))
     _locate(core, from_index, &pos, &size)
     n = _column_span(core, from_index, max_count, max_bytes, &total)
-    a_i, a_t, a_p, a_m = _meta_columns(n)
-    cdef int64_t *ci = <int64_t *>PyByteArray_AS_STRING(a_i)
-    cdef int64_t *ct = <int64_t *>PyByteArray_AS_STRING(a_t)
-    cdef int64_t *cp = <int64_t *>PyByteArray_AS_STRING(a_p)
-    cdef int32_t *cm = <int32_t *>PyByteArray_AS_STRING(a_m)
+    a_i, a_t, a_p, a_m = _meta_columns(n, &meta)
     row_cols = _row_columns(n, &rows)
     refs.base = NULL
     refs.off = NULL
@@ -165,28 +159,42 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
             raise MemoryError()
         for k in range(n):
             p = _locate(core, from_index + k, &pos, &size)
-            _meta_at(p, from_index + k, pos, k, ci, ct, cp, cm)
+            _meta_at(&meta, k, from_index + k, pos, p)
             refs.ptr[k] = p + DL_HEADER_SIZE
             (<int32_t *>refs.len)[k] = <int32_t>(size - DL_HEADER_SIZE)
-            err = _row(&rows, k, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE, cm[k] == DL_MAGIC_RECORD, &r)
+            err = _row(&rows, k, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE, meta.magic[k] == DL_MAGIC_RECORD, &r)
             if err:
                 raise ValueError("entry %d: %s" % (from_index + k, _rec_error(err, r.at, size - DL_HEADER_SIZE)))
-        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, cm, &rows, row_cols, True))
+        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, meta.magic, &rows, row_cols, True))
     finally:
         PyMem_Free(refs.ptr)
         PyMem_Free(<void *>refs.len)
 
 
-cdef tuple _meta_columns(long long n):
-    """Uninitialized index, term, pos (int64) and magic (int32) columns of n entries."""
-    return (PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 8),
-            PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 4))
+cdef struct MetaRows:
+    # The index, term, pos and magic columns of a column batch, one row per entry.
+    int64_t *index
+    int64_t *term
+    int64_t *pos
+    int32_t *magic
 
 
-cdef inline void _meta_at(const unsigned char *p, long long idx, long long pos, long long k, int64_t *ci,
-                          int64_t *ct, int64_t *cp, int32_t *cm) noexcept nogil:
-    """Row k of the index, term, pos and magic columns, from the entry at p."""
-    ci[k] = idx
-    ct[k] = dl_get64(p + DL_OFF_TERM)
-    cp[k] = pos
-    cm[k] = dl_get32(p + DL_OFF_MAGIC)
+cdef tuple _meta_columns(long long n, MetaRows *meta):
+    """Allocate the index, term, pos (int64) and magic (int32) columns of n entries,
+    uninitialized, and point `meta` at them."""
+    out = (PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 8),
+           PyByteArray_FromStringAndSize(NULL, n * 8), PyByteArray_FromStringAndSize(NULL, n * 4))
+    meta.index = <int64_t *>PyByteArray_AS_STRING(out[0])
+    meta.term = <int64_t *>PyByteArray_AS_STRING(out[1])
+    meta.pos = <int64_t *>PyByteArray_AS_STRING(out[2])
+    meta.magic = <int32_t *>PyByteArray_AS_STRING(out[3])
+    return out
+
+
+cdef inline void _meta_at(MetaRows *meta, long long k, long long idx, long long pos,
+                          const unsigned char *p) noexcept nogil:
+    """Row k of `meta`: entry `idx` at data position `pos`, its header at p."""
+    meta.index[k] = idx
+    meta.term[k] = dl_get64(p + DL_OFF_TERM)
+    meta.pos[k] = pos
+    meta.magic[k] = dl_get32(p + DL_OFF_MAGIC)
