@@ -358,9 +358,15 @@ class DLedgerNode:
         return answer
 
     def init_producer(self) -> int:
-        """A producer id for an idempotent producer, as leader (`NodeProducers.allocate`)."""
-        with self._step():
-            return self.producers.allocate(self.core.member_state)
+        """A producer id for an idempotent producer, as leader (`NodeProducers.allocate`);
+        LEADER_NOT_READY (retried by clients) until an entry of the term is committed."""
+        with self._step() as now:
+            producer_id, noop = self.producers.allocate(self.driver, now)
+        if noop and self._durable is not None:
+            self._durable.leader_copy_soon()  # sync: the NOOP commits once flushed
+        if producer_id is None:
+            raise DLedgerError(ResponseCode.LEADER_NOT_READY, "no entry of this term is committed yet")
+        return producer_id
 
     def _commit_pass(self) -> None:
         with self._step() as now:
@@ -378,12 +384,8 @@ class DLedgerNode:
             futures = self.driver.append_requests(
                 [request.bodies for request in batch], now, [request.magic for request in batch]
             )
-        except DLedgerError as exc:
-            for request in batch:
-                request.error = exc
-            return False
-        except OSError as exc:
-            error = DLedgerError(ResponseCode.DISK_ERROR, str(exc))
+        except (DLedgerError, OSError) as exc:
+            error = exc if isinstance(exc, DLedgerError) else DLedgerError(ResponseCode.DISK_ERROR, str(exc))
             for request in batch:
                 request.error = error
             return False

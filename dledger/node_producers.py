@@ -36,7 +36,7 @@ from dledger.config import DLedgerConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.raft.driver import RaftDriver
 from dledger.raft.log import LogStore
-from dledger.raft.member_state import MemberState
+from dledger.raft.producer_ids import ProducerIdBlocks
 from dledger.raft.producer_log import FOLD_BATCH_ENTRIES, ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
 from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
@@ -45,9 +45,6 @@ from dledger.store.kvfile import fsync_dir, write_synced
 log = logging.getLogger(__name__)
 
 IMAGE_FILE = "producers"
-ALLOCATED_PER_TERM = 1 << 20
-MAX_ALLOCATING_TERM = 1 << 42
-"""Ids a leader allocates are (term << 20) + n < 2^62."""
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
 LEADER_FOLD_LIMIT = 2 * FOLD_BATCH_ENTRIES
@@ -119,7 +116,8 @@ class NodeProducers:
         """No stamp folded since the last save: entries folded since hold none, so the
         saved image covers them too (retention may take them)."""
         self._inflight: dict[int, Future[int]] = {}
-        self._allocated_term, self._allocated = -1, 0
+        self._ids = ProducerIdBlocks()
+        self.java_compat = config.store.java_compat
 
     def _load(self, expiration_ms: int) -> StampFold:
         begin, end = max(self.store.begin_index, 0), self.store.end_index
@@ -230,24 +228,39 @@ class NodeProducers:
 
     # -- the leader's admission
 
-    def allocate(self, member: MemberState) -> int:
+    def allocate(self, driver: RaftDriver, now_ms: int) -> tuple[int | None, bool]:
         """A producer id for an idempotent producer (`InitProducer`; the node's lock
-        held): (term << 20) + the leader's count of ids given in that term. Unique in
-        the group, since a term has one leader; always below 2^62 (derived ids,
-        `dledger.client.derive_producer_id`, are above).
+        held), from the leader's blocks (`dledger.raft.producer_ids`): unique in the
+        group however many are asked for, in [2^61, 2^62).
+
+        Returns (the id, False), or (None, whether a NOOP was appended) when the leader
+        needs an entry of its term committed first: a NOOP is appended (and pushed)
+        unless the log already ends in an uncommitted entry of the term. The caller
+        answers LEADER_NOT_READY then, which clients retry.
 
         Raises:
-            DLedgerError: NOT_LEADER; LEADER_PENDING_FULL when the term's 2^20 ids are
-                used up or the term is too high for the scheme (a new term has more).
+            DLedgerError: NOT_LEADER; UNSUPPORTED in java_compat mode (no records);
+                LEADER_PENDING_FULL past the scheme's last index; LEADER_TRANSFERRING
+                when a NOOP is needed during a leadership transfer.
         """
+        member = driver.core.member_state
         if not member.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
-        term = member.current_term
-        given = self._allocated if self._allocated_term == term else 0
-        if given >= ALLOCATED_PER_TERM or term >= MAX_ALLOCATING_TERM:
-            raise DLedgerError(ResponseCode.LEADER_PENDING_FULL, f"no producer ids left in term {term}")
-        self._allocated_term, self._allocated = term, given + 1
-        return term * ALLOCATED_PER_TERM + given
+        if self.java_compat:
+            raise DLedgerError(ResponseCode.UNSUPPORTED, "idempotent producers need records (off in java_compat)")
+        store, term, committed = self.store, member.current_term, member.committed_index
+        try:
+            committed_term = store.term_at(committed)
+        except DLedgerError:  # not in the log (before its start, or no entry yet)
+            committed_term = -1
+        producer_id = self._ids.allocate(term, committed, committed_term)
+        if producer_id is not None:
+            return producer_id, False
+        if store.end_index > committed and store.end_term == term:
+            return None, False  # an entry of the term is on its way
+        driver.append_noop(now_ms)
+        driver.dispatch_all(now_ms)
+        return None, True
 
     def append(
         self, driver: RaftDriver, bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int, now_ms: int

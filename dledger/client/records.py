@@ -98,7 +98,7 @@ class RecordMethods:
 
     def init_producer(self) -> int:
         """A producer id of its own for an idempotent producer, allocated by the leader
-        (Kafka's InitProducerId): unique in the group, below 2^62.
+        (Kafka's InitProducerId): unique in the group, in [2^61, 2^62).
 
         Raises:
             DLedgerError: no leader answered in time.

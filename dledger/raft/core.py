@@ -189,6 +189,19 @@ class RaftCore:
             first = last + 1
         return futures
 
+    def append_noop(self) -> int:
+        """Leader append of a NOOP entry of its term, for an entry of the term to commit
+        when no client writes one (`dledger.raft.producer_ids`); returns its index.
+        Raises DLedgerError NOT_LEADER, LEADER_TRANSFERRING or the store's UNSUPPORTED
+        (java_compat); nothing is appended then."""
+        member = self.member_state
+        if not member.is_leader:
+            raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
+        if member.transferee is not None:
+            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {member.transferee}")
+        self.store.term = member.current_term
+        return self.store.append_noop()
+
     def _append_by_magic(self, requests: Sequence[Sequence[bytes]], magics: Sequence[int]) -> int:
         """Append the requests, one store append per run of the same magic; returns the
         first index."""

@@ -212,12 +212,24 @@ class RaftDriver:
         commits its entries at once, otherwise the quorum pass is woken. The pushes go
         out with `dispatch_all` or the dispatcher passes."""
         futures = self.core.append_requests(requests, now_ms, magics)
+        self._commit_alone(now_ms)
+        return futures
+
+    def append_noop(self, now_ms: int) -> int:
+        """Leader append of a NOOP of its term (see `RaftCore.append_noop`, whose errors
+        it raises); returns its index. Pushed like `append_requests`' entries."""
+        index = self.core.append_noop()
+        self._commit_alone(now_ms)
+        return index
+
+    def _commit_alone(self, now_ms: int) -> None:
+        """After a leader append: a group of one commits without an answer (an eager
+        driver at once, otherwise the quorum pass is woken)."""
         if len(self.core.member_state.peer_ids) == 1:
             if self.eager:
                 self.quorum_pass(now_ms)
             else:
                 self._wake(QUORUM)
-        return futures
 
     def read_index(self, now_ms: int) -> Future[int]:
         """Queue a ReadIndex read as the leader (see `RaftCore.read_index`, whose errors

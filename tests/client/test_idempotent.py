@@ -14,6 +14,7 @@ from dledger.client import DLedgerClient, ProducerStamp, derive_producer_id
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, member_store_config
 from dledger.entry import MAGIC_RECORD
+from dledger.raft import producer_ids
 from dledger.record import Record, encode_record, record_stamp, stamp_record_body
 from dledger.server import DLedgerServer
 from dledger.transport.convert import pb, pb_grpc
@@ -29,8 +30,9 @@ TIMINGS = {"heart_beat_time_interval_ms": 200, "min_vote_interval_ms": 50, "max_
 class Group:
     """Three servers on loopback that can be stopped and started again on their stores."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, flush_mode: str = "async") -> None:
         self.base = base
+        self.flush_mode = flush_mode
         self.ports = free_ports(3)
         self.peers = ";".join(f"n{k}-127.0.0.1:{p}" for k, p in enumerate(self.ports))
         self.servers: dict[str, DLedgerServer] = {}
@@ -38,7 +40,7 @@ class Group:
             self.start(f"n{k}")
 
     def start(self, node_id: str) -> DLedgerServer:
-        store = member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096)
+        store = member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096, flush_mode=self.flush_mode)
         config = DLedgerConfig(
             group="g", self_id=node_id, peers=self.peers, store_base_dir=str(self.base), store=store, **TIMINGS
         )
@@ -196,6 +198,30 @@ def test_the_leader_allocates_producer_ids_unique_across_leaders(group: Group, c
     stub = pb_grpc.LedgerStub(open_channel(f"127.0.0.1:{port}"))
     answer = stub.InitProducer(pb.InitProducerRequest(group="g"), timeout=10, wait_for_ready=True)
     assert answer.code == ResponseCode.NOT_LEADER and answer.producer_id == 0
+
+
+@pytest.mark.parametrize("flush_mode", ["async", "sync"])
+def test_producer_ids_keep_coming_however_many_are_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flush_mode: str
+) -> None:
+    """A caller that asks for id after id never runs the leader out of them: each block
+    of ids is named after a committed entry of the term, and a quiet leader appends a
+    NOOP for the next one (the client retries LEADER_NOT_READY meanwhile)."""
+    monkeypatch.setattr(producer_ids, "BLOCK_IDS", 3)
+    group = Group(tmp_path, flush_mode)
+    try:
+        with DLedgerClient(group.peers, "g", timeout_s=15.0) as client:
+            ids = [client.init_producer() for _ in range(10)]
+            assert len(set(ids)) == 10 and all(2**61 <= i < 2**62 for i in ids)
+            blocks = sorted({(i - 2**61) >> 20 for i in ids})
+            assert len(blocks) == 4  # 3 + 3 + 3 + 1
+            leader = group.leader().node
+            entries = [leader.store.get(b) for b in blocks]
+            assert all(e.term == leader.term for e in entries) and blocks[-1] <= leader.committed_index
+            with client.producer(idempotent=True, producer_id=ids[-1]) as producer:
+                assert producer.send(b"x").result(15) > blocks[-1]
+    finally:
+        group.close()
 
 
 def test_encoded_record_bodies_append_as_records_numbered_or_not(client: DLedgerClient) -> None:
