@@ -17,7 +17,7 @@ from typing import Any
 
 from dledger.config import DLedgerConfig
 from dledger.node import DLedgerNode
-from dledger.security.tokens import TokenStore
+from dledger.security.tokens import TokenFile
 from dledger.statemachine import StateMachine
 from dledger.transport.grpc_client import GrpcTransport, member_tls
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
@@ -101,7 +101,7 @@ class DLedgerServer:
         tls = member_tls(self.config)
         if tls is not None:
             tls.read()  # a missing or unreadable file fails before the store opens
-        tokens = TokenStore.load(self.config.tokens_file) if self.config.tokens_file else None
+        tokens = TokenFile(self.config.tokens_file) if self.config.tokens_file else None
         self.transport = GrpcTransport(self.config)
         if self.state_machine is not None:
             name = self.config.state_machine or "given"
@@ -135,7 +135,11 @@ class DLedgerServer:
             self.config.default_path,
         )
         if tokens is not None:
-            log.info("clients with bearer tokens: %s (TLS, %d tokens)", self.config.client_address, len(tokens))
+            log.info(
+                "clients with bearer tokens: %s (TLS, %d tokens, the file read again when it changes)",
+                self.config.client_address,
+                len(tokens),
+            )
         return self
 
     def _start_metrics(self, port: int) -> None:

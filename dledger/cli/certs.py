@@ -140,8 +140,9 @@ def init(
 @click.option("--json", "as_json", is_flag=True, help="Print the name, role and token as one JSON object.")
 def token(name: str, role: str, tokens_file: Path, as_json: bool) -> None:
     """Make a bearer token for client NAME, add its SHA-256 to the tokens file and print
-    the token (it is shown only here). Members read the file at start
-    (`dledger server --client-address HOST:PORT --tokens-file FILE`); clients send it
+    the token (it is shown only here). Members read the file again within a second of a
+    change (`dledger server --client-address HOST:PORT --tokens-file FILE`): delete a
+    token's line to revoke it. Clients send it
     with `--token` or DLEDGER_TOKEN and `--tls-ca`. Exit 0 on success, 1 when the file
     cannot be read or written, 2 for a bad name or role.
 

@@ -125,7 +125,8 @@ def server_tls_options(fn: F) -> F:
     fn = click.option(
         "--tokens-file",
         type=_FILE,
-        help="Bearer tokens the client port accepts: lines 'name role sha256' (see `dledger certs token`).",
+        help="Bearer tokens the client port accepts: lines 'name role sha256' (see `dledger certs token`); "
+        "read again within a second of a change, so tokens are added or revoked without a restart.",
     )(fn)
     fn = click.option(
         "--client-address",

@@ -11,15 +11,23 @@ names who each token is and its role, one line per token:
 Only the SHA-256 of a token is kept, so the file gives nobody a token (it still says
 who may do what: keep it writable by the member's user only). `dledger certs token`
 makes a token and adds its line.
+
+A member reads the file again when it changes (`TokenFile`: checked at most every
+`RECHECK_S` seconds, on calls), so a token is added or revoked without a restart. A file
+that cannot be read or is malformed then leaves the tokens read before in force (an
+error is logged); an empty file revokes every token.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import secrets
-from collections.abc import Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from dledger.security.identity import ROLES, Identity
@@ -27,11 +35,19 @@ from dledger.security.identity import ROLES, Identity
 BEARER = "bearer "
 """The scheme prefix of the `authorization` header (compared case-insensitively)."""
 
+log = logging.getLogger(__name__)
+
+RECHECK_S = 1.0
+"""How often, at most, a member looks whether its tokens file changed."""
+
 TOKEN_BYTES = 32
 """Random bytes in a token `new_token` makes (43 URL-safe characters)."""
 
 _NAME = re.compile(r"[A-Za-z0-9._@-]{1,64}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
+
+Metadata = Mapping[str, str] | Iterable[tuple[str, str]]
+"""A call's invocation metadata."""
 
 
 class TokenFileError(ValueError):
@@ -107,7 +123,7 @@ class TokenStore:
         """The client `token` belongs to (None: no such token)."""
         return self._by_digest.get(token_digest(token))
 
-    def caller(self, metadata: Mapping[str, str] | Iterable[tuple[str, str]]) -> Identity | None:
+    def caller(self, metadata: Metadata) -> Identity | None:
         """The client a call's metadata authenticates with its `authorization: Bearer`
         header (None: no such header, or an unknown token)."""
         pairs = metadata.items() if isinstance(metadata, Mapping) else metadata
@@ -115,6 +131,69 @@ class TokenStore:
             if key == "authorization" and isinstance(value, str) and value[: len(BEARER)].lower() == BEARER:
                 return self.identity(value[len(BEARER) :].strip())
         return None
+
+
+class TokenFile:
+    """The tokens of a tokens file, read again when the file changes.
+
+    A call's `caller` looks at the file's inode, size and modification time when
+    `RECHECK_S` has passed since the last look, and reads it again when one of them
+    changed. A file that cannot be read or is malformed keeps the tokens read before
+    (the error is logged once per change of the file).
+
+    Args:
+        path: the tokens file.
+        clock: seconds, monotonic (tests pass their own).
+
+    Raises:
+        TokenFileError: the file cannot be read or is malformed at start.
+    """
+
+    def __init__(self, path: str | Path, clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._seen = self._signature()
+        self.store = TokenStore.load(self.path)
+        self._checked = clock()
+        self.reloads = 0
+        """How often the file was read again after start (tests, logs)."""
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def refresh(self) -> None:
+        """Read the file again if `RECHECK_S` passed since the last look and it changed."""
+        now = self._clock()
+        if now - self._checked < RECHECK_S:
+            return
+        with self._lock:
+            if now - self._checked < RECHECK_S:
+                return
+            self._checked = now
+            seen = self._signature()
+            if seen == self._seen:
+                return
+            self._seen = seen
+            try:
+                store = TokenStore.load(self.path)
+            except TokenFileError as exc:
+                log.error("%s; the %d tokens read before stay in force", exc, len(self.store))
+                return
+            self.store, self.reloads = store, self.reloads + 1
+            log.info("read the tokens file %s again: %d tokens", self.path, len(store))
+
+    def caller(self, metadata: Metadata) -> Identity | None:
+        """`TokenStore.caller` with the file's current tokens."""
+        self.refresh()
+        return self.store.caller(metadata)
 
 
 def _read_text(path: str | Path) -> str:

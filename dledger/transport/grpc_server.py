@@ -36,7 +36,7 @@ from grpc_reflection.v1alpha import reflection as grpc_reflection  # type: ignor
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.messages import RequestOrResponse
 from dledger.security.tls import TlsConfig
-from dledger.security.tokens import TokenStore
+from dledger.security.tokens import TokenFile, TokenStore
 from dledger.transport.convert import MalformedMessage, from_pb, pb, response_to_pb
 from dledger.transport.grpc_client import MAX_MESSAGE_BYTES
 from dledger.transport.grpc_install import install_handler
@@ -247,7 +247,7 @@ class GrpcServer:
         tls: TlsConfig | None = None,
         reflection: bool = False,
         client_address: str | None = None,
-        tokens: TokenStore | None = None,
+        tokens: TokenStore | TokenFile | None = None,
     ) -> None:
         if client_address is not None and (tls is None or tokens is None):
             raise ValueError("a client port needs TLS and a tokens file")

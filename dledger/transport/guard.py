@@ -25,7 +25,7 @@ import grpc  # type: ignore[import-untyped]
 from dledger.config import DLedgerConfig
 from dledger.raft.messages import RequestOrResponse
 from dledger.security.identity import Identity, identity_of
-from dledger.security.tokens import TokenStore
+from dledger.security.tokens import TokenFile, TokenStore
 from dledger.transport.service_core import abort
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class Guard:
             every caller needs a certificate).
     """
 
-    def __init__(self, config: DLedgerConfig, tokens: TokenStore | None = None) -> None:
+    def __init__(self, config: DLedgerConfig, tokens: TokenStore | TokenFile | None = None) -> None:
         self.tokens = tokens
         self.group = config.group
         self.members = frozenset(config.peer_map)

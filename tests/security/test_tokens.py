@@ -5,6 +5,7 @@ members serving a client port next to their mutual-TLS one, and the CLI (`certs 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError, DLedgerConfig
 from dledger.security.probe import tls_mismatch, wants_certificate
 from dledger.security.tls import TlsConfig
-from dledger.security.tokens import TokenFileError, TokenStore, add_token, token_digest
+from dledger.security.tokens import RECHECK_S, TokenFile, TokenFileError, TokenStore, add_token, token_digest
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import eventually, free_ports
@@ -87,6 +88,66 @@ def test_a_token_is_added_on_a_line_of_its_own(tmp_path: Path) -> None:
     made = add_token(path, "b", "admin")
     store = TokenStore.load(path)
     assert store.identity("x") is not None and store.identity(made) is not None
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _auth(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+def test_a_changed_tokens_file_is_read_again_within_the_recheck_interval(tmp_path: Path) -> None:
+    path, clock = tmp_path / "tokens", FakeClock()
+    first = add_token(path, "first", "write")
+    tokens = TokenFile(path, clock)
+    second = add_token(path, "second", "read")  # added while the member runs
+    assert tokens.caller(_auth(second)) is None  # not looked at again yet
+    clock.now += RECHECK_S
+    assert tokens.caller(_auth(second)).name == "second" and tokens.reloads == 1  # type: ignore[union-attr]
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(line for line in lines if not line.startswith("first ")) + "\n")  # revoked
+    assert tokens.caller(_auth(first)).name == "first"  # type: ignore[union-attr]
+    clock.now += RECHECK_S
+    assert tokens.caller(_auth(first)) is None and tokens.caller(_auth(second)) is not None
+    clock.now += 10 * RECHECK_S
+    assert tokens.caller(_auth(second)) is not None and tokens.reloads == 2  # unchanged: not read again
+    path.write_text("")
+    clock.now += RECHECK_S
+    assert tokens.caller(_auth(second)) is None and len(tokens) == 0  # an empty file revokes every token
+
+
+@pytest.mark.parametrize("damage", ["malformed", "deleted", "unreadable"])
+def test_a_tokens_file_broken_while_running_keeps_the_tokens_read_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: str
+) -> None:
+    path, clock = tmp_path / "tokens", FakeClock()
+    kept = add_token(path, "kept", "write")
+    tokens = TokenFile(path, clock)
+    good = path.read_text()
+    if damage == "malformed":
+        path.write_text(good + "half-written line\n")
+    elif damage == "deleted":
+        path.unlink()
+    else:
+        path.write_bytes(b"\xff\xfe not utf-8\n")
+    clock.now += RECHECK_S
+    with caplog.at_level(logging.ERROR, logger="dledger.security.tokens"):
+        assert tokens.caller(_auth(kept)).name == "kept"  # type: ignore[union-attr]
+        clock.now += RECHECK_S
+        tokens.caller(_auth(kept))  # the same broken file: not logged again
+    errors = [r.getMessage() for r in caplog.records]
+    assert len(errors) == 1 and "the 1 tokens read before stay in force" in errors[0], errors
+    assert tokens.reloads == 0
+    path.write_text(good)  # repaired: read again
+    os.utime(path, ns=(1, 1))  # a new modification time even within the clock's resolution
+    clock.now += RECHECK_S
+    assert tokens.caller(_auth(kept)) is not None and tokens.reloads == 1
 
 
 def test_a_client_port_needs_tls_and_a_tokens_file(tmp_path: Path) -> None:
@@ -193,6 +254,43 @@ def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: s
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert info.value.details().startswith("a client without a certificate: no valid bearer token")
     assert group.servers["n0"].grpc is not None and group.servers["n0"].grpc.guard.refused >= 2  # type: ignore[union-attr]
+
+
+def test_a_token_removed_from_the_file_is_refused_without_a_restart(tmp_path: Path, certs: Path) -> None:
+    path = tmp_path / "tokens"
+    leaked, kept = add_token(path, "leaked", "write"), add_token(path, "kept", "write")
+    group = TlsGroup(tmp_path / "store", certs, tokens_file=path)
+    try:
+        leader = group.leader()
+
+        def metadata_code(token: str) -> grpc.StatusCode:
+            with raw_channel(group, leader, token) as channel:
+                try:
+                    pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(), timeout=10)
+                except grpc.RpcError as exc:
+                    return exc.code()  # type: ignore[no-any-return]
+                return grpc.StatusCode.OK
+
+        assert metadata_code(leaked) == grpc.StatusCode.OK
+        path.write_text("".join(line for line in path.read_text().splitlines(True) if not line.startswith("leaked ")))
+        # every member reads the file again on a call, within RECHECK_S of the change
+        for node_id in group.ids:
+            with raw_channel(group, node_id, leaked) as channel:
+                stub = pb_grpc.LedgerStub(channel)
+
+                def refused(stub: pb_grpc.LedgerStub = stub) -> bool:
+                    try:
+                        stub.Metadata(pb.MetadataRequest(), timeout=10)
+                    except grpc.RpcError as exc:
+                        return exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                    return False
+
+                wait_for(refused, f"{node_id} refusing the revoked token")
+        with token_client(group, kept) as client:  # the other token still works, writes included
+            assert client.append(b"after the revocation") >= 0
+        assert metadata_code(leaked) == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        group.close()
 
 
 @pytest.mark.parametrize("role", ["write", "admin"])
