@@ -1,9 +1,13 @@
 """Exactly-once appends of the `dledger` sink, without pyspark: a write task numbers its
 rows 0, 1, 2, ... in partition order and appends them with the idempotent producer
-(`DLedgerClient.append_records(records, stamp=ProducerStamp(pid, 0, first_seq))`), its
-producer id derived from the write's id, the micro-batch and the partition, never from
-the attempt. A retried or speculative attempt of the task re-sends the same numbered rows
-and the leader answers those it has as duplicates, so each row is in the log once.
+(`DLedgerClient.append_records(records, stamp=ProducerStamp(pid, epoch, first_seq))`),
+its producer id derived from the write's id and the partition, its epoch the micro-batch
+id of a stream (0 for a batch job), never from the attempt. A retried or speculative
+attempt of the task re-sends the same numbered rows and the leader answers those it has
+as duplicates, so each row is in the log once. A stream's partition is one producer for
+all its micro-batches (each batch a new epoch, which fences the attempts of earlier
+batches), so a long-running query keeps one entry per partition in the leader's producer
+table, not one per batch and partition.
 
 `dledger.client` (and so grpc) is imported only when a task sends (on executors).
 """
@@ -31,7 +35,8 @@ _PRODUCER_CODES = {
     "or the partition's rows are not the same on this attempt)",
     ResponseCode.UNKNOWN_PRODUCER: "the leader no longer knows this task's producer id (it expired: "
     "producerIdExpirationMs of log time passed since the task's last write)",
-    ResponseCode.PRODUCER_FENCED: "a newer epoch of this task's producer id has written (another writer uses it)",
+    ResponseCode.PRODUCER_FENCED: "a newer epoch of this task's producer id has written (a later micro-batch of "
+    "the query: this attempt is a leftover of an earlier batch; or another writer uses the id)",
 }
 
 
@@ -50,7 +55,7 @@ class StampedClient(Protocol):
 
 @dataclass(frozen=True)
 class TaskIds:
-    """What a write task's producer id is derived from (never the attempt number).
+    """What a write task's producer id and epoch are derived from (never the attempt).
 
     Attributes:
         write_id: the batch job's id (made once on the driver, shared by every task and
@@ -67,12 +72,20 @@ class TaskIds:
     attempt: int = 0
 
     def producer_id(self) -> int:
-        """The task's producer id, in [2^62, 2^63 - 1] (`dledger.client.derive_producer_id`)."""
+        """The task's producer id, in [2^62, 2^63 - 1] (`dledger.client.derive_producer_id`):
+        from the job and the partition, or from the query and the partition (the same for
+        every micro-batch of the query: `epoch` tells them apart)."""
         from dledger.client import derive_producer_id
 
         if self.batch_id < 0:
             return derive_producer_id("dledger.spark.job", self.write_id, self.partition)
-        return derive_producer_id("dledger.spark.stream", self.write_id, self.batch_id, self.partition)
+        return derive_producer_id("dledger.spark.stream", self.write_id, self.partition)
+
+    @property
+    def epoch(self) -> int:
+        """The producer epoch of the task's rows: the micro-batch id of a stream (a later
+        batch fences what is left of the earlier ones), 0 for a batch job."""
+        return max(self.batch_id, 0)
 
 
 @dataclass(frozen=True)
@@ -136,8 +149,8 @@ def _append_stamped(client: StampedClient, bodies: list[bytes], stamp: Any) -> A
     return client.append_records(records, stamp=stamp)
 
 
-def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies: list[bytes]) -> Any:
-    """Append the record `bodies` numbered from `first_seq` with epoch 0, sending them
+def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies: list[bytes], epoch: int = 0) -> Any:
+    """Append the record `bodies` numbered from `first_seq` in `epoch`, sending them
     again (same stamp, so never twice in the log) after an unknown outcome, at most
     `RESENDS` times (the client itself resends until its timeout first).
 
@@ -148,7 +161,7 @@ def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies
     """
     from dledger.client import IndeterminateError, ProducerStamp
 
-    stamp = ProducerStamp(producer_id, 0, first_seq)
+    stamp = ProducerStamp(producer_id, epoch, first_seq)
     for attempt in itertools.count():
         try:
             return _append_stamped(client, bodies, stamp)
@@ -189,12 +202,13 @@ def send_numbered(
     batch_entries: int,
     batch_bytes: int,
     producer_id: int,
+    epoch: int = 0,
 ) -> TaskOutcome:
-    """Append every record body, numbered 0, 1, 2, ... in order, in requests of at most
-    `batch_entries` records and `batch_bytes` bytes (at least one record each), one in
-    flight while the next is assembled (`dledger.spark.send_queue`). `chunks`: the
-    bodies of each Arrow batch. The request boundaries depend only on the bodies, so a
-    retried attempt sends the same requests.
+    """Append every record body, numbered 0, 1, 2, ... in order in `epoch` of
+    `producer_id`, in requests of at most `batch_entries` records and `batch_bytes`
+    bytes (at least one record each), one in flight while the next is assembled
+    (`dledger.spark.send_queue`). `chunks`: the bodies of each Arrow batch. The request
+    boundaries depend only on the bodies, so a retried attempt sends the same requests.
 
     Raises:
         ProducerWriteError, DLedgerError: as `send_request`; the rows sent before stay in
@@ -204,7 +218,7 @@ def send_numbered(
     outcome = _Outcome()
 
     def send(bodies: list[bytes]) -> None:  # in order: the rows sent so far number the next
-        outcome.account(send_request(client, producer_id, outcome.rows, bodies), len(bodies))
+        outcome.account(send_request(client, producer_id, outcome.rows, bodies, epoch), len(bodies))
 
     send_all(requests_of(chunks, batch_entries, batch_bytes), send, "dledger-spark-numbered")
     return TaskOutcome(outcome.rows, outcome.appended, tuple(outcome.runs))

@@ -116,8 +116,9 @@ def write_task(
     try:
         if options.exactly_once:
             chunks = (bodies_of_rows(batch, columns, as_records=True)[0] for batch in rows)
-            pid = ids.producer_id()
-            out = send_numbered(cast(StampedClient, client), chunks, options.batch_entries, options.batch_bytes, pid)
+            stamped = cast(StampedClient, client)
+            pid, epoch = ids.producer_id(), ids.epoch
+            out = send_numbered(stamped, chunks, options.batch_entries, options.batch_bytes, pid, epoch)
             return AppendedMessage(
                 out.first, out.last, out.rows, ids.partition, ids.attempt, out.appended, out.runs, exactly_once=True
             )

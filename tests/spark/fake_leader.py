@@ -33,6 +33,7 @@ class FakeLeader:
     log: list[tuple[int, int, Record]] = field(default_factory=list)
     next_seq: dict[int, int] = field(default_factory=dict)
     recent: dict[int, list[tuple[int, int, int]]] = field(default_factory=dict)  # (first_seq, count, first_index)
+    epochs: dict[int, int] = field(default_factory=dict)
     calls: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     # hook(call number, stamp, records) -> an exception to raise before appending, or None
@@ -53,6 +54,15 @@ class FakeLeader:
 
     def _append(self, records: Sequence[Record], stamp: Any) -> Result:
         pid, seq, n = stamp.producer_id, stamp.first_seq, len(records)
+        epoch = self.epochs.get(pid, -1)
+        if stamp.epoch < epoch:
+            raise DLedgerError(ResponseCode.PRODUCER_FENCED, f"producer {pid} is at epoch {epoch}")
+        if stamp.epoch > epoch:  # a new epoch starts the producer afresh
+            if seq != 0:
+                raise DLedgerError(ResponseCode.UNKNOWN_PRODUCER, f"epoch {stamp.epoch} starts at 0, got {seq}")
+            self.epochs[pid] = stamp.epoch
+            self.next_seq.pop(pid, None)
+            self.recent.pop(pid, None)
         expected = self.next_seq.get(pid, 0)
         if seq + n <= expected:
             runs = tuple((first, count) for s, count, first in self.recent.get(pid, []) if s == seq and count == n)
@@ -79,7 +89,7 @@ class FakeClient:
 
     def append_records(self, records: Sequence[Record], *, stamp: Any = None) -> Result:
         """Append with a stamp (the fake only knows the idempotent path)."""
-        assert stamp is not None and stamp.epoch == 0
+        assert stamp is not None
         return self.leader.append(list(records), stamp)
 
     def close(self) -> None:

@@ -42,8 +42,8 @@ def values(n: int, tag: str = "r") -> list[bytes]:
     return [f"{tag}{k}".encode().ljust(8, b".") for k in range(n)]
 
 
-def send(leader: FakeLeader, n: int, pid: int = PID, batch_entries: int = 5, tag: str = "r") -> Any:
-    return send_numbered(FakeClient(leader), chunks(n, tag=tag), batch_entries, 1 << 20, pid)
+def send(leader: FakeLeader, n: int, pid: int = PID, batch_entries: int = 5, tag: str = "r", epoch: int = 0) -> Any:
+    return send_numbered(FakeClient(leader), chunks(n, tag=tag), batch_entries, 1 << 20, pid, epoch)
 
 
 def test_rows_are_numbered_in_order_in_requests_of_batch_entries() -> None:
@@ -102,17 +102,33 @@ def test_other_partitions_and_jobs_are_other_producers() -> None:
     send(leader, 10, TaskIds("job-1", -1, 0).producer_id(), tag="a")
     send(leader, 10, TaskIds("job-1", -1, 1).producer_id(), tag="b")
     send(leader, 10, TaskIds("job-2", -1, 0).producer_id(), tag="c")
-    send(leader, 10, TaskIds("q", 4, 0).producer_id(), tag="d")
-    send(leader, 10, TaskIds("q", 5, 0).producer_id(), tag="e")
+    send(leader, 10, TaskIds("q", 4, 0).producer_id(), tag="d", epoch=4)
+    send(leader, 10, TaskIds("q", 5, 0).producer_id(), tag="e", epoch=5)  # the next micro-batch: a new epoch
     assert Counter(v[:1] for v in leader.values()) == Counter({b"a": 10, b"b": 10, b"c": 10, b"d": 10, b"e": 10})
+    assert len(leader.epochs) == 4  # the stream's partition is one producer for both batches
+
+
+def test_a_leftover_attempt_of_an_earlier_micro_batch_is_fenced() -> None:
+    leader = FakeLeader()
+    batch4, batch5 = TaskIds("q", 4, 0), TaskIds("q", 5, 0)
+    send(leader, 10, batch4.producer_id(), tag="d", epoch=batch4.epoch)
+    send(leader, 10, batch5.producer_id(), tag="e", epoch=batch5.epoch)
+    with pytest.raises(ProducerWriteError, match=r"PRODUCER_FENCED: a newer epoch .*a later micro-batch"):
+        send(leader, 12, batch4.producer_id(), tag="d", epoch=batch4.epoch)  # a zombie of batch 4
+    assert leader.values() == values(10, "d") + values(10, "e")
+    again = send(leader, 10, batch5.producer_id(), tag="e", epoch=batch5.epoch)  # batch 5 replayed: duplicates
+    assert again.appended == 0 and len(leader.log) == 20
 
 
 def test_producer_ids_are_stable_in_range_and_ignore_the_attempt() -> None:
     ids = TaskIds("job-1", -1, 3, attempt=0)
     assert ids.producer_id() == TaskIds("job-1", -1, 3, attempt=2).producer_id()
     assert 2**62 <= ids.producer_id() <= 2**63 - 1
-    others = {TaskIds("job-1", -1, 4), TaskIds("job-2", -1, 3), TaskIds("job-1", 0, 3), TaskIds("job-1", 1, 3)}
+    others = {TaskIds("job-1", -1, 4), TaskIds("job-2", -1, 3), TaskIds("job-1", 0, 3), TaskIds("job-1", 0, 4)}
     assert len({o.producer_id() for o in others} | {ids.producer_id()}) == 5
+    # a stream's partition: one producer id for every micro-batch, the batch id its epoch
+    assert TaskIds("job-1", 0, 3).producer_id() == TaskIds("job-1", 7, 3, attempt=1).producer_id()
+    assert [TaskIds("job-1", b, 3).epoch for b in (-1, 0, 7)] == [0, 0, 7]
 
 
 def test_an_unknown_outcome_is_sent_again_and_lands_once() -> None:

@@ -22,7 +22,7 @@ import dledger
 from dledger.cli.cluster_runner import LocalCluster
 from dledger.client import DLedgerClient
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.record import record_of
+from dledger.record import record_of, record_stamp
 from dledger.spark.exactly_once import TaskIds
 from dledger.spark.live import default_client_factory
 from dledger.spark.options import parse_write_options
@@ -48,6 +48,22 @@ def log_values(cluster: LocalCluster, start: int) -> list[bytes]:
         while index <= end:
             entries = client.get_records(index, min(1000, end - index + 1))
             out.extend(r.value for r in entries)
+            index += len(entries)
+    return out
+
+
+def log_stamps(cluster: LocalCluster, start: int) -> set[tuple[int, int]]:
+    """The (producer id, epoch) of every stamped record from `start` on."""
+    with DLedgerClient(cluster.peers, GROUP, timeout_s=30) as client:
+        end = client.metadata().committed_index
+        out: set[tuple[int, int]] = set()
+        index = start
+        while index <= end:
+            entries = client.get(index, min(1000, end - index + 1))
+            for entry in entries:
+                stamp = record_stamp(entry.body) if entry.magic == MAGIC_RECORD else None
+                if stamp is not None:
+                    out.add((stamp[0], stamp[1]))
             index += len(entries)
     return out
 
@@ -143,6 +159,11 @@ def test_a_stream_killed_mid_batch_and_restarted_writes_every_row_once(cluster: 
     assert finish.wait(JOB_TIMEOUT_S) == 0, (tmp_path / "finish.log").read_text(errors="replace")[-4000:]
     values = Counter(v for v in log_values(cluster, start) if v.startswith(b"s"))
     assert values == Counter(b"s%d" % k for k in range(rows))
+    # one producer per partition for the whole query, each micro-batch a new epoch of it
+    # (not a producer per batch and partition, which the leader would keep for a day)
+    stamps = log_stamps(cluster, start)
+    producers, epochs = {pid for pid, _ in stamps}, {epoch for _, epoch in stamps}
+    assert len(epochs) >= rows // 300 and len(producers) <= 2, (len(producers), sorted(epochs))
 
 
 def test_exactly_once_writes_records_and_at_least_once_plain_entries(spark: Any, cluster: LocalCluster) -> None:
