@@ -315,6 +315,10 @@ class DLedgerConfig:
     # dledger-py (Kafka's producer.id.expiration.ms): an idempotent producer idle this
     # long in log time is forgotten (see dledger.raft.producers)
     producer_id_expiration_ms: int = field(default=86_400_000, metadata={"yaml": "producerIdExpirationMs"})
+    # dledger-py: the most idempotent producers the leader keeps at once; a request that
+    # would start one more is refused with TOO_MANY_PRODUCERS (every member holds the
+    # table in memory, 300-550 bytes a producer, and saves it whole)
+    max_producers: int = field(default=200_000, metadata={"yaml": "maxProducers"})
 
     # replication
     max_pending_requests_num: int = 10000
@@ -402,7 +406,7 @@ class DLedgerConfig:
                 raise ConfigError(f"{name} must be positive")
         if self.max_push_in_flight_per_peer <= 0:
             raise ConfigError("max_push_in_flight_per_peer must be positive")
-        for name in ("snapshot_threshold", "max_snapshot_reserved_num", "producer_id_expiration_ms"):
+        for name in ("snapshot_threshold", "max_snapshot_reserved_num", "producer_id_expiration_ms", "max_producers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}")

@@ -124,11 +124,9 @@ class DLedgerNode:
         self._commit_cond = threading.Condition(self._lock)
         self._appends: deque[_ClientAppend] = deque()
         self._durable = SyncDurability(self.store, self._commit_pass, config.self_id) if self.sync_mode else None
-        self.caller = (
-            StateMachineCaller(self.store, lambda: self.core.member_state.committed_index, state_machine)
-            if state_machine is not None
-            else None
-        )
+        self.caller: StateMachineCaller | None = None
+        if state_machine is not None:
+            self.caller = StateMachineCaller(self.store, lambda: self.core.member_state.committed_index, state_machine)
         self._stopped = False
         self.producers = NodeProducers(self.store, node_dir, config, self._fold_limit)
         self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest
@@ -358,8 +356,7 @@ class DLedgerNode:
         return answer
 
     def init_producer(self) -> int:
-        """A producer id for an idempotent producer, as leader (`NodeProducers.allocate`);
-        LEADER_NOT_READY (retried by clients) until an entry of the term is committed."""
+        """A producer id, as leader (`NodeProducers.allocate`; else LEADER_NOT_READY)."""
         with self._step() as now:
             producer_id, noop = self.producers.allocate(self.driver, now)
         if noop and self._durable is not None:

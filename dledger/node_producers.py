@@ -10,7 +10,8 @@ numbers from 0); the leader checks each numbered request against its producer ta
 - records the log already holds are not appended again: the answer gives their indexes
   (once they are committed), so a retry after an unknown outcome is safe;
 - a gap, an older epoch or a producer the leader does not know is refused
-  (OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER).
+  (OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER), and so is one producer
+  more than `max_producers` (TOO_MANY_PRODUCERS).
 
 Every member folds the committed log's stamps into its committed table in the
 background (`fold_pass`) and saves it in `<node dir>/producers` (the folded index, then
@@ -47,6 +48,10 @@ log = logging.getLogger(__name__)
 IMAGE_FILE = "producers"
 SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
+SAVE_DUTY = 20
+"""A save waits at least this many times as long as the last one took after it (a large
+table is saved less often: saving holds the producers' lock, which numbered appends
+need)."""
 LEADER_FOLD_LIMIT = 2 * FOLD_BATCH_ENTRIES
 """A leader's first numbered request of a term folds what the background has not folded
 yet, under the node's lock; with more committed entries than this still to fold (a
@@ -71,6 +76,11 @@ class StampedAppend:
     future: Future[int]
 
 
+def _elapsed_s() -> float:
+    """Seconds on a monotonic clock: how long a save takes (tests replace it)."""
+    return time.monotonic()
+
+
 def read_stamp(body: bytes) -> Stamp | None:
     """The stamp of a record body, None for an unstamped one."""
     fields = record_stamp(body)
@@ -90,7 +100,8 @@ class NodeProducers:
         store: the member's log.
         node_dir: where the saved image lives (None: not saved, folded from the log).
         config: `producer_id_expiration_ms` (log time after which an idle producer is
-            forgotten) and `java_compat` (no records there).
+            forgotten), `max_producers` (the leader's limit) and `java_compat` (no
+            records there).
         committed_index: the member's commit index now.
         wall_ms: the clock a leader stamps appends with (ms since the epoch).
     """
@@ -112,12 +123,15 @@ class NodeProducers:
         self.log = ProducerLog(store, fold)
         self.saved_index = fold.next_index - 1
         self._saved_at_ms = 0.0
+        self.save_every_ms = float(SAVE_EVERY_MS)
+        """The least time between two saves (`SAVE_DUTY` times the last save's)."""
         self._clean = True
         """No stamp folded since the last save: entries folded since hold none, so the
         saved image covers them too (retention may take them)."""
         self._inflight: dict[int, Future[int]] = {}
         self._ids = ProducerIdBlocks()
         self.java_compat = config.store.java_compat
+        self.max_producers = config.max_producers
 
     def _load(self, expiration_ms: int) -> StampFold:
         begin, end = max(self.store.begin_index, 0), self.store.end_index
@@ -146,7 +160,7 @@ class NodeProducers:
         until the next pass wants to run (0: more to fold)."""
         with self.lock:
             folded = self._fold()
-            due = self.wall_ms() - self._saved_at_ms >= SAVE_EVERY_MS
+            due = self.wall_ms() - self._saved_at_ms >= self.save_every_ms
             if due and not self._clean:
                 self.save()
         return 0 if folded else None
@@ -209,6 +223,7 @@ class NodeProducers:
         if self.path is None:
             self.saved_index = index
             return
+        started = _elapsed_s()
         data = self.log.committed.encode()
         tmp = self.path.with_name(IMAGE_FILE + ".tmp")
         try:
@@ -220,6 +235,7 @@ class NodeProducers:
             return
         self.saved_index = index
         self._saved_at_ms = self.wall_ms()
+        self.save_every_ms = max(float(SAVE_EVERY_MS), SAVE_DUTY * 1000 * (_elapsed_s() - started))
         self._clean = not self.log.committed.open_run
 
     def retention_floor(self) -> int:
@@ -268,7 +284,7 @@ class NodeProducers:
         """Check and append one numbered request as leader (the node's lock held).
 
         Raises:
-            DLedgerError: OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER,
+            DLedgerError: OUT_OF_ORDER_SEQUENCE, PRODUCER_FENCED, UNKNOWN_PRODUCER, TOO_MANY_PRODUCERS,
                 UNEXPECTED_ARGUMENT (a field out of range), or what the leader's append
                 raises; nothing was appended.
         """
@@ -311,6 +327,12 @@ class NodeProducers:
                 )
             if verdict in (Verdict.DUPLICATE, Verdict.STALE):
                 return StampedAppend(check.runs, True, self._committed(driver, check.runs, now_ms))
+            if not table.admits(producer_id, self.max_producers, max(table.clock_ms, self.wall_ms())):
+                raise DLedgerError(
+                    ResponseCode.TOO_MANY_PRODUCERS,
+                    f"the leader keeps {self.max_producers} idempotent producers already (maxProducers; one is "
+                    f"forgotten {table.expiration_ms} ms of log time after its last write): nothing was appended",
+                )
             skip = check.expected_seq - first_seq if verdict is Verdict.PARTIAL else 0
             run, future = self._append_new(driver, table, bodies[skip:], producer_id, epoch, first_seq + skip, now_ms)
             if verdict is Verdict.PARTIAL and check.runs:

@@ -92,6 +92,7 @@ FAIL_CODES = frozenset(
         ResponseCode.OUT_OF_ORDER_SEQUENCE,
         ResponseCode.PRODUCER_FENCED,
         ResponseCode.UNKNOWN_PRODUCER,
+        ResponseCode.TOO_MANY_PRODUCERS,
     }
 )
 """Refused as such (retrying the same request cannot help); nothing was appended."""

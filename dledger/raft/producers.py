@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 MAX_ID = 2**63 - 1
@@ -47,6 +46,9 @@ DEFAULT_EXPIRATION_MS = 86_400_000
 DEFAULT_BATCHES_KEPT = 5
 """Kafka keeps the last five batches per producer (its `max.in.flight` limit for
 idempotence); a client with more requests in flight may see `STALE` on a retry."""
+
+ROOM_SWEEP_MS = 1000
+"""A full table looks for idle producers to forget at most this often (`admits`)."""
 
 _FORMAT_VERSION = 1
 _HEADER = struct.Struct(">BqqII")  # version, clock, expiration, batches kept, producer count
@@ -104,7 +106,7 @@ class Check:
     """For FENCED: the producer's current epoch."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Batch:
     first_seq: int
     last_seq: int
@@ -115,7 +117,8 @@ class _Batch:
 class _Producer:
     epoch: int
     last_time_ms: int
-    batches: deque[_Batch] = field(default_factory=deque)
+    batches: tuple[_Batch, ...] = ()
+    """The last `batches_kept` requests, oldest first (a tuple: copies of the table share it)."""
 
     @property
     def last_seq(self) -> int:
@@ -139,6 +142,7 @@ class ProducerTable:
         """The latest append time recorded: the table's notion of now."""
         self._producers: dict[int, _Producer] = {}
         self._next_sweep_ms = 0
+        self._room_swept_ms: int | None = None
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -189,23 +193,42 @@ class ProducerTable:
             producer = _Producer(stamp.epoch, stamp.append_time_ms)
             self._producers[stamp.producer_id] = producer
         producer.last_time_ms = max(producer.last_time_ms, stamp.append_time_ms)
-        producer.batches.append(_Batch(stamp.first_seq, stamp.last_seq, first_index))
-        while len(producer.batches) > self.batches_kept:
-            producer.batches.popleft()
+        kept = producer.batches[max(0, len(producer.batches) - self.batches_kept + 1) :]
+        producer.batches = (*kept, _Batch(stamp.first_seq, stamp.last_seq, first_index))
         if self.clock_ms >= self._next_sweep_ms:
             self.expire()
 
-    def expire(self) -> list[int]:
-        """Forget every producer idle for longer than `expiration_ms`; their ids."""
-        gone = [pid for pid, p in self._producers.items() if self.clock_ms - p.last_time_ms > self.expiration_ms]
+    def expire(self, now_ms: int | None = None) -> list[int]:
+        """Forget every producer idle for longer than `expiration_ms` at `now_ms`
+        (default: the table's clock); their ids."""
+        now = self.clock_ms if now_ms is None else max(now_ms, self.clock_ms)
+        gone = [pid for pid, p in self._producers.items() if now - p.last_time_ms > self.expiration_ms]
         for pid in gone:
             del self._producers[pid]
         self._next_sweep_ms = self.clock_ms + max(1, self.expiration_ms // 8)
         return gone
 
+    def admits(self, producer_id: int, max_producers: int, now_ms: int) -> bool:
+        """Whether a request of `producer_id` appended at `now_ms` keeps the table at
+        `max_producers` producers or fewer (the leader's check before a NEW request):
+        always for a live producer; for another, when there is room once the producers
+        idle for longer than `expiration_ms` at `now_ms` are forgotten, which is looked
+        for at most once per `ROOM_SWEEP_MS` (a sweep walks the whole table)."""
+        if len(self._producers) < max_producers or self._live(producer_id) is not None:
+            return True
+        swept = self._room_swept_ms
+        if swept is None or now_ms - swept >= ROOM_SWEEP_MS or now_ms < swept:
+            self._room_swept_ms = now_ms
+            self.expire(now_ms)
+        return len(self._producers) < max_producers
+
     def copy(self) -> ProducerTable:
-        """An independent copy (the leader's view of its uncommitted tail starts as one)."""
-        return ProducerTable.decode(self.encode())
+        """An independent copy (the leader's view of its uncommitted tail starts as one):
+        the producers are copied, their batch tuples shared."""
+        table = ProducerTable(self.expiration_ms, self.batches_kept)
+        table.clock_ms, table._next_sweep_ms = self.clock_ms, self._next_sweep_ms
+        table._producers = {pid: _Producer(p.epoch, p.last_time_ms, p.batches) for pid, p in self._producers.items()}
+        return table
 
     def encode(self) -> bytes:
         """A versioned, checksummed image of the table (for snapshots and restarts);
@@ -242,11 +265,11 @@ class ProducerTable:
             for _ in range(count):
                 pid, epoch, last_time, nbatches = _PRODUCER.unpack_from(body, offset)
                 offset += _PRODUCER.size
-                producer = _Producer(epoch, last_time)
+                batches = []
                 for _ in range(nbatches):
-                    producer.batches.append(_Batch(*_BATCH.unpack_from(body, offset)))
+                    batches.append(_Batch(*_BATCH.unpack_from(body, offset)))
                     offset += _BATCH.size
-                table._producers[pid] = producer
+                table._producers[pid] = _Producer(epoch, last_time, tuple(batches))
         except struct.error as exc:
             raise ValueError(f"producer table image is truncated: {exc}") from None
         if offset != len(body):
@@ -255,7 +278,7 @@ class ProducerTable:
         return table
 
 
-def _runs_of(batches: deque[_Batch], first_seq: int, last_seq: int) -> tuple[tuple[int, int], ...]:
+def _runs_of(batches: tuple[_Batch, ...], first_seq: int, last_seq: int) -> tuple[tuple[int, int], ...]:
     """The index runs holding sequence numbers first_seq..last_seq, if all are kept."""
     runs: list[tuple[int, int]] = []
     seq = first_seq

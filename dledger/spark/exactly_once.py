@@ -35,6 +35,8 @@ _PRODUCER_CODES = {
     "or the partition's rows are not the same on this attempt)",
     ResponseCode.UNKNOWN_PRODUCER: "the leader no longer knows this task's producer id (it expired: "
     "producerIdExpirationMs of log time passed since the task's last write)",
+    ResponseCode.TOO_MANY_PRODUCERS: "the leader keeps as many idempotent producers as it may (maxProducers); "
+    "one is forgotten producerIdExpirationMs of log time after its last write",
     ResponseCode.PRODUCER_FENCED: "a newer epoch of this task's producer id has written (a later micro-batch of "
     "the query: this attempt is a leftover of an earlier batch; or another writer uses the id)",
 }
@@ -155,8 +157,8 @@ def send_request(client: StampedClient, producer_id: int, first_seq: int, bodies
     `RESENDS` times (the client itself resends until its timeout first).
 
     Raises:
-        ProducerWriteError: OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER, PRODUCER_FENCED or a
-            java_compat cluster's refusal.
+        ProducerWriteError: OUT_OF_ORDER_SEQUENCE, UNKNOWN_PRODUCER, PRODUCER_FENCED,
+            TOO_MANY_PRODUCERS or a java_compat cluster's refusal.
         DLedgerError: another refusal, or still unknown after the resends.
     """
     from dledger.client import IndeterminateError, ProducerStamp

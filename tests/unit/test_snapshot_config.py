@@ -29,7 +29,9 @@ def test_yaml_file_sets_them_by_dledgers_names(tmp_path: Path) -> None:
     assert (config.enable_snapshot, config.snapshot_threshold, config.max_snapshot_reserved_num) == (True, 50, 5)
 
 
-@pytest.mark.parametrize("name", ["snapshot_threshold", "max_snapshot_reserved_num"])
+@pytest.mark.parametrize(
+    "name", ["snapshot_threshold", "max_snapshot_reserved_num", "producer_id_expiration_ms", "max_producers"]
+)
 @pytest.mark.parametrize("value", [0, -1, True, 2.5, "3"])
 def test_non_positive_or_non_integer_values_are_refused(name: str, value: object) -> None:
     with pytest.raises(ConfigError, match=f"{name} must be a positive integer"):

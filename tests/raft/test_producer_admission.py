@@ -1,21 +1,29 @@
-"""Producer ids from committed blocks: unique across leaders and terms however many are
-asked for, in [2^61, 2^62), and a new block only from a newer committed entry of the
-leader's own term."""
+"""What a caller can make a leader keep for idempotent producers, asking as often as it
+likes: producer ids from committed blocks (unique across leaders and terms however many
+are asked for, in [2^61, 2^62), a new block only from a newer committed entry of the
+leader's own term), at most `max_producers` producers in the table, and saves of a large
+table spaced by their cost."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dledger import node_producers
 from dledger.client.types import DERIVED_PRODUCER_IDS
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import DLedgerConfig
 from dledger.entry import MAGIC_NOOP
 from dledger.node_producers import NodeProducers
 from dledger.raft import producer_ids
 from dledger.raft.producer_ids import BLOCK_IDS, FIRST_ALLOCATED, MAX_BLOCK, ProducerIdBlocks
+from dledger.raft.producers import ProducerTable, Stamp, Verdict
+from dledger.record import encode_record
 from tests.raft.cluster import Cluster
 
 pytestmark = pytest.mark.unit
@@ -125,10 +133,20 @@ def test_ids_are_unique_across_leaders_stale_leaders_and_terms(
 # -- the leader's side (`NodeProducers.allocate` on a deterministic cluster)
 
 
-def _producers(c: Cluster, node_id: str, **store: object) -> NodeProducers:
+def _producers(
+    c: Cluster,
+    node_id: str,
+    wall_ms: Callable[[], int] | None = None,
+    node_dir: Path | None = None,
+    max_producers: int = 200_000,
+    **store: object,
+) -> NodeProducers:
     member = c.members[node_id]
-    config = replace(member.config, store=replace(member.config.store, **store))
-    return NodeProducers(member.store, None, config, lambda: member.core.member_state.committed_index)
+    config = replace(member.config, store=replace(member.config.store, **store), max_producers=max_producers)
+    committed = lambda: member.core.member_state.committed_index  # noqa: E731
+    if wall_ms is None:
+        return NodeProducers(member.store, node_dir, config, committed)
+    return NodeProducers(member.store, node_dir, config, committed, wall_ms)
 
 
 @pytest.mark.interaction
@@ -187,3 +205,78 @@ def test_only_a_leader_allocates_and_a_noop_waits_out_a_transfer(monkeypatch: py
     with pytest.raises(DLedgerError) as info:  # a NOOP now would hold the transferee back
         producers.allocate(c.members[leader].driver, c.now)
     assert info.value.code == ResponseCode.LEADER_TRANSFERRING and store.end_index == end
+
+
+# -- at most max_producers producers
+
+
+def _stamped(c: Cluster, node_id: str, producers: NodeProducers, pid: int, epoch: int = 0, seq: int = 0) -> int:
+    """Append one numbered record of `pid` as the leader, committed; its index."""
+    answer = producers.append(c.members[node_id].driver, [encode_record(b"v")], pid, epoch, seq, c.now)
+    c.run_until(answer.future.done)
+    return answer.future.result()
+
+
+def test_a_full_table_admits_its_producers_and_a_new_one_once_an_idle_one_is_forgotten() -> None:
+    table = ProducerTable(expiration_ms=10_000)
+    for pid, at in ((1, 1_000), (2, 2_000), (3, 3_000)):
+        table.record(Stamp(pid, 0, 0, 1, at), first_index=pid)
+    assert table.admits(2, 3, 4_000) and not table.admits(4, 3, 4_000)  # full; nobody idle long enough
+    assert not table.admits(4, 3, 10_800)  # producer 1 idle 9,800 ms: still kept
+    assert not table.admits(4, 3, 11_500)  # idle 10,500 ms, but a full table looked 700 ms ago
+    assert table.admits(4, 3, 11_800) and len(table) == 2  # looked again: producer 1 forgotten
+    assert table.check(Stamp(1, 0, 1, 1)).verdict is Verdict.UNKNOWN_PRODUCER
+
+
+@pytest.mark.interaction
+def test_the_leader_refuses_a_producer_past_max_producers_and_appends_nothing() -> None:
+    c = Cluster(3, seed=5)
+    leader = c.elect()
+    wall = [1_000_000]
+    producers = _producers(c, leader, wall_ms=lambda: wall[0], max_producers=2)
+    store = c.members[leader].store
+    _stamped(c, leader, producers, 101)
+    _stamped(c, leader, producers, 102)
+    end = store.end_index
+    with pytest.raises(DLedgerError) as info:
+        producers.append(c.members[leader].driver, [encode_record(b"v")], 103, 0, 0, c.now)
+    assert info.value.code == ResponseCode.TOO_MANY_PRODUCERS and "maxProducers" in info.value.message
+    assert store.end_index == end
+    _stamped(c, leader, producers, 101, seq=1)  # a kept producer goes on,
+    _stamped(c, leader, producers, 102, epoch=1)  # or starts a new epoch: no more producers
+    wall[0] += DLedgerConfig().producer_id_expiration_ms + 1  # a day later by the leader's clock
+    _stamped(c, leader, producers, 103)  # the idle ones were forgotten: room again
+
+
+def test_a_large_table_is_saved_less_often(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    c = Cluster(1, seed=6)
+    leader = c.elect()
+    wall = [1_000_000]
+    producers = _producers(c, leader, wall_ms=lambda: wall[0], node_dir=tmp_path)
+    took = iter([0.25, 0.001, 0.001])  # how long each save takes
+    clock = {"now": 10.0, "calls": 0}
+
+    def elapsed_s() -> float:  # called as a save starts and as it ends
+        clock["calls"] += 1
+        if clock["calls"] % 2 == 0:
+            clock["now"] += next(took)
+        return clock["now"]
+
+    monkeypatch.setattr(node_producers, "_elapsed_s", elapsed_s)
+    saves: list[int] = []
+
+    def stamp_and_pass(pid: int, after_ms: int) -> None:
+        _stamped(c, leader, producers, pid)
+        wall[0] += after_ms
+        before = (tmp_path / "producers").stat().st_mtime_ns if (tmp_path / "producers").exists() else 0
+        while producers.fold_pass() == 0:
+            pass
+        saves.append(int((tmp_path / "producers").exists() and (tmp_path / "producers").stat().st_mtime_ns != before))
+
+    stamp_and_pass(1, 1_000)  # saved: 250 ms
+    assert producers.save_every_ms == 5_000
+    stamp_and_pass(2, 4_000)  # 4 s after: not yet
+    stamp_and_pass(3, 1_000)  # 5 s after: saved (1 ms)
+    assert producers.save_every_ms == 1_000
+    stamp_and_pass(4, 1_000)
+    assert saves == [1, 0, 1, 1]
