@@ -123,6 +123,10 @@ def _leaf(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        # key identifiers: a verifier that trusts two CAs of the same name (a CA being
+        # rotated) finds the one that signed this certificate
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     return builder.sign(ca_key, hashes.SHA256()), key
 
@@ -176,6 +180,7 @@ def _write_all(directory: Path, plan: CertPlan) -> list[Path]:
         _builder(f"dledger dev CA ({plan.group})", ca_name, ca_key.public_key(), plan.days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     written = [directory / CA_CERT, directory / CA_KEY]

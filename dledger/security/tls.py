@@ -1,16 +1,26 @@
 """TLS settings of a member or a client: certificate, key and CA files, loaded into gRPC
 credentials. Members require and verify a client certificate (mutual TLS).
 
+A member's server reads its files again when they change (`server_credentials`: gRPC
+asks before every new connection's handshake, the files are looked at no more than once
+a second), so certificates, keys and CAs are rotated without a restart; a rotation half
+done (a certificate whose key is not there yet) or an unreadable file keeps the files
+read before, with an error logged. The member's own connections to its peers follow
+(`dledger.transport.grpc_client.GrpcTransport`).
+
 gRPC is imported only where credentials are made: a `TlsConfig` is a plain value that
 Spark pickles to its executors without importing gRPC where it is unpickled."""
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 ENV_CERT = "DLEDGER_TLS_CERT"
 ENV_KEY = "DLEDGER_TLS_KEY"
@@ -104,28 +114,78 @@ class TlsConfig:
             out.append(data)
         return out[0], out[1], out[2]
 
+    def read_matching(self) -> tuple[bytes, bytes, bytes]:
+        """`read`, and the key must be the certificate's (a rotation may be half done).
+
+        Raises:
+            TlsError: a file cannot be read, is not PEM, or the key does not match.
+        """
+        cert, key, ca = self.read()
+        if cert and not key_matches(cert, key):
+            raise TlsError(f"the TLS key {self.key} is not the key of the certificate {self.cert}")
+        return cert, key, ca
+
     def server_credentials(self, *, client_certificates: bool = True) -> Any:
         """gRPC server credentials that require a client certificate from this CA
-        (`client_certificates=False`: server-side TLS, no client certificate asked for)."""
+        (`client_certificates=False`: server-side TLS, no client certificate asked for),
+        taking the files again after they change (see the module docstring).
+
+        Raises:
+            TlsError: the files cannot be read now, or the key does not match.
+        """
         import grpc  # type: ignore[import-untyped]
 
-        cert, key, ca = self.read()
-        if not client_certificates:
-            return grpc.ssl_server_credentials([(key, cert)])
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=True)
+        from dledger.security.watch import FileWatch
 
-    def channel_credentials(self, token: str | None = None) -> Any:
+        def configuration(files: tuple[bytes, bytes, bytes]) -> Any:
+            cert, key, ca = files
+            return grpc.ssl_server_certificate_configuration([(key, cert)], ca if client_certificates else None)
+
+        watch = FileWatch([self.cert, self.key, self.ca])
+        initial = configuration(self.read_matching())
+
+        def fetch() -> Any:
+            if not watch.changed():
+                return None
+            try:
+                files = self.read_matching()
+            except TlsError as exc:
+                log.error("%s; the TLS files read before stay in use", exc)
+                return None
+            log.info("read the TLS files again (%s, %s, %s)", self.cert, self.key, self.ca)
+            return configuration(files)
+
+        return grpc.dynamic_ssl_server_credentials(initial, fetch, require_client_authentication=client_certificates)
+
+    def channel_credentials(self, token: str | None = None, *, files: tuple[bytes, bytes, bytes] | None = None) -> Any:
         """gRPC channel credentials presenting this certificate (if any), trusting this
-        CA, and sending `token` as `authorization: Bearer` with every call."""
+        CA, and sending `token` as `authorization: Bearer` with every call (`files`:
+        what `read` gave, when the caller has read them already)."""
         import grpc
 
-        cert, key, ca = self.read()
+        cert, key, ca = files if files is not None else self.read()
         credentials = grpc.ssl_channel_credentials(
             root_certificates=ca, private_key=key or None, certificate_chain=cert or None
         )
         if token:
             credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
         return credentials
+
+
+def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    """Whether `key_pem` (PEM private key) is the key of `cert_pem` (PEM certificate,
+    its first one); False for data neither parses as."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    try:
+        cert_key = x509.load_pem_x509_certificate(cert_pem).public_key()
+        private = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        return False
+    encoding = serialization.Encoding.DER
+    return bool(cert_key.public_bytes(encoding, public) == private.public_key().public_bytes(encoding, public))
 
 
 def is_loopback(address: str) -> bool:

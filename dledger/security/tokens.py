@@ -25,20 +25,17 @@ import logging
 import os
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from dledger.security.identity import ROLES, Identity
+from dledger.security.watch import FileWatch
 
 BEARER = "bearer "
 """The scheme prefix of the `authorization` header (compared case-insensitively)."""
 
 log = logging.getLogger(__name__)
-
-RECHECK_S = 1.0
-"""How often, at most, a member looks whether its tokens file changed."""
 
 TOKEN_BYTES = 32
 """Random bytes in a token `new_token` makes (43 URL-safe characters)."""
@@ -137,9 +134,9 @@ class TokenFile:
     """The tokens of a tokens file, read again when the file changes.
 
     A call's `caller` looks at the file's inode, size and modification time when
-    `RECHECK_S` has passed since the last look, and reads it again when one of them
-    changed. A file that cannot be read or is malformed keeps the tokens read before
-    (the error is logged once per change of the file).
+    `RECHECK_S` has passed since the last look (`dledger.security.watch`), and reads it
+    again when one of them changed. A file that cannot be read or is malformed keeps the
+    tokens read before (the error is logged once per change of the file).
 
     Args:
         path: the tokens file.
@@ -151,44 +148,25 @@ class TokenFile:
 
     def __init__(self, path: str | Path, clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen = self._signature()
+        self._watch = FileWatch([self.path], clock)  # before reading: a change meanwhile is seen
         self.store = TokenStore.load(self.path)
-        self._checked = clock()
         self.reloads = 0
         """How often the file was read again after start (tests, logs)."""
 
     def __len__(self) -> int:
         return len(self.store)
 
-    def _signature(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_size, st.st_mtime_ns
-
     def refresh(self) -> None:
         """Read the file again if `RECHECK_S` passed since the last look and it changed."""
-        now = self._clock()
-        if now - self._checked < RECHECK_S:
+        if not self._watch.changed():
             return
-        with self._lock:
-            if now - self._checked < RECHECK_S:
-                return
-            self._checked = now
-            seen = self._signature()
-            if seen == self._seen:
-                return
-            self._seen = seen
-            try:
-                store = TokenStore.load(self.path)
-            except TokenFileError as exc:
-                log.error("%s; the %d tokens read before stay in force", exc, len(self.store))
-                return
-            self.store, self.reloads = store, self.reloads + 1
-            log.info("read the tokens file %s again: %d tokens", self.path, len(store))
+        try:
+            store = TokenStore.load(self.path)
+        except TokenFileError as exc:
+            log.error("%s; the %d tokens read before stay in force", exc, len(self.store))
+            return
+        self.store, self.reloads = store, self.reloads + 1
+        log.info("read the tokens file %s again: %d tokens", self.path, len(store))
 
     def caller(self, metadata: Metadata) -> Identity | None:
         """`TokenStore.caller` with the file's current tokens."""

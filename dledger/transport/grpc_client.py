@@ -8,6 +8,7 @@ fails before the caller's view of the group goes stale.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future
@@ -29,7 +30,8 @@ from dledger.raft.messages import (
     VoteRequest,
 )
 from dledger.raft.snapshot_dispatch import INSTALL_SNAPSHOT_TIMEOUT_MS
-from dledger.security.tls import TlsConfig
+from dledger.security.tls import TlsConfig, TlsError
+from dledger.security.watch import FileWatch
 from dledger.transport.convert import MalformedMessage, from_pb, pb_grpc, to_pb
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -63,6 +65,9 @@ _METHODS: dict[type[RequestOrResponse], str] = {
     LeadershipTransferRequest: "LeadershipTransfer",
     ReadIndexRequest: "ReadIndex",
 }
+
+
+log = logging.getLogger(__name__)
 
 
 def peer_deadline_ms(config: DLedgerConfig) -> int:
@@ -137,10 +142,41 @@ class GrpcTransport:
         self._keepers: dict[str, Any] = {}  # peer -> the standing health Watch call
         self._keeper_tried: dict[str, float] = {}
         self._closed = False
-        tls = member_tls(config)
-        self._credentials = tls.channel_credentials() if tls is not None else None
+        self._tls = member_tls(config)
+        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
+        self._tls_watch = FileWatch([self._tls.cert, self._tls.key, self._tls.ca]) if self._tls is not None else None
+
+    def _renew_credentials(self) -> None:
+        """The member's TLS files changed: later calls go over new channels presenting
+        the new certificate and trusting the new CA; the old channels are closed, which
+        fails their calls in flight (Raft sends again). Files that cannot be read, or a
+        key that is not the certificate's (a rotation half done), keep the old ones."""
+        assert self._tls is not None
+        try:
+            credentials = self._tls.channel_credentials(files=self._tls.read_matching())
+        except TlsError as exc:
+            log.error("%s; the member's connections keep the TLS files read before", exc)
+            return
+        log.info("TLS files changed: reconnecting to the peers with them")
+        with self._lock:
+            if self._closed:
+                return
+            self._credentials = credentials
+            self._keeper_tried.clear()
+            keepers, channels = self._drop_channels()
+        _close(keepers, channels)
+
+    def _drop_channels(self) -> tuple[list[Any], list[Any]]:
+        """Under the lock: forget every channel; (their standing calls, the channels)."""
+        keepers, channels = list(self._keepers.values()), list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        self._keepers.clear()
+        return keepers, channels
 
     def _stub(self, target_id: str) -> Any:
+        if self._tls_watch is not None and self._tls_watch.changed():
+            self._renew_credentials()
         stub = self._stubs.get(target_id)
         if stub is not None and target_id in self._keepers:
             return stub
@@ -229,12 +265,13 @@ class GrpcTransport:
         """Close every channel; later sends fail with NETWORK_ERROR. Idempotent."""
         with self._lock:
             self._closed = True
-            channels = list(self._channels.values())
-            keepers = list(self._keepers.values())
-            self._channels.clear()
-            self._stubs.clear()
-            self._keepers.clear()
-        for call in keepers:
-            call.cancel()
-        for channel in channels:
-            channel.close()
+            keepers, channels = self._drop_channels()
+        _close(keepers, channels)
+
+
+def _close(keepers: list[Any], channels: list[Any]) -> None:
+    """Cancel standing calls, then close channels (outside the transport's lock)."""
+    for call in keepers:
+        call.cancel()
+    for channel in channels:
+        channel.close()

@@ -17,7 +17,8 @@ from dledger.cli.tls_options import refuse_plaintext
 from dledger.config import ConfigError, DLedgerConfig
 from dledger.security.certs import CertPlan, CertsError, issue_member_cert, write_dev_certs
 from dledger.security.identity import Identity, identity_from_uris, identity_of
-from dledger.security.tls import TlsConfig, TlsError, is_loopback
+from dledger.security.tls import TlsConfig, TlsError, is_loopback, key_matches
+from dledger.security.watch import RECHECK_S, FileWatch
 
 pytestmark = pytest.mark.security
 
@@ -212,3 +213,48 @@ def test_every_client_command_has_the_tls_options() -> None:
         command = main.commands[name]
         options = {opt for p in command.params for opt in getattr(p, "opts", [])}
         assert {"--tls-cert", "--tls-key", "--tls-ca"} <= options, name
+
+
+# -- files read again when they change
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 50.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_file_watch_reports_each_change_once_and_looks_at_most_once_per_interval(tmp_path: Path) -> None:
+    a, b, clock = tmp_path / "a", tmp_path / "b", _Clock()
+    a.write_text("1")
+    watch = FileWatch([a, b], clock)  # b is missing: a state of its own
+    assert not watch.changed()
+    a.write_text("22")
+    assert not watch.changed()  # looked too recently
+    clock.now += RECHECK_S
+    assert watch.changed() and not watch.changed()
+    clock.now += RECHECK_S
+    assert not watch.changed()  # nothing new
+    b.write_text("now here")
+    clock.now += RECHECK_S
+    assert watch.changed()
+    b.unlink()
+    clock.now += RECHECK_S
+    assert watch.changed()
+
+
+def test_a_key_that_is_not_the_certificates_is_refused(tmp_path: Path) -> None:
+    make = CertPlan("g", ("n0", "n1"), {})
+    write_dev_certs(tmp_path, make)
+    n0, n1 = TlsConfig.in_directory(tmp_path, "n0"), TlsConfig.in_directory(tmp_path, "n1")
+    cert, key, _ = n0.read()
+    assert key_matches(cert, key) and not key_matches(cert, n1.read()[1])
+    assert not key_matches(b"-----BEGIN CERTIFICATE-----\ngarbage\n", key)
+    assert n0.read_matching()[0] == cert
+    half_rotated = TlsConfig(n0.cert, n1.key, n0.ca)  # the new key is there, the new certificate not yet
+    with pytest.raises(TlsError, match="is not the key of the certificate"):
+        half_rotated.read_matching()
+    with pytest.raises(TlsError, match="is not the key of the certificate"):
+        half_rotated.server_credentials()

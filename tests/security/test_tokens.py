@@ -20,7 +20,8 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError, DLedgerConfig
 from dledger.security.probe import tls_mismatch, wants_certificate
 from dledger.security.tls import TlsConfig
-from dledger.security.tokens import RECHECK_S, TokenFile, TokenFileError, TokenStore, add_token, token_digest
+from dledger.security.tokens import TokenFile, TokenFileError, TokenStore, add_token, token_digest
+from dledger.security.watch import RECHECK_S
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
 from tests.e2e.harness import eventually, free_ports

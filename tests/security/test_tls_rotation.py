@@ -1,0 +1,84 @@
+"""Certificates, keys and the CA rotated under running members, without a restart: each
+member's server takes its files again for new connections, and its connections to its
+peers are made again with them (`dledger.security.tls`, `GrpcTransport`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import grpc
+import pytest
+
+from dledger.security.tls import TlsConfig
+from dledger.transport.convert import pb, pb_grpc
+from dledger.transport.grpc_client import open_channel
+from tests.security.tls_support import TlsGroup, make_certs, wait_for
+
+pytestmark = pytest.mark.security
+
+FRESH_CONNECTION = (("grpc.use_local_subchannel_pool", 1),)
+"""A channel of its own connection (a new TLS handshake), not one shared with others."""
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write `path` as an operator's tooling does: a new file renamed over the old one."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_bytes(data)
+    os.chmod(tmp, 0o600)
+    tmp.replace(path)
+
+
+def _answers(group: TlsGroup, node_id: str, tls: TlsConfig) -> bool:
+    """Whether a new connection with `tls` gets a Metadata answer from `node_id`."""
+    with open_channel(group.address(node_id), FRESH_CONNECTION, tls.channel_credentials()) as channel:
+        try:
+            pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(), timeout=5)
+        except grpc.RpcError:
+            return False
+    return True
+
+
+def test_a_ca_is_rotated_under_running_members(tmp_path: Path) -> None:
+    old, new = make_certs(tmp_path / "old"), make_certs(tmp_path / "new")  # two CAs
+    live = tmp_path / "live"
+    shutil.copytree(old, live)
+    bundle = tmp_path / "bundle.crt"
+    bundle.write_bytes((old / "ca.crt").read_bytes() + (new / "ca.crt").read_bytes())
+    old_reader = TlsConfig.in_directory(old, "client-reader")
+    new_reader = TlsConfig.in_directory(new, "client-reader")
+    group = TlsGroup(tmp_path / "store", live)
+    try:
+        group.leader()
+        assert _answers(group, "n0", old_reader) and not _answers(group, "n0", new_reader)
+        # 1. the members trust both CAs
+        _replace(live / "ca.crt", bundle.read_bytes())
+        new_cert_both_cas = TlsConfig(new_reader.cert, new_reader.key, str(bundle))
+        for node_id in group.ids:
+            wait_for(lambda n=node_id: _answers(group, n, new_cert_both_cas), f"{node_id} trusting the new CA")
+        # 2. each member's key and certificate from the new CA (the key first: for a moment
+        # they do not match, and the member keeps its old pair)
+        for node_id in group.ids:
+            _replace(live / f"{node_id}.key", (new / f"{node_id}.key").read_bytes())
+            _replace(live / f"{node_id}.crt", (new / f"{node_id}.crt").read_bytes())
+        for node_id in group.ids:
+            wait_for(lambda n=node_id: _answers(group, n, new_reader), f"{node_id} presenting its new certificate")
+        # 3. the old CA is no longer trusted
+        _replace(live / "ca.crt", (new / "ca.crt").read_bytes())
+        old_cert_new_ca = TlsConfig(old_reader.cert, old_reader.key, str(bundle))
+        for node_id in group.ids:
+            wait_for(lambda n=node_id: not _answers(group, n, old_cert_new_ca), f"{node_id} refusing the old CA")
+        # 4. a member restarted on the new files is reached by the others: their own
+        # connections present the new certificates and trust the new CA only
+        leader = group.leader()
+        restarted = next(i for i in group.ids if i != leader)
+        group.stop(restarted)
+        group.start(restarted)
+        with group.client("writer", new) as client:
+            index = client.append(b"after the rotation")
+        server = group.servers[restarted]
+        wait_for(lambda: server.node is not None and server.node.committed_index >= index, f"{restarted} catching up")
+        assert _answers(group, restarted, new_reader) and not _answers(group, restarted, old_reader)
+    finally:
+        group.close()
