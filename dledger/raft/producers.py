@@ -27,7 +27,9 @@ in index order (`record`), so a new leader rebuilds the leader's table from its 
 and restarts rebuild it from the log or a saved copy (`encode` / `decode`). Expiry uses
 the log's own clock, the leader's append time carried in each stamp (`append_time_ms`):
 a producer idle for `expiration_ms` of log time is forgotten, at the same index on every
-member, whatever the members' clocks say.
+member, whatever the members' clocks say. Before a request that would start one more
+producer, the leader asks `admits`: the table holds at most as many producers as the
+member's limit lets it (`max_producers`), so every member's copy stays that small.
 """
 
 from __future__ import annotations
