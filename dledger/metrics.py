@@ -120,6 +120,7 @@ class _StatusCollector(Collector):
         yield gauge("dledger_committed_index", "committed index known here", s.committed_index)
         yield gauge("dledger_ledger_end_index", "last index in the local log", s.end_index)
         yield gauge("dledger_applied_index", "last index applied to the state machine", s.applied_index)
+        yield gauge("dledger_producers", "idempotent producers in the committed producer table", s.producers)
         lag = GaugeMetricFamily(
             "dledger_commit_lag",
             "leader only: entries each member is behind the leader's end",

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TypeGuard
 
@@ -496,4 +496,5 @@ class DLedgerNode:
         """A consistent snapshot of this member's state."""
         snapshot = self.snapshots.last_index if self.snapshots is not None else -1
         with self._lock:
-            return collect_status(self.core, self.store, self.config.peer_map, self.applied_index, snapshot)
+            status = collect_status(self.core, self.store, self.config.peer_map, self.applied_index, snapshot)
+        return replace(status, producers=len(self.producers.log.committed.table))

@@ -21,6 +21,8 @@ class NodeStatus:
         vote_hold: "" when the member votes freely, else why it holds its vote
             ("unclean", "rejoin" or "floor": see dledger.raft.vote_hold).
         snapshot_index: lastIncludedIndex of the member's newest snapshot (-1: none).
+        producers: idempotent producers in the member's committed producer table (the
+            leader refuses new ones at `max_producers`).
     """
 
     group: str
@@ -37,3 +39,4 @@ class NodeStatus:
     peer_match: dict[str, int] = field(default_factory=dict)
     vote_hold: str = ""
     snapshot_index: int = -1
+    producers: int = 0

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from dledger import node_producers
 from dledger.codes import DLedgerError, ResponseCode
@@ -96,10 +97,13 @@ def test_the_saved_table_is_read_back_at_restart(cluster_factory: Callable[..., 
     node = cluster.leader()
     runs = _produce(cluster, 0, 4) + _produce(cluster, 4, 2)
     wait_until(lambda: node.producers.log.folded_index >= runs[-1][0] + 1, what="the fold")
+    assert node.status().producers == 1  # what the metrics export, to watch against maxProducers
+    assert 'dledger_producers{group="g",self_id="n0"} 1.0' in generate_latest(node.metrics.registry).decode()
     cluster.stop("n0")
     assert (Path(node_dir(cluster, "n0")) / "producers").exists()
     again = cluster.start("n0")
     assert again.producers.saved_index >= runs[-1][0] + 1  # read back, not refolded from 0
+    assert again.status().producers == 1
     cluster.leader()
     retry = again.append_idempotent([encode_record(b"p%d" % s) for s in range(4)], PID, 0, 0)
     assert retry.duplicate and retry.runs == (runs[0],)
