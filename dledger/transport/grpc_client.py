@@ -143,8 +143,9 @@ class GrpcTransport:
         self._keeper_tried: dict[str, float] = {}
         self._closed = False
         self._tls = member_tls(config)
-        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
+        # the watch before the read: a change in between is seen at the first look
         self._tls_watch = FileWatch([self._tls.cert, self._tls.key, self._tls.ca]) if self._tls is not None else None
+        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
 
     def _renew_credentials(self) -> None:
         """The member's TLS files changed: later calls go over new channels presenting

@@ -4,6 +4,7 @@ peers are made again with them (`dledger.security.tls`, `GrpcTransport`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -40,7 +41,7 @@ def _answers(group: TlsGroup, node_id: str, tls: TlsConfig) -> bool:
     return True
 
 
-def test_a_ca_is_rotated_under_running_members(tmp_path: Path) -> None:
+def test_a_ca_is_rotated_under_running_members(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     old, new = make_certs(tmp_path / "old"), make_certs(tmp_path / "new")  # two CAs
     live = tmp_path / "live"
     shutil.copytree(old, live)
@@ -57,8 +58,20 @@ def test_a_ca_is_rotated_under_running_members(tmp_path: Path) -> None:
         new_cert_both_cas = TlsConfig(new_reader.cert, new_reader.key, str(bundle))
         for node_id in group.ids:
             wait_for(lambda n=node_id: _answers(group, n, new_cert_both_cas), f"{node_id} trusting the new CA")
-        # 2. each member's key and certificate from the new CA (the key first: for a moment
-        # they do not match, and the member keeps its old pair)
+        # 2. each member's key and certificate from the new CA. The key comes first: until
+        # the certificate follows they do not match, and the member keeps its old pair
+        _replace(live / "n0.key", (new / "n0.key").read_bytes())
+        old_cert_both_cas = TlsConfig(old_reader.cert, old_reader.key, str(bundle))
+
+        def server_kept_its_pair() -> bool:
+            # a new connection first: the server looks at its files as one arrives
+            return _answers(group, "n0", old_cert_both_cas) and any(
+                r.name == "dledger.security.tls" and "is not the key of the certificate" in r.getMessage()
+                for r in caplog.records
+            )
+
+        with caplog.at_level(logging.ERROR, logger="dledger.security.tls"):
+            wait_for(server_kept_its_pair, "n0 keeping its old pair while its new key has no certificate yet")
         for node_id in group.ids:
             _replace(live / f"{node_id}.key", (new / f"{node_id}.key").read_bytes())
             _replace(live / f"{node_id}.crt", (new / f"{node_id}.crt").read_bytes())

@@ -4,6 +4,7 @@ a running group."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from dledger.security.certs import CertPlan, CertsError, issue_member_cert, writ
 from dledger.security.identity import Identity, identity_from_uris, identity_of
 from dledger.security.tls import TlsConfig, TlsError, is_loopback, key_matches
 from dledger.security.watch import RECHECK_S, FileWatch
+from dledger.transport.grpc_client import GrpcTransport
 
 pytestmark = pytest.mark.security
 
@@ -258,3 +260,33 @@ def test_a_key_that_is_not_the_certificates_is_refused(tmp_path: Path) -> None:
         half_rotated.read_matching()
     with pytest.raises(TlsError, match="is not the key of the certificate"):
         half_rotated.server_credentials()
+
+
+def test_a_member_keeps_its_peer_credentials_while_a_rotation_is_half_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_dev_certs(tmp_path, CertPlan("g", ("n0", "n1"), {}))
+    tls = TlsConfig.in_directory(tmp_path, "n0")
+    config = DLedgerConfig(
+        group="g",
+        self_id="n0",
+        peers="n0-127.0.0.1:20911;n1-127.0.0.1:20912",
+        store_base_dir=str(tmp_path),
+        tls_cert=tls.cert,
+        tls_key=tls.key,
+        tls_ca=tls.ca,
+    )
+    transport = GrpcTransport(config)
+    try:
+        before = transport._credentials
+        good_key = Path(tls.key).read_bytes()
+        Path(tls.key).write_bytes((tmp_path / "n1.key").read_bytes())  # the new key, not yet its certificate
+        with caplog.at_level(logging.ERROR, logger="dledger.transport.grpc_client"):
+            transport._renew_credentials()
+        assert transport._credentials is before
+        assert "is not the key of the certificate" in caplog.text and "keep the TLS files read before" in caplog.text
+        Path(tls.key).write_bytes(good_key)
+        transport._renew_credentials()
+        assert transport._credentials is not before  # whole again: taken
+    finally:
+        transport.close()
