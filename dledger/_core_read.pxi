@@ -135,10 +135,15 @@ cdef tuple _read_columns(LogCore core, long long from_index, long long max_count
 
 cdef tuple _read_records(LogCore core, long long from_index, long long max_count, long long max_bytes):
     """`LogCore.read_records`: (count, index, term, pos, magic, record columns). Each
-    record is parsed right after `_locate` has read it for its CRC (while it is in the
-    CPU's cache), then its fields are copied out (`_finish`)."""
+    record is parsed, and its key and value copied out, right after `_locate` has read
+    it for its CRC (while it is in the CPU's cache): the values and keys buffers start
+    at the batch's body bytes (a bound of both) and are cut to size after. Headers, when
+    a record has some, are copied in a second pass (`_finish`)."""
     cdef long long n, total, pos, size, k
+    cdef Py_ssize_t blen, vlen, klen
     cdef const unsigned char *p
+    cdef unsigned char *cv
+    cdef unsigned char *ck
     cdef MetaRows meta
     cdef BodyRefs refs
     cdef RecRows rows
@@ -150,6 +155,10 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
     n = _column_span(core, from_index, max_count, max_bytes, &total)
     a_i, a_t, a_p, a_m = _meta_columns(n, &meta)
     row_cols = _row_columns(n, &rows)
+    vals = PyByteArray_FromStringAndSize(NULL, total)
+    keys = PyByteArray_FromStringAndSize(NULL, total)
+    cv = <unsigned char *>PyByteArray_AS_STRING(vals)
+    ck = <unsigned char *>PyByteArray_AS_STRING(keys)
     refs.base = NULL
     refs.off = NULL
     refs.ptr = <const unsigned char **>PyMem_Malloc(n * sizeof(const unsigned char *))
@@ -160,12 +169,20 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
         for k in range(n):
             p = _locate(core, from_index + k, &pos, &size)
             _meta_at(&meta, k, from_index + k, pos, p)
+            blen = size - DL_HEADER_SIZE
             refs.ptr[k] = p + DL_HEADER_SIZE
-            (<int32_t *>refs.len)[k] = <int32_t>(size - DL_HEADER_SIZE)
-            err = _row(&rows, k, p + DL_HEADER_SIZE, size - DL_HEADER_SIZE, meta.magic[k] == DL_MAGIC_RECORD, &r)
+            (<int32_t *>refs.len)[k] = <int32_t>blen
+            err = _row(&rows, k, p + DL_HEADER_SIZE, blen, meta.magic[k] == DL_MAGIC_RECORD, &r)
             if err:
-                raise ValueError("entry %d: %s" % (from_index + k, _rec_error(err, r.at, size - DL_HEADER_SIZE)))
-        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, meta.magic, &rows, row_cols, True))
+                raise ValueError("entry %d: %s" % (from_index + k, _rec_error(err, r.at, blen)))
+            vlen = rows.val_off[k + 1] - rows.val_off[k]
+            memcpy(cv + rows.val_off[k], p + DL_HEADER_SIZE + blen - vlen, vlen)
+            klen = rows.key_off[k + 1] - rows.key_off[k]
+            if klen:
+                memcpy(ck + rows.key_off[k], p + DL_HEADER_SIZE + r.key_off, klen)
+        PyByteArray_Resize(vals, rows.tv)
+        PyByteArray_Resize(keys, rows.tk)
+        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, meta.magic, &rows, row_cols, True, (vals, keys)))
     finally:
         PyMem_Free(refs.ptr)
         PyMem_Free(<void *>refs.len)

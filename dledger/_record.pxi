@@ -399,19 +399,24 @@ cdef tuple _split(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, obj
 
 
 cdef tuple _finish(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, RecRows *rows, tuple row_cols,
-                   bint copy_values):
+                   bint copy_values, tuple copied=None):
     """Pass 2, after pass 1 (`_row`) over every entry: allocate and fill the variable
-    columns (values only with `copy_values`); `split_records`' tuple."""
-    vals = PyByteArray_FromStringAndSize(NULL, rows.tv if copy_values else 0)
-    keys = PyByteArray_FromStringAndSize(NULL, rows.tk)
+    columns (values only with `copy_values`; only the headers when pass 1 `copied` the
+    values and keys); `split_records`' tuple."""
+    cdef bint fields = copied is None
+    vals, keys = (PyByteArray_FromStringAndSize(NULL, rows.tv if copy_values else 0),
+                  PyByteArray_FromStringAndSize(NULL, rows.tk)) if fields else copied
     hk_off = PyByteArray_FromStringAndSize(NULL, (rows.th + 1) * 4)
     hkeys = PyByteArray_FromStringAndSize(NULL, rows.thk)
     hv_off = PyByteArray_FromStringAndSize(NULL, (rows.th + 1) * 4)
     hvals = PyByteArray_FromStringAndSize(NULL, rows.thv)
-    _copy_fields(count, refs, mg, rows, <unsigned char *>PyByteArray_AS_STRING(vals) if copy_values else NULL,
-                 <unsigned char *>PyByteArray_AS_STRING(keys), <int32_t *>PyByteArray_AS_STRING(hk_off),
-                 <unsigned char *>PyByteArray_AS_STRING(hkeys), <int32_t *>PyByteArray_AS_STRING(hv_off),
-                 <unsigned char *>PyByteArray_AS_STRING(hvals))
+    (<int32_t *>PyByteArray_AS_STRING(hk_off))[0] = (<int32_t *>PyByteArray_AS_STRING(hv_off))[0] = 0
+    if fields or rows.th:
+        _copy_fields(count, refs, mg, rows,
+                     <unsigned char *>PyByteArray_AS_STRING(vals) if copy_values and fields else NULL,
+                     <unsigned char *>PyByteArray_AS_STRING(keys) if fields else NULL,
+                     <int32_t *>PyByteArray_AS_STRING(hk_off), <unsigned char *>PyByteArray_AS_STRING(hkeys),
+                     <int32_t *>PyByteArray_AS_STRING(hv_off), <unsigned char *>PyByteArray_AS_STRING(hvals))
     return (row_cols[0], vals, row_cols[1], keys, row_cols[2], row_cols[3], row_cols[4], row_cols[5],
             hk_off, hkeys, hv_off, hvals)
 
@@ -419,8 +424,8 @@ cdef tuple _finish(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, Re
 cdef void _copy_fields(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg, const RecRows *rows,
                        unsigned char *vals, unsigned char *keys, int32_t *hk_off, unsigned char *hkeys,
                        int32_t *hv_off, unsigned char *hvals) noexcept nogil:
-    """Copy the values (unless `vals` is NULL), keys and headers of bodies pass 1
-    validated, where its offsets say."""
+    """Copy the values and keys (unless NULL) and headers of bodies pass 1 validated,
+    where its offsets say."""
     cdef Py_ssize_t k, i, n, at, klen, koff = 0, hklen = 0, voff = 0, vlen = 0, th = 0, thk = 0, thv = 0
     cdef const unsigned char *b
     cdef RecView r
@@ -432,7 +437,7 @@ cdef void _copy_fields(Py_ssize_t count, const BodyRefs *refs, const int32_t *mg
             vlen = rows.val_off[k + 1] - rows.val_off[k]
             memcpy(vals + rows.val_off[k], b + n - vlen, vlen)
         klen = rows.key_off[k + 1] - rows.key_off[k]
-        if klen:
+        if klen and keys != NULL:
             memcpy(keys + rows.key_off[k], b + _key_start(b, klen), klen)
         if rows.hdr_off[k + 1] == rows.hdr_off[k]:
             continue
