@@ -8,6 +8,7 @@ the leader hints of NOT_LEADER answers, and forgets a leader that failed.
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -22,9 +23,12 @@ from dledger.client.types import LedgerStubs, Target
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import parse_peers
-from dledger.security.tls import TlsConfig
+from dledger.security.tls import TlsConfig, TlsError
+from dledger.security.watch import FileWatch
 from dledger.transport.convert import pb
 from dledger.transport.grpc_client import open_channel
+
+log = logging.getLogger(__name__)
 
 DISCOVER_FOR_READS_S = 1.0
 """A read looks for the leader at most this long before it asks the members in order."""
@@ -39,6 +43,13 @@ def _probe_done(answers: queue.Queue[tuple[Target, Any, BaseException | None]], 
 class Members:
     """The members of one group, their channels and the leader hint (thread-safe).
 
+    With TLS, the certificate, key and CA files are looked at again (at most once a
+    second, as a call starts) and, once changed, later calls go over new channels made
+    with them, so that a long-running client follows a rotation as members do. Calls
+    in flight, a producer's stream included, finish on the old channels, which close
+    when nothing uses them any more. Files that cannot be read, or a key that is not
+    the certificate's (a rotation half done), keep the files read before.
+
     Args:
         peers: the group in DLedger's format, `"n0-host:port;n1-host:port"`.
         group: the Raft group name.
@@ -52,7 +63,8 @@ class Members:
     Raises:
         dledger.config.ConfigError: `peers` cannot be parsed.
         ValueError: `timeout_s` is not positive, or a token without TLS.
-        dledger.security.TlsError: a TLS file cannot be read.
+        dledger.security.TlsError: a TLS file cannot be read, or the key is not the
+            certificate's.
     """
 
     def __init__(
@@ -69,11 +81,18 @@ class Members:
         if token is not None and tls is None:
             raise ValueError("a bearer token is only sent over TLS: give tls=TlsConfig.ca_only(<CA file>)")
         self.tls = tls
-        self._credentials = tls.channel_credentials(token) if tls is not None else None
+        self._token = token
+        self.clock: Clock = clock or MonotonicClock()
+        # the watch before the read: a change in between is seen at the first look
+        self._tls_watch = (
+            FileWatch([p for p in (tls.cert, tls.key, tls.ca) if p], lambda: self.clock.now_ms() / 1000)
+            if tls is not None
+            else None
+        )
+        self._credentials = tls.matching_credentials(token) if tls is not None else None
         self.peers = parse_peers(peers)
         self.group = group
         self.timeout_s = timeout_s
-        self.clock: Clock = clock or MonotonicClock()
         self.leader: Target | None = None
         """The leader last seen (None until discovered, or after it failed or moved)."""
         self._lock = threading.Lock()
@@ -94,6 +113,8 @@ class Members:
         Raises:
             DLedgerError: NETWORK_ERROR once closed.
         """
+        if self._tls_watch is not None and self._tls_watch.changed():
+            self._renew_credentials()
         with self._lock:
             if self._closed:
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "the client is closed")
@@ -101,6 +122,19 @@ class Members:
             if stub is None:
                 stub = self._stubs[address] = LedgerStubs(open_channel(address, credentials=self._credentials))
             return stub
+
+    def _renew_credentials(self) -> None:
+        """The TLS files changed: make later channels with them (see the class doc)."""
+        assert self.tls is not None
+        try:
+            credentials = self.tls.matching_credentials(self._token)
+        except TlsError as exc:
+            log.error("%s; the client's connections keep the TLS files read before", exc)
+            return
+        log.info("TLS files changed: the client's new connections use them")
+        with self._lock:
+            self._credentials = credentials
+            self._stubs = {}  # not closed: their calls in flight finish
 
     def target(self, node_id: str) -> Target:
         """The member `node_id`.

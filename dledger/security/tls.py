@@ -157,6 +157,14 @@ class TlsConfig:
 
         return grpc.dynamic_ssl_server_credentials(initial, fetch, require_client_authentication=client_certificates)
 
+    def matching_credentials(self, token: str | None = None) -> Any:
+        """`channel_credentials` from the files as they are now (`read_matching`).
+
+        Raises:
+            TlsError: a file cannot be read, is not PEM, or the key does not match.
+        """
+        return self.channel_credentials(token, files=self.read_matching())
+
     def channel_credentials(self, token: str | None = None, *, files: tuple[bytes, bytes, bytes] | None = None) -> Any:
         """gRPC channel credentials presenting this certificate (if any), trusting this
         CA, and sending `token` as `authorization: Bearer` with every call (`files`:

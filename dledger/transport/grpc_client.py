@@ -154,7 +154,7 @@ class GrpcTransport:
         key that is not the certificate's (a rotation half done), keep the old ones."""
         assert self._tls is not None
         try:
-            credentials = self._tls.channel_credentials(files=self._tls.read_matching())
+            credentials = self._tls.matching_credentials()
         except TlsError as exc:
             log.error("%s; the member's connections keep the TLS files read before", exc)
             return

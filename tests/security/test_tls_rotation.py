@@ -1,6 +1,7 @@
-"""Certificates, keys and the CA rotated under running members, without a restart: each
-member's server takes its files again for new connections, and its connections to its
-peers are made again with them (`dledger.security.tls`, `GrpcTransport`)."""
+"""Certificates, keys and the CA rotated under running members and a running client,
+without a restart: each member's server takes its files again for new connections, its
+connections to its peers are made again with them (`dledger.security.tls`,
+`GrpcTransport`), and so are the client's (`dledger.client.members`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 
+from dledger.client import DLedgerClient
+from dledger.codes import DLedgerError
 from dledger.security.tls import TlsConfig
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
-from tests.security.tls_support import TlsGroup, make_certs, wait_for
+from tests.security.tls_support import GROUP, TlsGroup, make_certs, wait_for
 
 pytestmark = pytest.mark.security
 
@@ -41,6 +44,15 @@ def _answers(group: TlsGroup, node_id: str, tls: TlsConfig) -> bool:
     return True
 
 
+def _reaches(client: DLedgerClient, node_id: str) -> bool:
+    """Whether `client` gets `node_id`'s metadata (over its channel to that member)."""
+    try:
+        client.metadata(node_id)
+    except DLedgerError:
+        return False
+    return True
+
+
 def test_a_ca_is_rotated_under_running_members(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     old, new = make_certs(tmp_path / "old"), make_certs(tmp_path / "new")  # two CAs
     live = tmp_path / "live"
@@ -50,11 +62,18 @@ def test_a_ca_is_rotated_under_running_members(tmp_path: Path, caplog: pytest.Lo
     old_reader = TlsConfig.in_directory(old, "client-reader")
     new_reader = TlsConfig.in_directory(new, "client-reader")
     group = TlsGroup(tmp_path / "store", live)
+    client_live = tmp_path / "client"  # the files of a client that runs through the whole rotation
+    client_live.mkdir()
+    for name in ("client-writer.crt", "client-writer.key", "ca.crt"):
+        shutil.copy(old / name, client_live / name)
+    running = DLedgerClient(group.peers, GROUP, 10.0, tls=TlsConfig.in_directory(client_live, "client-writer"))
     try:
         group.leader()
+        running.append(b"before the rotation")
         assert _answers(group, "n0", old_reader) and not _answers(group, "n0", new_reader)
         # 1. the members trust both CAs
         _replace(live / "ca.crt", bundle.read_bytes())
+        _replace(client_live / "ca.crt", bundle.read_bytes())
         new_cert_both_cas = TlsConfig(new_reader.cert, new_reader.key, str(bundle))
         for node_id in group.ids:
             wait_for(lambda n=node_id: _answers(group, n, new_cert_both_cas), f"{node_id} trusting the new CA")
@@ -72,13 +91,14 @@ def test_a_ca_is_rotated_under_running_members(tmp_path: Path, caplog: pytest.Lo
 
         with caplog.at_level(logging.ERROR, logger="dledger.security.tls"):
             wait_for(server_kept_its_pair, "n0 keeping its old pair while its new key has no certificate yet")
-        for node_id in group.ids:
-            _replace(live / f"{node_id}.key", (new / f"{node_id}.key").read_bytes())
-            _replace(live / f"{node_id}.crt", (new / f"{node_id}.crt").read_bytes())
+        for stem, directory in [*((node_id, live) for node_id in group.ids), ("client-writer", client_live)]:
+            _replace(directory / f"{stem}.key", (new / f"{stem}.key").read_bytes())
+            _replace(directory / f"{stem}.crt", (new / f"{stem}.crt").read_bytes())
         for node_id in group.ids:
             wait_for(lambda n=node_id: _answers(group, n, new_reader), f"{node_id} presenting its new certificate")
         # 3. the old CA is no longer trusted
         _replace(live / "ca.crt", (new / "ca.crt").read_bytes())
+        _replace(client_live / "ca.crt", (new / "ca.crt").read_bytes())
         old_cert_new_ca = TlsConfig(old_reader.cert, old_reader.key, str(bundle))
         for node_id in group.ids:
             wait_for(lambda n=node_id: not _answers(group, n, old_cert_new_ca), f"{node_id} refusing the old CA")
@@ -93,5 +113,10 @@ def test_a_ca_is_rotated_under_running_members(tmp_path: Path, caplog: pytest.Lo
         server = group.servers[restarted]
         wait_for(lambda: server.node is not None and server.node.committed_index >= index, f"{restarted} catching up")
         assert _answers(group, restarted, new_reader) and not _answers(group, restarted, old_reader)
+        # 5. the client that ran through it all reaches the restarted member (which
+        # knows only the new CA) over a connection made with its new files
+        wait_for(lambda: _reaches(running, restarted), f"the running client reaching the restarted {restarted}")
+        assert running.get(index, node_id=restarted)[0].body == b"after the rotation"
     finally:
+        running.close()
         group.close()

@@ -15,6 +15,8 @@ from click.testing import CliRunner
 from dledger.cli.main import main
 from dledger.cli.server_cmds import load_config_file
 from dledger.cli.tls_options import refuse_plaintext
+from dledger.client.members import Members
+from dledger.clock import ManualClock
 from dledger.config import ConfigError, DLedgerConfig
 from dledger.security.certs import CertPlan, CertsError, issue_member_cert, write_dev_certs
 from dledger.security.identity import Identity, identity_from_uris, identity_of
@@ -290,3 +292,29 @@ def test_a_member_keeps_its_peer_credentials_while_a_rotation_is_half_done(
         assert transport._credentials is not before  # whole again: taken
     finally:
         transport.close()
+
+
+def test_a_client_takes_rotated_files_for_new_channels_and_keeps_them_while_half_done(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_dev_certs(tmp_path, CertPlan("g", ("n0", "n1"), {"writer": "write"}))
+    tls = TlsConfig.in_directory(tmp_path, "client-writer")
+    clock = ManualClock(1_000_000)
+    members = Members("n0-127.0.0.1:20911;n1-127.0.0.1:20912", "g", 5.0, clock, tls)
+    try:
+        first = members.stubs("127.0.0.1:20911")
+        good_key = Path(tls.key).read_bytes()
+        Path(tls.key).write_bytes((tmp_path / "n1.key").read_bytes())  # a new key, its certificate not yet there
+        assert members.stubs("127.0.0.1:20911") is first  # not looked at again within RECHECK_S
+        clock.advance(int(RECHECK_S * 1000))
+        with caplog.at_level(logging.ERROR, logger="dledger.client.members"):
+            assert members.stubs("127.0.0.1:20911") is first
+        assert "is not the key of the certificate" in caplog.text and "keep the TLS files read before" in caplog.text
+        Path(tls.key).write_bytes(good_key)  # whole again (a real rotation writes a new pair)
+        clock.advance(int(RECHECK_S * 1000))
+        renewed = members.stubs("127.0.0.1:20911")
+        assert renewed is not first and members.stubs("127.0.0.1:20911") is renewed
+    finally:
+        members.close()
+    with pytest.raises(TlsError, match="is not the key of the certificate"):  # refused at once, not at a handshake
+        Members("n0-127.0.0.1:20911", "g", 5.0, clock, TlsConfig(tls.cert, str(tmp_path / "n1.key"), tls.ca))
