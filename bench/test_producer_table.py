@@ -1,6 +1,7 @@
 """The idempotent producers' table at its default limit (`maxProducers`, 200,000
-producers of 3 kept requests each): what a new leader's copy, a save's image and a
-restart's read of it cost, and the memory a member holds for it.
+producers of 3 kept requests each): what a new leader's copy, a save's image (taken under
+the producers' lock), its encoding (outside it) and a restart's read of it cost, and the
+memory a member holds for it.
 
     PYTHONPATH=. .venv/bin/python -m pytest bench/test_producer_table.py --benchmark-only -p no:randomly -s
 """
@@ -15,6 +16,8 @@ import pytest
 
 from bench._common import record
 from dledger.config import DLedgerConfig
+from dledger.node_producers import read_stamp
+from dledger.raft.producer_log import StampFold
 from dledger.raft.producers import ProducerTable, Stamp
 
 PRODUCERS = DLedgerConfig().max_producers
@@ -41,7 +44,9 @@ def table() -> ProducerTable:
 
 
 OPERATIONS: dict[str, Callable[[ProducerTable, bytes], object]] = {
-    "copy": lambda table, image: table.copy(),  # a new leader's table
+    "copy": lambda table, image: table.copy(),
+    "fold-copy": lambda table, image: StampFold(table, 0, read_stamp).copy(),  # a new leader's table, node lock held
+    "image": lambda table, image: table.image(),  # what a save or a snapshot takes under the producers' lock
     "encode": lambda table, image: table.encode(),  # a save, a snapshot
     "decode": lambda table, image: ProducerTable.decode(image),  # a restart
 }

@@ -50,8 +50,8 @@ SAVE_EVERY_MS = 1000
 """How often a changed committed table is saved at most."""
 SAVE_DUTY = 20
 """A save waits at least this many times as long as the last one took after it (a large
-table is saved less often: saving holds the producers' lock, which numbered appends
-need)."""
+table is saved less often: a save takes a member's CPU, from appends too, for as long as
+it encodes and writes the image)."""
 LEADER_FOLD_LIMIT = 2 * FOLD_BATCH_ENTRIES
 """A leader's first numbered request of a term folds what the background has not folded
 yet, under the node's lock; with more committed entries than this still to fold (a
@@ -119,6 +119,8 @@ class NodeProducers:
         self.path = node_dir / IMAGE_FILE if node_dir is not None else None
         self.committed_index = committed_index
         self.lock = threading.Lock()
+        self._save_lock = threading.Lock()
+        """One save at a time (each takes its image under `lock` and writes it outside)."""
         fold = self._load(config.producer_id_expiration_ms)
         self.log = ProducerLog(store, fold)
         self.saved_index = fold.next_index - 1
@@ -160,9 +162,9 @@ class NodeProducers:
         until the next pass wants to run (0: more to fold)."""
         with self.lock:
             folded = self._fold()
-            due = self.wall_ms() - self._saved_at_ms >= self.save_every_ms
-            if due and not self._clean:
-                self.save()
+            due = self.wall_ms() - self._saved_at_ms >= self.save_every_ms and not self._clean
+        if due:
+            self.save()
         return 0 if folded else None
 
     def close(self) -> None:
@@ -171,8 +173,7 @@ class NodeProducers:
         with self.lock:
             while self._fold():
                 pass
-            if not self._clean:
-                self.save()
+        self.save()
 
     def _fold(self, up_to: int | None = None) -> int:
         """Fold a batch of committed entries, up to `up_to` (default: the commit index),
@@ -202,7 +203,8 @@ class NodeProducers:
                     index,
                 )
                 return None
-            return self.log.committed.encode()
+            image = self.log.committed.image()
+        return image.encode()
 
     def load(self, image: bytes) -> None:
         """Adopt the table a snapshot carried when it is ahead of this member's."""
@@ -214,29 +216,37 @@ class NodeProducers:
             self.log.committed = fold
             self.log.drop_leader_table()
             self._clean = False
-            self.save()
+        self.save()
 
     def save(self) -> None:
-        """Write the committed table atomically (caller holds `lock`). Where retention
-        may cut the log: up to `saved_index`, after which the image folds on."""
-        index = self.log.folded_index
-        if self.path is None:
-            self.saved_index = index
-            return
-        started = _elapsed_s()
-        data = self.log.committed.encode()
-        tmp = self.path.with_name(IMAGE_FILE + ".tmp")
-        try:
-            write_synced(tmp, data)
-            tmp.replace(self.path)
-            fsync_dir(self.path.parent)
-        except OSError as exc:
-            log.warning("cannot save the producer table: %s", exc)
-            return
-        self.saved_index = index
-        self._saved_at_ms = self.wall_ms()
-        self.save_every_ms = max(float(SAVE_EVERY_MS), SAVE_DUTY * 1000 * (_elapsed_s() - started))
-        self._clean = not self.log.committed.open_run
+        """Write the committed table atomically when it changed since the last save
+        (the caller does not hold `lock`). Its image is taken under `lock`, packed and
+        written outside it, one save at a time. Where retention may cut the log: up to
+        `saved_index`, after which the image folds on."""
+        with self._save_lock:
+            with self.lock:
+                if self._clean:
+                    return
+                fold, index, changes = self.log.committed, self.log.folded_index, self.log.committed.changes
+                if self.path is None:
+                    self.saved_index = index
+                    return
+                image = fold.image()
+            started = _elapsed_s()
+            tmp = self.path.with_name(IMAGE_FILE + ".tmp")
+            try:
+                write_synced(tmp, image.encode())
+                tmp.replace(self.path)
+                fsync_dir(self.path.parent)
+            except OSError as exc:
+                log.warning("cannot save the producer table: %s", exc)
+                return
+            with self.lock:
+                self.saved_index = max(self.saved_index, index)
+                self._saved_at_ms = self.wall_ms()
+                self.save_every_ms = max(float(SAVE_EVERY_MS), SAVE_DUTY * 1000 * (_elapsed_s() - started))
+                # clean when nothing was folded in since the image (a snapshot's table adopted counts)
+                self._clean = fold is self.log.committed and fold.changes == changes and not fold.open_run
 
     def retention_floor(self) -> int:
         """The lowest index retention must keep: what the saved table does not cover."""

@@ -32,7 +32,7 @@ import numpy as np
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_RECORD, RECORD_STAMPED
 from dledger.raft.log import LogStore
-from dledger.raft.producers import ProducerTable, Stamp
+from dledger.raft.producers import ProducerTable, Stamp, TableImage
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,18 @@ class _OpenRun:
     first_index: int
     term: int
     seen: int
+
+
+@dataclass(frozen=True)
+class FoldImage:
+    """A fold's state at one moment (`StampFold.image`), packed by `encode`."""
+
+    head: bytes
+    table: TableImage
+
+    def encode(self) -> bytes:
+        """`StampFold.encode`'s bytes."""
+        return self.head + self.table.encode()
 
 
 class StampFold:
@@ -80,6 +92,10 @@ class StampFold:
     def encode(self) -> bytes:
         """The fold's state: where it is, its open run and its table (for saved copies
         and snapshots; `decode` reads it back)."""
+        return self.image().encode()
+
+    def image(self) -> FoldImage:
+        """What `encode` writes, its table not packed yet (`ProducerTable.image`)."""
         run = self._open
         head = _FOLD.pack(self.next_index, run is not None)
         if run is not None:
@@ -87,7 +103,7 @@ class StampFold:
             head += _RUN.pack(
                 s.producer_id, s.epoch, s.first_seq, s.count, s.append_time_ms, run.first_index, run.term, run.seen
             )
-        return head + self.table.encode()
+        return FoldImage(head, self.table.image())
 
     @classmethod
     def decode(cls, data: bytes, read_stamp: StampReader) -> StampFold:
@@ -112,7 +128,10 @@ class StampFold:
 
     def copy(self) -> StampFold:
         """An independent fold at the same point (its table and open run copied)."""
-        return StampFold.decode(self.encode(), self.read_stamp)
+        fold = StampFold(self.table.copy(), self.next_index, self.read_stamp)
+        run = self._open
+        fold._open = None if run is None else _OpenRun(run.stamp, run.first_index, run.term, run.seen)
+        return fold
 
     def feed(self, batch: ColumnBatch) -> None:
         """Fold the entries of `batch`, which must start at `next_index`."""

@@ -38,6 +38,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 MAX_ID = 2**63 - 1
 """Producer ids, epochs and sequence numbers are int64 values from 0 to this."""
@@ -115,12 +116,14 @@ class _Batch:
     first_index: int
 
 
-@dataclass(slots=True)
-class _Producer:
+class _Producer(NamedTuple):
+    """One producer's state, never changed in place (a new one replaces it), so that a
+    copy or an image of the table shares it."""
+
     epoch: int
     last_time_ms: int
     batches: tuple[_Batch, ...] = ()
-    """The last `batches_kept` requests, oldest first (a tuple: copies of the table share it)."""
+    """The last `batches_kept` requests, oldest first."""
 
     @property
     def last_seq(self) -> int:
@@ -190,13 +193,15 @@ class ProducerTable:
         if verdict is not Verdict.NEW:
             raise ValueError(f"producer {stamp.producer_id}: a {verdict.value} run at index {first_index}")
         self.clock_ms = max(self.clock_ms, stamp.append_time_ms)
+        batch = _Batch(stamp.first_seq, stamp.last_seq, first_index)
         producer = self._live(stamp.producer_id)
         if producer is None or stamp.epoch > producer.epoch:
-            producer = _Producer(stamp.epoch, stamp.append_time_ms)
-            self._producers[stamp.producer_id] = producer
-        producer.last_time_ms = max(producer.last_time_ms, stamp.append_time_ms)
-        kept = producer.batches[max(0, len(producer.batches) - self.batches_kept + 1) :]
-        producer.batches = (*kept, _Batch(stamp.first_seq, stamp.last_seq, first_index))
+            self._producers[stamp.producer_id] = _Producer(stamp.epoch, stamp.append_time_ms, (batch,))
+        else:
+            batches = producer.batches
+            kept = batches[max(0, len(batches) - self.batches_kept + 1) :]
+            last_time_ms = max(producer.last_time_ms, stamp.append_time_ms)
+            self._producers[stamp.producer_id] = _Producer(producer.epoch, last_time_ms, (*kept, batch))
         if self.clock_ms >= self._next_sweep_ms:
             self.expire()
 
@@ -225,25 +230,24 @@ class ProducerTable:
         return len(self._producers) < max_producers
 
     def copy(self) -> ProducerTable:
-        """An independent copy (the leader's view of its uncommitted tail starts as one):
-        the producers are copied, their batch tuples shared."""
+        """An independent copy (the leader's view of its uncommitted tail starts as one),
+        sharing the producers' states (never changed in place)."""
         table = ProducerTable(self.expiration_ms, self.batches_kept)
         table.clock_ms, table._next_sweep_ms = self.clock_ms, self._next_sweep_ms
-        table._producers = {pid: _Producer(p.epoch, p.last_time_ms, p.batches) for pid, p in self._producers.items()}
+        table._producers = dict(self._producers)
         return table
 
     def encode(self) -> bytes:
         """A versioned, checksummed image of the table (for snapshots and restarts);
         expired producers are left out, so equal tables have equal images whenever
         their sweeps ran."""
-        live = sorted(pid for pid in self._producers if self._live(pid) is not None)  # expired ones: as if swept
-        parts = [_HEADER.pack(_FORMAT_VERSION, self.clock_ms, self.expiration_ms, self.batches_kept, len(live))]
-        for pid in live:
-            producer = self._producers[pid]
-            parts.append(_PRODUCER.pack(pid, producer.epoch, producer.last_time_ms, len(producer.batches)))
-            parts.extend(_BATCH.pack(b.first_seq, b.last_seq, b.first_index) for b in producer.batches)
-        body = b"".join(parts)
-        return body + _CRC.pack(zlib.crc32(body))
+        return self.image().encode()
+
+    def image(self) -> TableImage:
+        """What `encode` writes, taken without packing it: a copy of the producers'
+        map (their states are shared), so that a caller can take it under a lock and
+        pack it outside."""
+        return TableImage(self.clock_ms, self.expiration_ms, self.batches_kept, dict(self._producers))
 
     @classmethod
     def decode(cls, data: bytes) -> ProducerTable:
@@ -278,6 +282,30 @@ class ProducerTable:
             raise ValueError(f"producer table image has {len(body) - offset} bytes after its last producer")
         table._next_sweep_ms = clock
         return table
+
+
+@dataclass(frozen=True)
+class TableImage:
+    """A producer table's state at one moment (`ProducerTable.image`): its clock, its
+    settings and its producers by id."""
+
+    clock_ms: int
+    expiration_ms: int
+    batches_kept: int
+    producers: dict[int, _Producer]
+
+    def encode(self) -> bytes:
+        """`ProducerTable.encode`'s bytes: the producers not expired at `clock_ms` (as
+        if swept), by id."""
+        now, expiration, producers = self.clock_ms, self.expiration_ms, self.producers
+        live = sorted(pid for pid, p in producers.items() if now - p.last_time_ms <= expiration)
+        parts = [_HEADER.pack(_FORMAT_VERSION, now, expiration, self.batches_kept, len(live))]
+        for pid in live:
+            epoch, last_time_ms, batches = producers[pid]
+            parts.append(_PRODUCER.pack(pid, epoch, last_time_ms, len(batches)))
+            parts.extend(_BATCH.pack(b.first_seq, b.last_seq, b.first_index) for b in batches)
+        body = b"".join(parts)
+        return body + _CRC.pack(zlib.crc32(body))
 
 
 def _runs_of(batches: tuple[_Batch, ...], first_seq: int, last_seq: int) -> tuple[tuple[int, int], ...]:

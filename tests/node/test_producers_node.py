@@ -5,6 +5,7 @@ saved and read back at restart, and holds retention back until saved."""
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -18,8 +19,9 @@ from dledger import node_producers
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig, StoreConfig
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
-from dledger.node_producers import NodeProducers
-from dledger.raft.producers import MAX_ID, Stamp, Verdict
+from dledger.node_producers import NodeProducers, read_stamp
+from dledger.raft.producer_log import StampFold
+from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
 from dledger.record import STAMP_SIZE, encode_record, stamp_record_body
 from dledger.statemachine.snapshot_manager import read_companion
 from dledger.store.mmap_store import MmapLogStore
@@ -203,5 +205,49 @@ def test_a_leader_far_behind_in_folding_refuses_numbered_requests_until_the_fold
             producers.fold_pass()  # what the background thread does
         answer = producers.append(driver, [encode_record(b"new")], PID, 0, 0, 0)
         assert answer.runs == ((end + 1, 1),) and store.end_index == end + 1
+    finally:
+        store.close()
+
+
+def test_a_save_writes_outside_the_lock_and_a_snapshot_table_adopted_meanwhile_is_saved_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save takes its image under the producers' lock and writes it without the lock
+    (numbered appends go on meanwhile). What is folded in, or a snapshot's table adopted,
+    while it writes is not taken for saved: the next save writes it, after the first."""
+    store = MmapLogStore(tmp_path, StoreConfig())
+    try:
+        store.append_many([stamp_record_body(encode_record(b"p0"), PID, 0, 0, 1, 5)], MAGIC_RECORD)
+        committed = [store.end_index]
+        config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1")
+        producers = NodeProducers(store, tmp_path, config, lambda: committed[0], wall_ms=lambda: 10_000)
+        writing, release, written = threading.Event(), threading.Event(), []
+        real_write = node_producers.write_synced
+
+        def slow_write(path: Path, data: bytes) -> None:
+            writing.set()
+            assert release.wait(30)
+            real_write(path, data)
+            written.append(data)
+
+        monkeypatch.setattr(node_producers, "write_synced", slow_write)
+        first = threading.Thread(target=producers.fold_pass)
+        first.start()
+        assert writing.wait(30)
+        assert producers.lock.acquire(blocking=False)  # free while the image is written
+        producers.lock.release()
+        assert producers.retention_floor() == 0  # not saved until written
+        ahead = StampFold(ProducerTable(), 0, read_stamp)  # a snapshot's table, further on
+        ahead.table.record(Stamp(PID + 1, 0, 0, 1, 6), 0)
+        ahead.next_index = 5
+        second = threading.Thread(target=producers.load, args=(ahead.encode(),))
+        second.start()
+        wait_until(lambda: producers.log.committed.next_index == 5)  # adopted; its save waits
+        release.set()
+        first.join(30)
+        second.join(30)
+        assert len(written) == 2 and written[1] == ahead.encode()  # the adopted table, written last
+        assert StampFold.decode((tmp_path / "producers").read_bytes(), read_stamp).encode() == ahead.encode()
+        assert producers.retention_floor() == 5
     finally:
         store.close()

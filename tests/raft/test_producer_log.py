@@ -103,10 +103,16 @@ def test_finish_closes_an_open_run_with_what_the_log_holds() -> None:
     log.request(1, pid=3, first_seq=0, count=4)
     fold = StampFold(ProducerTable(), 0, _read_stamp)
     fold.feed(log.batch(0, 3))
+    before = fold.encode()
     copy = fold.copy()
+    assert copy.encode() == before
     copy.finish()
     assert copy.table.check(Stamp(3, 0, 3, 1)).verdict is Verdict.NEW  # 0..2 recorded
     assert fold.open_run and len(fold.table) == 0  # the copy is independent
+    fed = fold.copy()
+    fed.feed(log.batch(3, 4))  # the open run's last entry: counted and closed in the copy only
+    assert not fed.open_run and fed.table.check(Stamp(3, 0, 0, 4)).verdict is Verdict.DUPLICATE
+    assert fold.encode() == before
 
 
 def test_a_fold_must_be_fed_in_order() -> None:
