@@ -176,9 +176,12 @@ def rpc_decision(status: str, details: str) -> Decision:
     return Decision.INDETERMINATE
 
 
-def read_decision(status: str) -> Decision:
+def read_decision(status: str, details: str = "") -> Decision:
     """The decision for a read call that failed in gRPC: reads change nothing, so every
-    transport failure is retried elsewhere except a request refused as malformed."""
+    transport failure is retried elsewhere except a request refused as malformed (a
+    member whose stream slots are all taken is one to try another member for)."""
+    if status == "RESOURCE_EXHAUSTED" and _TOO_MANY_STREAMS in details:
+        return Decision.REDIRECT
     if status in _FAIL_STATUSES:
         return Decision.FAIL
     return Decision.REDIRECT

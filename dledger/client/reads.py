@@ -48,9 +48,9 @@ def read_unary(members: Members, method: str, request: Any, node_id: str | None)
                 with DeferredCtrlC():  # a blocking call cut by Ctrl-C would hang close()
                     return getattr(members.stubs(target.address), method)(request, timeout=left_ms / 1000)
             except grpc.RpcError as exc:
-                status = status_name(exc)
-                errors.append(f"{target.node_id}: {status} {status_details(exc)}")
-                if read_decision(status) is Decision.FAIL:
+                status, details = status_name(exc), status_details(exc)
+                errors.append(f"{target.node_id}: {status} {details}")
+                if read_decision(status, details) is Decision.FAIL:
                     raise DLedgerError(rpc_code(status), f"{method}: {errors[-1]}") from None
                 members.forget(target)
         if not backoff.sleep(deadline):
@@ -233,9 +233,9 @@ def read_committed(
                     return  # the member sent everything up to its committed index
                 errors.append(f"{target.node_id}: the stream ended")
             except grpc.RpcError as exc:
-                status = status_name(exc)
-                errors.append(f"{target.node_id}: {status} {status_details(exc)}")
-                if read_decision(status) is Decision.FAIL:
+                status, details = status_name(exc), status_details(exc)
+                errors.append(f"{target.node_id}: {status} {details}")
+                if read_decision(status, details) is Decision.FAIL:
                     raise DLedgerError(rpc_code(status), f"ReadCommitted: {errors[-1]}") from None
             finally:
                 call.cancel()

@@ -50,6 +50,9 @@ APPEND_METHOD = f"/{LEDGER_SERVICE}/Append"
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry."""
 
+TOO_MANY_STREAMS = "too many open streams: every %s slot is taken, try again later"
+"""RESOURCE_EXHAUSTED details of a stream refused before reading anything (clients retry
+on "too many open streams", `dledger.client.policy`)."""
 UNKNOWN_OUTCOME = frozenset({ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED})
 """Codes of an append the leader took but could not see committed: the entries may
 still commit (clients report them as indeterminate, `dledger.client.IndeterminateError`)."""
@@ -222,8 +225,8 @@ class LedgerService:
         """Ledger.AppendStream: one response per request, in request order."""
         if self.core.is_closing:
             self._closing_abort(context)
-        if not self.core.try_stream_slot():
-            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many open streams")
+        if not self.core.try_stream_slot("AppendStream"):
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS % "AppendStream")
         pipeline = _Pipeline(self.limits.stream_in_flight)
         self.core.add_waker(pipeline.stop)
         context.add_callback(pipeline.stop)
@@ -242,7 +245,7 @@ class LedgerService:
         finally:
             pipeline.stop()
             self.core.remove_waker(pipeline.stop)
-            self.core.release_stream_slot()
+            self.core.release_stream_slot("AppendStream")
 
     # -- reads
 
@@ -292,12 +295,12 @@ class LedgerService:
         if refusal is not None:
             yield self.core.fill_header(pb.ReadCommittedResponse(), *refusal)
             return
-        if not self.core.try_stream_slot():
-            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "too many open streams")
+        if not self.core.try_stream_slot("ReadCommitted"):
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS % "ReadCommitted")
         try:
             yield from self._read_batches(request, context)
         finally:
-            self.core.release_stream_slot()
+            self.core.release_stream_slot("ReadCommitted")
 
     def _read_batches(self, request: Any, context: Any) -> Iterator[Any]:
         limits = self.limits

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, Literal, NoReturn, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]
 
@@ -25,6 +25,8 @@ from dledger.transport.validate import Refusal, RefusalLog, RequestValidator
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+StreamMethod = Literal["AppendStream", "ReadCommitted"]
+"""The Ledger streams, each with slots of its own (`ServiceLimits`)."""
 
 
 class QueryLike(Protocol):
@@ -77,7 +79,10 @@ class ServiceLimits:
         max_workers: gRPC worker threads.
         max_client_calls: client calls running at once (the rest of the workers serve
             peers); must be below max_workers.
-        max_streams: open AppendStream / ReadCommitted streams (part of max_client_calls).
+        max_append_streams: open AppendStream calls (part of max_client_calls).
+        max_read_streams: open ReadCommitted streams (part of max_client_calls). Readers
+            and writers have slots of their own, so that readers (a Spark job's
+            partitions, following streams) cannot keep producers out, nor the reverse.
         max_bodies_per_append: bodies in one append request.
         max_append_bytes: body bytes in one append request (more is refused with
             UNEXPECTED_ARGUMENT before anything is appended: a request must replicate
@@ -94,7 +99,8 @@ class ServiceLimits:
 
     max_workers: int = 160
     max_client_calls: int = 128
-    max_streams: int = 16
+    max_append_streams: int = 16
+    max_read_streams: int = 16
     max_bodies_per_append: int = MAX_BODIES_PER_APPEND
     max_append_bytes: int = MAX_APPEND_BYTES
     stream_in_flight: int = 256
@@ -179,7 +185,10 @@ class ServiceCore:
         self.refusals = RefusalLog(node.config.self_id)
         self.closing: Future[None] = Future()
         self._client_slots = threading.BoundedSemaphore(limits.max_client_calls)
-        self._stream_slots = threading.BoundedSemaphore(limits.max_streams)
+        self._stream_slots = {
+            "AppendStream": threading.BoundedSemaphore(limits.max_append_streams),
+            "ReadCommitted": threading.BoundedSemaphore(limits.max_read_streams),
+        }
         self._wakers: set[Callable[[], None]] = set()
         self._wakers_lock = threading.Lock()
         self.incoming_appends = ArrivalGauge()
@@ -223,17 +232,17 @@ class ServiceCore:
     def release_client_slot(self) -> None:
         self._client_slots.release()
 
-    def try_stream_slot(self) -> bool:
-        """Take a client slot and a stream slot if both are free."""
+    def try_stream_slot(self, method: StreamMethod) -> bool:
+        """Take a client slot and a slot of `method`'s streams if both are free."""
         if not self._client_slots.acquire(blocking=False):
             return False
-        if not self._stream_slots.acquire(blocking=False):
+        if not self._stream_slots[method].acquire(blocking=False):
             self._client_slots.release()
             return False
         return True
 
-    def release_stream_slot(self) -> None:
-        self._stream_slots.release()
+    def release_stream_slot(self, method: StreamMethod) -> None:
+        self._stream_slots[method].release()
         self._client_slots.release()
 
     # -- helpers

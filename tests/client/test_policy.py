@@ -91,6 +91,8 @@ def test_reads_retry_every_transport_failure_but_a_refused_request() -> None:
     for status in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED", "UNKNOWN", "INTERNAL"):
         assert read_decision(status) is Decision.REDIRECT
     assert read_decision("INVALID_ARGUMENT") is Decision.FAIL
+    assert read_decision("RESOURCE_EXHAUSTED", "Received message larger than max") is Decision.FAIL
+    assert read_decision("RESOURCE_EXHAUSTED", "too many open streams: every ReadCommitted slot") is Decision.REDIRECT
 
 
 def test_rpc_code_names_the_dledger_code() -> None:

@@ -3,6 +3,7 @@ on real loopback servers."""
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -18,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from dledger._store_py_codec import encode_entry
+from dledger.client.policy import Decision, read_decision, rpc_decision
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.config import DLedgerConfig
@@ -348,7 +350,7 @@ def test_read_committed_follow_cancel(ledger: Any, server: GrpcServer) -> None:
     assert list(next(stream).batch.index) == [0]
     stream.cancel()
     # the stream slot comes back: as many new streams as the limit can open
-    for _ in range(server.limits.max_streams + 2):
+    for _ in range(server.limits.max_read_streams + 2):
         assert list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
 
 
@@ -422,7 +424,9 @@ def ledger_channel(server: GrpcServer) -> Any:
 
 
 def test_client_slots_are_bounded(node: FakeNode) -> None:
-    srv = GrpcServer(node, "127.0.0.1:0", ServiceLimits(max_workers=4, max_client_calls=1, max_streams=1))
+    srv = GrpcServer(
+        node, "127.0.0.1:0", ServiceLimits(max_workers=4, max_client_calls=1, max_append_streams=1, max_read_streams=1)
+    )
     srv.start()
     channel = ledger_channel(srv)
     try:
@@ -441,6 +445,41 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
         node.store.update_committed_index(0)
         node.held[0].set_result(0)
         assert pending.result(timeout=WAIT_S).code == 200
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
+def test_readers_and_writers_have_stream_slots_of_their_own(node: FakeNode) -> None:
+    """Following ReadCommitted streams holding every read slot do not keep an
+    AppendStream out, and an open AppendStream does not keep a reader out."""
+    srv = GrpcServer(node, "127.0.0.1:0", ServiceLimits(max_append_streams=1, max_read_streams=1, follow_poll_s=0.05))
+    srv.start()
+    channel = ledger_channel(srv)
+    try:
+        ledger = pb_grpc.LedgerStub(channel)
+        ledger.Append(pb.AppendRequest(bodies=[b"first"]), timeout=WAIT_S)
+        reader = ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0, follow=True), timeout=WAIT_S)
+        assert list(next(reader).batch.index) == [0]  # open, and holding the one read slot
+        with pytest.raises(grpc.RpcError) as info:
+            list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many open streams" in (info.value.details() or "")  # what clients look for
+        assert read_decision("RESOURCE_EXHAUSTED", info.value.details()) is Decision.REDIRECT
+        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        writer = ledger.AppendStream(iter(requests.get, None), timeout=WAIT_S)
+        requests.put(pb.AppendRequest(bodies=[b"second"], request_id=1))
+        assert next(writer).code == 200  # open, and holding the one append slot
+        with pytest.raises(grpc.RpcError) as info:
+            list(ledger.AppendStream(iter([pb.AppendRequest(bodies=[b"x"])]), timeout=WAIT_S))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert rpc_decision("RESOURCE_EXHAUSTED", info.value.details()) is Decision.RETRY
+        reader.cancel()
+        wait_until(lambda: srv.core.try_stream_slot("ReadCommitted"))  # the reader's slot comes back
+        srv.core.release_stream_slot("ReadCommitted")
+        assert [a.code for a in ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S)] == [200]
+        requests.put(None)
+        assert list(writer) == []
     finally:
         channel.close()
         srv.stop(0)
