@@ -191,13 +191,16 @@ class NodeSnapshots:
         """After snapshot (index, term) was committed (snapshot thread): record it and
         reset the log prefix as the reset strategy says."""
         node = self.node
+        if node._stopped:
+            return
+        node.producers.close()  # the table saved first, outside the node's lock (see _compact_locked)
         with node._lock:
             if node._stopped:
                 return
             self._note(index, term)
-            self._compact_locked(index, term)
+            self._compact_locked(index, term, table_saved=True)
 
-    def _compact_locked(self, index: int, term: int) -> None:
+    def _compact_locked(self, index: int, term: int, table_saved: bool = False) -> None:
         node, config = self.node, self.node.config
         store = node.store
         upto = index
@@ -205,7 +208,8 @@ class NodeSnapshots:
             upto = index - config.reset_snapshot_entries_but_keep_last_entries_num
         applied = node.caller.applied_index if node.caller is not None else index
         # nor past what the saved producer table covers (the table is folded from the log)
-        node.producers.close()
+        if not table_saved:
+            node.producers.close()
         covered = node.producers.retention_floor() - 1
         upto = min(upto, node.core.member_state.committed_index, applied, store.end_index, covered)
         if store.begin_index < 0 or upto < store.begin_index:
