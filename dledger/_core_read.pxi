@@ -140,7 +140,7 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
     at the batch's body bytes (a bound of both) and are cut to size after. Headers, when
     a record has some, are copied in a second pass (`_finish`)."""
     cdef long long n, total, pos, size, k
-    cdef Py_ssize_t blen, vlen, klen
+    cdef Py_ssize_t blen
     cdef const unsigned char *p
     cdef unsigned char *cv
     cdef unsigned char *ck
@@ -155,10 +155,9 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
     n = _column_span(core, from_index, max_count, max_bytes, &total)
     a_i, a_t, a_p, a_m = _meta_columns(n, &meta)
     row_cols = _row_columns(n, &rows)
-    vals = PyByteArray_FromStringAndSize(NULL, total)
-    keys = PyByteArray_FromStringAndSize(NULL, total)
-    cv = <unsigned char *>PyByteArray_AS_STRING(vals)
-    ck = <unsigned char *>PyByteArray_AS_STRING(keys)
+    fields = _field_buffers(total)
+    cv = <unsigned char *>PyByteArray_AS_STRING(fields[0])
+    ck = <unsigned char *>PyByteArray_AS_STRING(fields[1])
     refs.base = NULL
     refs.off = NULL
     refs.ptr = <const unsigned char **>PyMem_Malloc(n * sizeof(const unsigned char *))
@@ -172,17 +171,10 @@ cdef tuple _read_records(LogCore core, long long from_index, long long max_count
             blen = size - DL_HEADER_SIZE
             refs.ptr[k] = p + DL_HEADER_SIZE
             (<int32_t *>refs.len)[k] = <int32_t>blen
-            err = _row(&rows, k, p + DL_HEADER_SIZE, blen, meta.magic[k] == DL_MAGIC_RECORD, &r)
+            err = _row_copy(&rows, k, p + DL_HEADER_SIZE, blen, meta.magic[k] == DL_MAGIC_RECORD, &r, cv, ck)
             if err:
                 raise ValueError("entry %d: %s" % (from_index + k, _rec_error(err, r.at, blen)))
-            vlen = rows.val_off[k + 1] - rows.val_off[k]
-            memcpy(cv + rows.val_off[k], p + DL_HEADER_SIZE + blen - vlen, vlen)
-            klen = rows.key_off[k + 1] - rows.key_off[k]
-            if klen:
-                memcpy(ck + rows.key_off[k], p + DL_HEADER_SIZE + r.key_off, klen)
-        PyByteArray_Resize(vals, rows.tv)
-        PyByteArray_Resize(keys, rows.tk)
-        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, meta.magic, &rows, row_cols, True, (vals, keys)))
+        return (n, a_i, a_t, a_p, a_m, _finish(n, &refs, meta.magic, &rows, row_cols, True, _cut_fields(fields, &rows)))
     finally:
         PyMem_Free(refs.ptr)
         PyMem_Free(<void *>refs.len)

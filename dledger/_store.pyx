@@ -75,6 +75,7 @@ DEF STAGE_MAX_BYTES = 1048576  # write_through: staged bytes written per pwrite 
 
 include "_codec.pxi"
 include "_record.pxi"
+include "_record_columns.pxi"
 include "_record_write.pxi"
 include "_quota.pxi"
 include "_table.pxi"
