@@ -7,7 +7,9 @@ attempt of the task re-sends the same numbered rows and the leader answers those
 as duplicates, so each row is in the log once. A stream's partition is one producer for
 all its micro-batches (each batch a new epoch, which fences the attempts of earlier
 batches), so a long-running query keeps one entry per partition in the leader's producer
-table, not one per batch and partition.
+table, not one per batch and partition. A batch write with `writerName` (Kafka's
+`transactional.id`) does the same across jobs: the name and the partition make the
+producer id, and each job's epoch, from the driver's clock, fences the jobs before it.
 
 `dledger.client` (and so grpc) is imported only when a task sends (on executors).
 """
@@ -38,7 +40,8 @@ _PRODUCER_CODES = {
     ResponseCode.TOO_MANY_PRODUCERS: "the leader keeps as many idempotent producers as it may (maxProducers); "
     "one is forgotten producerIdExpirationMs of log time after its last write",
     ResponseCode.PRODUCER_FENCED: "a newer epoch of this task's producer id has written (a later micro-batch of "
-    "the query: this attempt is a leftover of an earlier batch; or another writer uses the id)",
+    "the query: this attempt is a leftover of an earlier batch; with writerName, a later job of the writer, or "
+    "the job before ran on a driver whose clock was ahead of this one's; or another writer uses the id)",
 }
 
 
@@ -66,12 +69,15 @@ class TaskIds:
         batch_id: the micro-batch id of a stream; -1 for a batch job.
         partition: the task's partition id.
         attempt: the attempt number (reported, not used in the id).
+        writer_epoch: with a named batch writer (`writerName`, then `write_id`), the
+            job's epoch; None otherwise.
     """
 
     write_id: str
     batch_id: int
     partition: int
     attempt: int = 0
+    writer_epoch: int | None = None
 
     def producer_id(self) -> int:
         """The task's producer id, in [2^62, 2^63 - 1] (`dledger.client.derive_producer_id`):
@@ -79,6 +85,8 @@ class TaskIds:
         every micro-batch of the query: `epoch` tells them apart)."""
         from dledger.client import derive_producer_id
 
+        if self.writer_epoch is not None:
+            return derive_producer_id("dledger.spark.writer", self.write_id, self.partition)
         if self.batch_id < 0:
             return derive_producer_id("dledger.spark.job", self.write_id, self.partition)
         return derive_producer_id("dledger.spark.stream", self.write_id, self.partition)
@@ -86,7 +94,10 @@ class TaskIds:
     @property
     def epoch(self) -> int:
         """The producer epoch of the task's rows: the micro-batch id of a stream (a later
-        batch fences what is left of the earlier ones), 0 for a batch job."""
+        batch fences what is left of the earlier ones), a named writer's job epoch (the
+        same), 0 for another batch job."""
+        if self.writer_epoch is not None:
+            return self.writer_epoch
         return max(self.batch_id, 0)
 
 

@@ -96,7 +96,9 @@ READ_OPTIONS = (
 MAX_PER_TRIGGER_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
 MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
 STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
-WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs")
+WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs", "writerName")
+MAX_WRITER_NAME = 256
+"""Longest `writerName` (characters)."""
 BATCH_ONLY_OPTIONS = ("endingIndex", "endingTimestamp")
 
 
@@ -163,6 +165,9 @@ class WriteOptions:
         exactly_once: number each task's rows for the idempotent producer (records);
             False: at-least-once (a value alone as plain entries).
         abort_wait_ms: how long a failed write's abort waits for its cancelled tasks.
+        writer_name: a batch writer whose jobs follow one another (Kafka's
+            `transactional.id`): each partition keeps one producer id from job to job, each
+            job a newer epoch. None: a producer id per job and partition.
     """
 
     target: Target
@@ -171,6 +176,7 @@ class WriteOptions:
     rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
     exactly_once: bool = True
     abort_wait_ms: int = DEFAULT_ABORT_WAIT_MS
+    writer_name: str | None = None
 
 
 # -- helpers
@@ -371,8 +377,9 @@ def _parse_timestamp(opts: Mapping[str, str], index_name: str, name: str) -> int
     return parse_int(opts, name, 0, minimum=0)
 
 
-def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOptions:
-    """Parse and validate the options of a write (always to a live cluster).
+def parse_write_options(options: Mapping[str, str], overwrite: bool, streaming: bool = False) -> WriteOptions:
+    """Parse and validate the options of a write (always to a live cluster; `streaming`:
+    of a streaming query).
 
     Raises:
         OptionError: overwrite mode, a store directory instead of peers, or a bad option.
@@ -390,14 +397,32 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool) -> WriteOpt
             "writes go through a live cluster: give option peers (e.g. n0-127.0.0.1:20911;...), "
             "not a store directory (use dledger.open_log to write a local log)"
         )
+    exactly_once = parse_bool(opts, "exactlyOnce", True)
     return WriteOptions(
         target=target,
         batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, maximum=MAX_BODIES_PER_APPEND),
         batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES),
         rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
-        exactly_once=parse_bool(opts, "exactlyOnce", True),
+        exactly_once=exactly_once,
         abort_wait_ms=parse_int(opts, "abortWaitMs", DEFAULT_ABORT_WAIT_MS, minimum=0),
+        writer_name=_writer_name(opts, exactly_once, streaming),
     )
+
+
+def _writer_name(opts: Mapping[str, str], exactly_once: bool, streaming: bool) -> str | None:
+    name = opts.get("writername")
+    if name is None:
+        return None
+    if streaming:
+        raise OptionError(
+            "writerName is for batch writes: a streaming query's producers are named after the query already "
+            "(one per partition, each micro-batch a new epoch)"
+        )
+    if not exactly_once:
+        raise OptionError("writerName names the producers of exactly-once writes: drop it, or set exactlyOnce=true")
+    if not name.strip() or len(name) > MAX_WRITER_NAME or not name.isprintable():
+        raise OptionError(f"writerName must be 1 to {MAX_WRITER_NAME} printable characters, got {name!r}")
+    return name
 
 
 # -- schemas

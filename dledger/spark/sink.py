@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,17 +68,20 @@ def writer_setup(
     fields: Sequence[tuple[str, str]],
     overwrite: bool,
     factory_for: Callable[[Target], ClientFactory] = client_factory_for,
+    streaming: bool = False,
 ) -> tuple[WriteOptions, ClientFactory, WriteColumns]:
-    """Validate a write on the driver: options, append mode and the columns; the
-    clients of its tasks are made by `factory_for(target)`."""
-    parsed = parse_write_options(options, overwrite)
+    """Validate a write on the driver (`streaming`: of a streaming query): options,
+    append mode and the columns; the clients of its tasks are made by
+    `factory_for(target)`."""
+    parsed = parse_write_options(options, overwrite, streaming)
     columns = write_columns_of(fields)
     return parsed, factory_for(parsed.target), columns
 
 
-def task_ids(job_id: str | None) -> TaskIds:
-    """The running Spark task's ids: the batch job's `job_id`, or (None) the streaming
-    query id and micro-batch id from the task's local properties.
+def task_ids(job_id: str | None, writer_epoch: int | None = None) -> TaskIds:
+    """The running Spark task's ids: the batch job's `job_id` (a writer's name with its
+    `writer_epoch`), or (None) the streaming query id and micro-batch id from the task's
+    local properties.
 
     Raises:
         ProducerWriteError: not in a Spark task, or a stream task without those properties.
@@ -88,7 +92,7 @@ def task_ids(job_id: str | None) -> TaskIds:
     if ctx is None:
         raise ProducerWriteError("a dledger write task must run inside a Spark task (no TaskContext)")
     if job_id is not None:
-        return TaskIds(job_id, -1, ctx.partitionId(), ctx.attemptNumber())
+        return TaskIds(job_id, -1, ctx.partitionId(), ctx.attemptNumber(), writer_epoch)
     query, batch = ctx.getLocalProperty(QUERY_ID_PROPERTY), ctx.getLocalProperty(BATCH_ID_PROPERTY)
     if not query or batch is None:
         raise ProducerWriteError(
@@ -130,6 +134,11 @@ def write_task(
         close_client(client)
 
 
+def _wall_ms() -> int:
+    """Milliseconds since the epoch (a named writer's job epoch; tests replace it)."""
+    return time.time_ns() // 1_000_000
+
+
 def _pause(seconds: float) -> None:
     """Wait `seconds` (tests replace it)."""
     threading.Event().wait(seconds)
@@ -147,17 +156,21 @@ def _wait_for_cancelled_tasks(options: WriteOptions, messages: Sequence[WriterCo
 
 class DLedgerArrowWriter(DataSourceArrowWriter):
     """Batch writer: each task appends its rows in order, in batches (exactly-once: the
-    job id made here, on the driver, is pickled to every task and its retries)."""
+    job id made here, on the driver, is pickled to every task and its retries; with
+    `writerName`, the name and an epoch from the driver's clock, later than the job
+    before's unless that clock went back)."""
 
     def __init__(self, options: WriteOptions, factory: ClientFactory, columns: WriteColumns) -> None:
         self.options = options
         self.factory = factory
         self.columns = columns
-        self.job_id = uuid.uuid4().hex
+        name = options.writer_name
+        self.job_id = name if name is not None else uuid.uuid4().hex
+        self.writer_epoch = _wall_ms() if name is not None else None
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         """Append the task's rows; returns what they left in the log."""
-        ids = task_ids(self.job_id) if self.options.exactly_once else plain_ids(self.job_id)
+        ids = task_ids(self.job_id, self.writer_epoch) if self.options.exactly_once else plain_ids(self.job_id)
         return write_task(self.options, self.factory, self.columns, iterator, ids)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

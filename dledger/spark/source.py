@@ -401,7 +401,7 @@ class DLedgerDataSource(DataSource):
         from dledger.spark.sink import DLedgerStreamArrowWriter, writer_setup
 
         return DLedgerStreamArrowWriter(
-            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory)
+            *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory, True)
         )
 
 

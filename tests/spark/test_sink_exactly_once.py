@@ -120,6 +120,37 @@ def test_a_leftover_attempt_of_an_earlier_micro_batch_is_fenced() -> None:
     assert again.appended == 0 and len(leader.log) == 20
 
 
+def test_a_named_writer_keeps_one_producer_per_partition_across_jobs_and_fences_older_jobs() -> None:
+    job1, job2 = TaskIds("nightly", -1, 0, writer_epoch=1_000), TaskIds("nightly", -1, 0, 1, writer_epoch=2_000)
+    assert job1.producer_id() == job2.producer_id() and (job1.epoch, job2.epoch) == (1_000, 2_000)
+    assert job1.producer_id() != TaskIds("nightly", -1, 1, writer_epoch=1_000).producer_id()  # another partition
+    assert job1.producer_id() != TaskIds("nightly", -1, 0).producer_id()  # an unnamed job of that id
+    assert 2**62 <= job1.producer_id() <= 2**63 - 1
+    leader = FakeLeader()
+    send(leader, 10, job1.producer_id(), tag="a", epoch=job1.epoch)
+    send(leader, 10, job2.producer_id(), tag="b", epoch=job2.epoch)  # the next job numbers from 0 again
+    assert leader.values() == values(10, "a") + values(10, "b") and len(leader.epochs) == 1
+    with pytest.raises(ProducerWriteError, match=r"PRODUCER_FENCED: .*with writerName, a later job"):
+        send(leader, 12, job1.producer_id(), tag="a", epoch=job1.epoch)  # a task of the first job, left over
+    again = send(leader, 10, job2.producer_id(), tag="b", epoch=job2.epoch)  # job 2's task retried
+    assert again.appended == 0 and len(leader.log) == 20
+
+
+def test_writer_name_is_checked_when_the_write_is_made() -> None:
+    base = {"peers": "n0-127.0.0.1:1", "writerName": "nightly-load"}
+    assert parse_write_options(base, False).writer_name == "nightly-load"
+    assert parse_write_options({"peers": "n0-127.0.0.1:1"}, False).writer_name is None
+    for options, streaming, words in (
+        (base, True, "writerName is for batch writes"),
+        ({**base, "exactlyOnce": "false"}, False, "producers of exactly-once writes"),
+        ({**base, "writerName": " "}, False, "1 to 256 printable characters"),
+        ({**base, "writerName": "x" * 257}, False, "1 to 256 printable characters"),
+        ({**base, "writerName": "a\nb"}, False, "1 to 256 printable characters"),
+    ):
+        with pytest.raises(OptionError, match=words):
+            parse_write_options(options, False, streaming)
+
+
 def test_producer_ids_are_stable_in_range_and_ignore_the_attempt() -> None:
     ids = TaskIds("job-1", -1, 3, attempt=0)
     assert ids.producer_id() == TaskIds("job-1", -1, 3, attempt=2).producer_id()

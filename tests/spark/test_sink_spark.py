@@ -181,6 +181,21 @@ def test_exactly_once_writes_records_and_at_least_once_plain_entries(spark: Any,
     assert magic[b"m-plain"] == MAGIC_NORMAL  # exactlyOnce=false: a plain entry, as before records
 
 
+def test_jobs_of_a_named_writer_reuse_one_producer_per_partition(spark: Any, cluster: LocalCluster) -> None:
+    """Two batch jobs with `writerName`: each partition keeps its producer id from the
+    first job to the second, the second job a newer epoch (without the name: a producer
+    per job and partition, kept by the leader for a day)."""
+    start = committed(cluster) + 1
+    for job in ("w1", "w2"):
+        df = spark.range(300).selectExpr(f"concat('{job}-', CAST(id AS STRING)) AS value").repartition(3)
+        df.write.format("dledger").options(peers=cluster.peers, group=GROUP, writerName="loader").mode("append").save()
+    values = Counter(v for v in log_values(cluster, start) if v[:3] in (b"w1-", b"w2-"))
+    assert values == Counter(b"%s-%d" % (job, k) for job in (b"w1", b"w2") for k in range(300))
+    stamps = log_stamps(cluster, start)
+    producers, epochs = {pid for pid, _ in stamps}, {epoch for _, epoch in stamps}
+    assert len(producers) == 3 and len(epochs) == 2, (producers, epochs)
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
