@@ -13,6 +13,7 @@ entries (and key, timestamp or headers as records), at-least-once. See docs/SPAR
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -134,9 +135,12 @@ def write_task(
         close_client(client)
 
 
-def _wall_ms() -> int:
-    """Milliseconds since the epoch (a named writer's job epoch; tests replace it)."""
-    return time.time_ns() // 1_000_000
+def _job_epoch() -> int:
+    """A named writer's job epoch: the driver's clock in milliseconds, shifted left 20
+    bits, with 20 random bits below, so that two jobs started in the same millisecond
+    (jobs of one name run at once: a mistake) fence each other instead of sharing an
+    epoch, in which each would take the other's rows for its own."""
+    return (time.time_ns() // 1_000_000) << 20 | secrets.randbits(20)
 
 
 def _pause(seconds: float) -> None:
@@ -166,7 +170,7 @@ class DLedgerArrowWriter(DataSourceArrowWriter):
         self.columns = columns
         name = options.writer_name
         self.job_id = name if name is not None else uuid.uuid4().hex
-        self.writer_epoch = _wall_ms() if name is not None else None
+        self.writer_epoch = _job_epoch() if name is not None else None
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         """Append the task's rows; returns what they left in the log."""
