@@ -145,6 +145,7 @@ cdef tuple _field_buffers(Py_ssize_t body_bytes):
 
 
 cdef tuple _cut_fields(tuple fields, const RecRows *rows):
+    """The buffers of `_field_buffers`, cut to the values and keys pass 1 copied."""
     PyByteArray_Resize(fields[0], rows.tv)
     PyByteArray_Resize(fields[1], rows.tk)
     return fields

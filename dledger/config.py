@@ -317,7 +317,7 @@ class DLedgerConfig:
     producer_id_expiration_ms: int = field(default=86_400_000, metadata={"yaml": "producerIdExpirationMs"})
     # dledger-py: the most idempotent producers the leader keeps at once; a request that
     # would start one more is refused with TOO_MANY_PRODUCERS (every member holds the
-    # table in memory, 300-550 bytes a producer, and saves it whole)
+    # table in memory, 300-560 bytes a producer, and saves it whole)
     max_producers: int = field(default=200_000, metadata={"yaml": "maxProducers"})
 
     # replication

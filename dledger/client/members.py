@@ -24,7 +24,6 @@ from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import parse_peers
 from dledger.security.tls import TlsConfig, TlsError
-from dledger.security.watch import FileWatch
 from dledger.transport.convert import pb
 from dledger.transport.grpc_client import open_channel
 
@@ -84,11 +83,7 @@ class Members:
         self._token = token
         self.clock: Clock = clock or MonotonicClock()
         # the watch before the read: a change in between is seen at the first look
-        self._tls_watch = (
-            FileWatch([p for p in (tls.cert, tls.key, tls.ca) if p], lambda: self.clock.now_ms() / 1000)
-            if tls is not None
-            else None
-        )
+        self._tls_watch = tls.watch(lambda: self.clock.now_ms() / 1000) if tls is not None else None
         self._credentials = tls.matching_credentials(token) if tls is not None else None
         self.peers = parse_peers(peers)
         self.group = group

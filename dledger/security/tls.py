@@ -16,9 +16,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from dledger.security.watch import FileWatch
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +129,12 @@ class TlsConfig:
             raise TlsError(f"the TLS key {self.key} is not the key of the certificate {self.cert}")
         return cert, key, ca
 
+    def watch(self, clock: Callable[[], float] = time.monotonic) -> FileWatch:
+        """A `FileWatch` over the files given (a `ca_only` config has no certificate or
+        key to watch), to be made before they are read: a change in between is then
+        seen at the first look."""
+        return FileWatch([path for path in (self.cert, self.key, self.ca) if path], clock)
+
     def server_credentials(self, *, client_certificates: bool = True) -> Any:
         """gRPC server credentials that require a client certificate from this CA
         (`client_certificates=False`: server-side TLS, no client certificate asked for),
@@ -135,13 +145,11 @@ class TlsConfig:
         """
         import grpc  # type: ignore[import-untyped]
 
-        from dledger.security.watch import FileWatch
-
         def configuration(files: tuple[bytes, bytes, bytes]) -> Any:
             cert, key, ca = files
             return grpc.ssl_server_certificate_configuration([(key, cert)], ca if client_certificates else None)
 
-        watch = FileWatch([self.cert, self.key, self.ca])
+        watch = self.watch()
         initial = configuration(self.read_matching())
 
         def fetch() -> Any:

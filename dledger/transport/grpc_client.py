@@ -31,7 +31,6 @@ from dledger.raft.messages import (
 )
 from dledger.raft.snapshot_dispatch import INSTALL_SNAPSHOT_TIMEOUT_MS
 from dledger.security.tls import TlsConfig, TlsError
-from dledger.security.watch import FileWatch
 from dledger.transport.convert import MalformedMessage, from_pb, pb_grpc, to_pb
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -144,7 +143,7 @@ class GrpcTransport:
         self._closed = False
         self._tls = member_tls(config)
         # the watch before the read: a change in between is seen at the first look
-        self._tls_watch = FileWatch([self._tls.cert, self._tls.key, self._tls.ca]) if self._tls is not None else None
+        self._tls_watch = self._tls.watch() if self._tls is not None else None
         self._credentials = self._tls.channel_credentials() if self._tls is not None else None
 
     def _renew_credentials(self) -> None:
