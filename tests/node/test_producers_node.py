@@ -4,6 +4,7 @@ saved and read back at restart, and holds retention back until saved."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import threading
 from collections.abc import Callable, Sequence
@@ -249,5 +250,37 @@ def test_a_save_writes_outside_the_lock_and_a_snapshot_table_adopted_meanwhile_i
         assert len(written) == 2 and written[1] == ahead.encode()  # the adopted table, written last
         assert StampFold.decode((tmp_path / "producers").read_bytes(), read_stamp).encode() == ahead.encode()
         assert producers.retention_floor() == 5
+    finally:
+        store.close()
+
+
+def test_a_save_that_cannot_write_keeps_retention_and_is_done_again_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk fails the save: the warning says so, retention still keeps the stamped
+    entries (nothing saved covers them), and the next pass saves once writes work."""
+    store = MmapLogStore(tmp_path, StoreConfig())
+    try:
+        store.append_many([stamp_record_body(encode_record(b"p0"), PID, 0, 0, 1, 5)], MAGIC_RECORD)
+        end = store.end_index
+        config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:1")
+        clock = [10_000]
+        producers = NodeProducers(store, tmp_path, config, lambda: end, wall_ms=lambda: clock[0])
+        real_write = node_producers.write_synced
+
+        def full_disk(path: Path, data: bytes) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(node_producers, "write_synced", full_disk)
+        with caplog.at_level(logging.WARNING, logger="dledger.node_producers"):
+            producers.fold_pass()
+        assert "cannot save the producer table" in caplog.text and "No space left" in caplog.text
+        assert producers.retention_floor() == 0 and not (tmp_path / "producers").exists()
+        monkeypatch.setattr(node_producers, "write_synced", real_write)
+        producers.fold_pass()  # the disk has room again: saved
+        assert producers.retention_floor() == end + 1
+        assert StampFold.decode((tmp_path / "producers").read_bytes(), read_stamp).encode() == (
+            producers.log.committed.encode()
+        )
     finally:
         store.close()
