@@ -18,7 +18,15 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from dledger.client.interrupts import DeferredCtrlC
-from dledger.client.policy import Backoff, Decision, code_decision, status_name
+from dledger.client.policy import (
+    Backoff,
+    Decision,
+    code_decision,
+    read_decision,
+    rpc_code,
+    status_details,
+    status_name,
+)
 from dledger.client.types import LedgerStubs, Target
 from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
@@ -241,28 +249,37 @@ class Members:
         """Ask every member (Metadata, in parallel) who leads; remember and return it.
 
         A member that reports itself LEADER wins; otherwise the leader named in the
-        answer with the highest term. Retries with backoff until the deadline.
+        answer with the highest term. Retries with backoff until the deadline, unless
+        every member refuses the client as such (a wrong group, a token or certificate
+        they do not take, not a DLedger member): waiting cannot change that.
 
         Raises:
             DLedgerError: NETWORK_ERROR when no member ever answered, NOT_LEADER when
-                some did but none knew a leader (an election is running).
+                some did but none knew a leader (an election is running), the members'
+                own code (UNKNOWN_GROUP...; UNEXPECTED_ARGUMENT for a gRPC status such
+                as UNAUTHENTICATED) when they refused, at once if all of them did.
         """
         deadline = deadline_ms if deadline_ms is not None else self.deadline_ms()
         backoff = Backoff(self.clock, first_ms=20, max_ms=300)
         answered_ever: dict[str, None] = {}  # the last round runs on what is left (50 ms at least)
         while True:
-            found, answered, errors = self._probe(max(0.05, (deadline - self.clock.now_ms()) / 1000))
+            found, answered, errors, refused = self._probe(max(0.05, (deadline - self.clock.now_ms()) / 1000))
             if found is not None:
                 self.leader = found
                 return found
             answered_ever.update(dict.fromkeys(answered))
+            if refused and len(refused) == len(self.peers):
+                raise _refused(refused)
             if not backoff.sleep(deadline):
                 if answered_ever:
                     raise DLedgerError(ResponseCode.NOT_LEADER, f"no leader known to {', '.join(answered_ever)}")
+                if refused:
+                    raise _refused(refused, "; others did not answer: " + "; ".join(errors))
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(errors))
 
-    def _probe(self, timeout_s: float) -> tuple[Target | None, list[str], list[str]]:
-        """One Metadata round over all members: (leader or None, who answered, errors)."""
+    def _probe(self, timeout_s: float) -> tuple[Target | None, list[str], list[str], list[tuple[str, int, str]]]:
+        """One Metadata round over all members: (leader or None, who answered, errors,
+        refusals as (member, code, text))."""
         answers: queue.Queue[tuple[Target, Any, BaseException | None]] = queue.Queue()
         request = pb.MetadataRequest(group=self.group)
         calls = []
@@ -274,26 +291,36 @@ class Members:
         best: tuple[int, Target] | None = None
         answered: list[str] = []
         errors: list[str] = []
+        refused: list[tuple[str, int, str]] = []
         try:
             for _ in calls:
                 target, call, error = answers.get()
                 if error is not None:
-                    errors.append(f"{target.node_id} ({target.address}): {status_name(error)}")
+                    status, details = status_name(error), status_details(error)
+                    if read_decision(status, details) is Decision.FAIL:
+                        refused.append((target.node_id, rpc_code(status), f"{status} {details}".strip()))
+                    else:
+                        errors.append(f"{target.node_id} ({target.address}): {status}")
                     continue
                 message = call.result()
                 if message.code != ResponseCode.SUCCESS:
-                    errors.append(f"{target.node_id}: {ResponseCode.of(message.code).name}")
+                    name = ResponseCode.of(message.code).name
+                    if code_decision(message.code) is Decision.FAIL:
+                        text = f"{name}: {message.message}" if message.message else name
+                        refused.append((target.node_id, message.code, text))
+                    else:
+                        errors.append(f"{target.node_id}: {name}")
                     continue
                 answered.append(target.node_id)
                 if message.role == "LEADER":
-                    return Target(message.self_id or target.node_id, target.address), answered, errors
+                    return Target(message.self_id or target.node_id, target.address), answered, errors, refused
                 hint = self.leader_hint(message, Target("", ""))
                 if hint is not None and (best is None or message.term > best[0]):
                     best = (message.term, hint)
         finally:
             for call in calls:
                 call.cancel()
-        return (best[1] if best else None), answered, errors
+        return (best[1] if best else None), answered, errors, refused
 
     def read_targets(self, node_id: str | None) -> list[Target]:
         """Whom a read asks, in order: `node_id` only, or the leader then the others."""
@@ -307,3 +334,13 @@ class Members:
                 leader = None
         rest = [t for t in self.all() if leader is None or t.address != leader.address]
         return ([leader] if leader is not None else []) + rest
+
+
+def _refused(refused: list[tuple[str, int, str]], more: str = "") -> DLedgerError:
+    """The error of members that refused the client as such: the first refusal's code,
+    with each text once and the members that gave it."""
+    by_text: dict[str, list[str]] = {}
+    for node_id, _, text in refused:
+        by_text.setdefault(text, []).append(node_id)
+    said = "; ".join(f"{', '.join(sorted(nodes))}: {text}" for text, nodes in by_text.items())
+    return DLedgerError(refused[0][1], f"refused by {said}{more}")

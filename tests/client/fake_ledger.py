@@ -90,6 +90,9 @@ class FakeMember(pb_grpc.LedgerServicer):
         self.unary_gate.set()
         self.held = 0
         self.get_requests: list[tuple[int, int]] = []
+        self.metadata_refusal: Action | None = None
+        """Metadata answers with this instead ("code": `code` with `details` as its message;
+        "abort": gRPC `status` and `details`)."""
         self.break_read_after: int | None = None
         self.lock = threading.Lock()
         self.server: Any = None
@@ -245,6 +248,12 @@ class FakeMember(pb_grpc.LedgerServicer):
 
     def Metadata(self, request: Any, context: Any) -> Any:
         out = pb.MetadataResponse(group="default", self_id=self.node_id)
+        refusal = self.metadata_refusal
+        if refusal is not None and refusal.kind == "abort":
+            context.abort(refusal.status, refusal.details)
+        if refusal is not None:
+            out.message = refusal.details
+            return self._header(out, refusal.code)
         out.role = "LEADER" if self.log.leader == self.node_id else "FOLLOWER"
         for member_id, address in self.log.members.items():
             out.peers[member_id] = address

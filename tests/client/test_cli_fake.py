@@ -71,6 +71,10 @@ def test_failures_exit_1_with_one_line_naming_the_code(fake: FakeCluster) -> Non
     code, _, err = run(fake, "append", "x")
     assert code == 1 and err.startswith("error: WAIT_QUORUM_ACK_TIMEOUT (502)") and "outcome unknown" in err
     assert err.count("\n") == 1
+    for node_id in fake.log.members:  # a mistyped group: said at once, not a network error after --timeout
+        fake[node_id].metadata_refusal = Action("code", code=ResponseCode.UNKNOWN_GROUP, details="not 'nosuch'")
+    code, _, err = run(fake, "append", "x", timeout_s=30)
+    assert code == 1 and err == "error: UNKNOWN_GROUP (400): refused by n0, n1, n2: UNKNOWN_GROUP: not 'nosuch'\n"
 
 
 def test_status_table_and_json_show_unreachable_members(fake: FakeCluster) -> None:

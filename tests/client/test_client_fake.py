@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from dledger.client import DLedgerClient, IndeterminateError, Target
+from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from tests.client.fake_ledger import Action, FakeCluster
 
@@ -156,6 +157,43 @@ def test_nobody_reachable_is_a_definite_network_error(fake: FakeCluster) -> None
         client.append(b"x")
     assert not isinstance(info.value, IndeterminateError)
     assert info.value.code is ResponseCode.NETWORK_ERROR
+
+
+def test_members_that_all_refuse_the_client_fail_it_at_once(fake: FakeCluster) -> None:
+    """A wrong group or a token no member takes cannot change by waiting: the first round
+    of discovery that every member refuses ends the call with their code and text,
+    before any backoff sleep (NETWORK_ERROR after the whole timeout before)."""
+    for node_id in fake.log.members:
+        fake[node_id].metadata_refusal = Action("code", code=ResponseCode.UNKNOWN_GROUP, details="not 'nosuch'")
+    clock = ManualClock()
+    with DLedgerClient(fake.peers, timeout_s=30, clock=clock) as client, pytest.raises(DLedgerError) as info:
+        client.append(b"x")
+    assert info.value.code is ResponseCode.UNKNOWN_GROUP
+    assert "refused by n0, n1, n2: UNKNOWN_GROUP: not 'nosuch'" in info.value.message
+    assert clock.now_ms() == 0  # no backoff: one round decided it
+    for node_id in fake.log.members:
+        fake[node_id].metadata_refusal = Action(
+            "abort", status=grpc.StatusCode.UNAUTHENTICATED, details="unknown bearer token"
+        )
+    with DLedgerClient(fake.peers, timeout_s=30, clock=clock) as client, pytest.raises(DLedgerError) as info:
+        client.append(b"x")
+    assert info.value.code is ResponseCode.UNEXPECTED_ARGUMENT  # what a refused request's status stands for
+    assert "refused by n0, n1, n2: UNAUTHENTICATED unknown bearer token" in info.value.message
+    assert clock.now_ms() == 0 and fake.log.bodies == []
+
+
+def test_a_refusal_beside_silent_members_is_reported_at_the_deadline(fake: FakeCluster) -> None:
+    """One member refuses, the others are down: they may come back serving the group, so
+    discovery waits out its deadline, then reports the refusal, not a network error."""
+    fake["n0"].metadata_refusal = Action("code", code=ResponseCode.UNKNOWN_GROUP, details="not 'nosuch'")
+    fake["n1"].stop()
+    fake["n2"].stop()
+    clock = ManualClock()
+    with DLedgerClient(fake.peers, timeout_s=2, clock=clock) as client, pytest.raises(DLedgerError) as info:
+        client.append(b"x")
+    assert info.value.code is ResponseCode.UNKNOWN_GROUP
+    assert clock.now_ms() >= 2000  # waited for the others, on the manual clock
+    assert "refused by n0: UNKNOWN_GROUP: not 'nosuch'; others did not answer: n1" in info.value.message
 
 
 def test_get_pages_and_stops_at_the_committed_index(fake: FakeCluster) -> None:

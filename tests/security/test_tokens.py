@@ -255,6 +255,11 @@ def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: s
             assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert info.value.details().startswith("a client without a certificate: no valid bearer token")
     assert group.servers["n0"].grpc is not None and group.servers["n0"].grpc.guard.refused >= 2  # type: ignore[union-attr]
+    if token is not None:  # the client library: every member's refusal, not a network error after its timeout
+        with token_client(group, token) as client, pytest.raises(DLedgerError) as refused:
+            client.append(b"x")
+        assert refused.value.code is ResponseCode.UNEXPECTED_ARGUMENT
+        assert "refused by n0, n1, n2: UNAUTHENTICATED" in refused.value.message
 
 
 def test_a_token_removed_from_the_file_is_refused_without_a_restart(tmp_path: Path, certs: Path) -> None:
