@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dledger.config_bounds import MEMBER_BOUNDS, STORE_BOUNDS, out_of_bounds
 from dledger.entry import INDEX_UNIT_SIZE, MAX_ENTRY_SIZE
 
 MIB = 1024 * 1024
@@ -212,16 +213,23 @@ class StoreConfig:
     clean_interval_ms: int = 1000
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the values (on construction: a StoreConfig is frozen).
+
+        Raises:
+            ConfigError: the first invalid value found.
+        """
+        problem = out_of_bounds(self, STORE_BOUNDS)
+        if problem is not None:
+            raise ConfigError(problem)
         if self.index_file_size % INDEX_UNIT_SIZE:
             raise ConfigError("index_file_size must be a multiple of 32")
-        if self.data_file_size < 64 or self.index_file_size < INDEX_UNIT_SIZE:
-            raise ConfigError("segment sizes are too small")
         if self.flush_mode not in ("async", "sync"):
             raise ConfigError("flush_mode must be 'async' or 'sync'")
         if self.data_writes not in ("auto", "mmap", "pwrite"):
             raise ConfigError("data_writes must be 'auto', 'mmap' or 'pwrite'")
-        if self.release_behind_bytes < 0:
-            raise ConfigError("release_behind_bytes must not be negative")
 
     @property
     def write_through(self) -> bool:
@@ -380,8 +388,13 @@ class DLedgerConfig:
     def __post_init__(self) -> None:
         self.validate()
 
+    def validated(self) -> DLedgerConfig:
+        """This config, checked again (it may have been changed since it was made)."""
+        self.validate()
+        return self
+
     def validate(self) -> None:
-        """Check the values; called on construction (call again after changing fields).
+        """Check the values; called on construction and by the node as it starts.
 
         Raises:
             ConfigError: the first invalid value found.
@@ -393,38 +406,18 @@ class DLedgerConfig:
             raise ConfigError(f"self id {self.self_id!r} is not in peers {self.peers!r}")
         if self.initial_cluster_state not in ("new", "existing"):
             raise ConfigError(f"initial cluster state {self.initial_cluster_state!r} is not 'new' or 'existing'")
-        for name in ("heart_beat_time_interval_ms", "max_heart_beat_leak", "max_push_timeout_ms", "rpc_timeout_ms"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
-        for name in (
-            "max_pending_requests_num",
-            "max_pending_bytes",
-            "max_push_batch_bytes",
-            "max_push_in_flight_bytes",
-        ):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive")
-        if self.max_push_in_flight_per_peer <= 0:
-            raise ConfigError("max_push_in_flight_per_peer must be positive")
-        for name in ("snapshot_threshold", "max_snapshot_reserved_num", "producer_id_expiration_ms", "max_producers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+        problem = out_of_bounds(self, MEMBER_BOUNDS)
+        if problem is not None:
+            raise ConfigError(problem)
         if self.snapshot_entry_reset_strategy not in SNAPSHOT_RESET_STRATEGIES:
             raise ConfigError(
                 f"snapshot_entry_reset_strategy must be one of {', '.join(SNAPSHOT_RESET_STRATEGIES)}, "
                 f"not {self.snapshot_entry_reset_strategy!r}"
             )
-        keep = self.reset_snapshot_entries_but_keep_last_entries_num
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise ConfigError(f"reset_snapshot_entries_but_keep_last_entries_num must be >= 0, not {keep!r}")
-        for name in ("standby_push_ms", "push_gather_ms", "lease_drift_ms"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative")
-        if not 0 <= self.min_vote_interval_ms < self.max_vote_interval_ms:
-            raise ConfigError("need 0 <= min_vote_interval_ms < max_vote_interval_ms")
-        if not 0 <= self.min_take_leadership_vote_interval_ms < self.max_take_leadership_vote_interval_ms:
-            raise ConfigError("need 0 <= min_take_leadership_vote_interval_ms < max_take_leadership_vote_interval_ms")
+        if not self.min_vote_interval_ms < self.max_vote_interval_ms:
+            raise ConfigError("need min_vote_interval_ms < max_vote_interval_ms")
+        if not self.min_take_leadership_vote_interval_ms < self.max_take_leadership_vote_interval_ms:
+            raise ConfigError("need min_take_leadership_vote_interval_ms < max_take_leadership_vote_interval_ms")
         if self.store_type not in ("FILE", "MEMORY"):
             raise ConfigError(f"store_type must be FILE or MEMORY, not {self.store_type!r}")
         for pid in parse_preferred_leader_ids(self.preferred_leader_ids):

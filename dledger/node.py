@@ -101,7 +101,7 @@ class DLedgerNode:
         rng: random.Random | None = None,
         repair: bool = False,
     ) -> None:
-        self.config = config
+        self.config = config.validated()
         self.transport = transport
         self.clock: Clock = clock or MonotonicClock()
         self.store: LogStore = store if store is not None else open_node_store(config, repair=repair)

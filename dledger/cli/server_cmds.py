@@ -89,15 +89,28 @@ def setting_fields(store_cls: type[StoreConfig] = StoreConfig) -> dict[str, data
     return names
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
+    """A file's value as its setting's type: yes/no words for a switch, a whole number or
+    a size (`64MiB`) for a number of bytes, milliseconds or entries; never a guess (a
+    `maybe` switch or `1.5` entries is a ValueError)."""
     default = field.default
     if isinstance(default, bool):
-        if isinstance(value, str):
-            return value.strip().lower() in ("1", "true", "yes", "on")
-        return bool(value)
+        word = str(value).strip().lower()
+        if word not in _TRUE + _FALSE or isinstance(value, float):
+            raise ValueError("expected true or false")
+        return word in _TRUE
     if isinstance(default, int):
-        return parse_size(value) if isinstance(value, str) else int(value)
+        if isinstance(value, str):
+            return parse_size(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+            raise ValueError("expected a whole number")
+        return int(value)
     if isinstance(default, float):
+        if isinstance(value, bool):
+            raise ValueError("expected a number")
         return float(value)
     return None if value is None else str(value)
 

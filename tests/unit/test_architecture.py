@@ -137,6 +137,7 @@ LEAVES = (
     "dledger.clock",
     "dledger.columns",
     "dledger.config",
+    "dledger.config_bounds",
     "dledger.service_thread",
     "dledger.allocator",
     "dledger.node_status",

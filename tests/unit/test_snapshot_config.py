@@ -34,14 +34,14 @@ def test_yaml_file_sets_them_by_dledgers_names(tmp_path: Path) -> None:
 )
 @pytest.mark.parametrize("value", [0, -1, True, 2.5, "3"])
 def test_non_positive_or_non_integer_values_are_refused(name: str, value: object) -> None:
-    with pytest.raises(ConfigError, match=f"{name} must be a positive integer"):
+    with pytest.raises(ConfigError, match=f"{name} must be"):
         DLedgerConfig(**{name: value})  # type: ignore[arg-type]
 
 
 def test_a_bad_value_in_a_file_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("snapshotThreshold: 0\n", encoding="utf-8")
-    with pytest.raises(click.UsageError, match="snapshot_threshold must be a positive integer"):
+    with pytest.raises(click.UsageError, match="snapshot_threshold must be in"):
         build_config(load_config_file(path), {})
 
 

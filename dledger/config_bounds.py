@@ -1,0 +1,93 @@
+"""The ranges of the numeric settings of `DLedgerConfig` and `StoreConfig`.
+
+A setting outside its range is refused when the config is made (`dledger.config`), with
+a message that names the setting and the range, instead of misbehaving later: a negative
+flush or clean interval spun a thread, a disk ratio of 0 or less refused every append
+as DISK_FULL, a value past int64 failed as an OverflowError when the store opened.
+
+Milliseconds stop at Java's `int` (2**31 - 1, ~24.8 days), the type of DLedger's own
+settings; byte sizes and counts at int64; segment sizes at 1 TiB; an entry at 2 GiB - 1
+(its size is an `int` in the header).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE
+
+MS_MAX = 2**31 - 1
+"""The longest duration setting, in milliseconds (Java's Integer.MAX_VALUE)."""
+INT64_MAX = 2**63 - 1
+SEGMENT_MAX = 1 << 40
+"""The largest data or index segment (1 TiB)."""
+
+Bounds = Mapping[str, tuple[float, float]]
+
+MEMBER_BOUNDS: Bounds = {
+    "heart_beat_time_interval_ms": (1, MS_MAX),
+    "max_heart_beat_leak": (1, 1_000),
+    "min_vote_interval_ms": (0, MS_MAX),
+    "max_vote_interval_ms": (1, MS_MAX),
+    "min_take_leadership_vote_interval_ms": (0, MS_MAX),
+    "max_take_leadership_vote_interval_ms": (1, MS_MAX),
+    "max_leadership_transfer_wait_index": (0, INT64_MAX),
+    "leadership_transfer_wait_timeout_ms": (1, MS_MAX),
+    "check_preferred_leader_interval_ms": (1, MS_MAX),
+    "max_vote_hold_ms": (0, MS_MAX),
+    "lease_drift_ms": (0, MS_MAX),
+    "producer_id_expiration_ms": (1, MS_MAX),
+    "max_producers": (1, INT64_MAX),
+    "max_pending_requests_num": (1, INT64_MAX),
+    "max_pending_bytes": (1, INT64_MAX),
+    "max_wait_ack_time_ms": (1, MS_MAX),
+    "max_push_timeout_ms": (1, MS_MAX),
+    "peer_push_quota": (1, INT64_MAX),
+    "peer_push_throttle_point": (0, INT64_MAX),
+    "peer_push_throttle_lag_entries": (0, INT64_MAX),
+    "max_push_batch_bytes": (1, INT64_MAX),
+    "max_push_in_flight_per_peer": (1, INT64_MAX),
+    "max_push_in_flight_bytes": (1, INT64_MAX),
+    "commit_push_interval_ms": (1, MS_MAX),
+    "standby_push_ms": (0, MS_MAX),
+    "push_gather_ms": (0, MS_MAX),
+    "follower_push_timeout_ms": (1, MS_MAX),
+    "rpc_timeout_ms": (1, MS_MAX),
+    "snapshot_threshold": (1, INT64_MAX),
+    "max_snapshot_reserved_num": (1, INT64_MAX),
+    "reset_snapshot_entries_but_keep_last_entries_num": (0, INT64_MAX),
+}
+"""`DLedgerConfig`'s numeric settings: (lowest, highest) of whole numbers, both allowed;
+of fractions (floats), above the lowest and at most the highest."""
+
+STORE_BOUNDS: Bounds = {
+    "data_file_size": (64, SEGMENT_MAX),
+    "index_file_size": (INDEX_UNIT_SIZE, SEGMENT_MAX),
+    "flush_file_interval_ms": (1, MS_MAX),
+    "checkpoint_interval_ms": (1, MS_MAX),
+    "warm_ahead_bytes": (0, INT64_MAX),
+    "release_behind_bytes": (0, INT64_MAX),
+    "max_entry_size": (HEADER_SIZE, MS_MAX),
+    "file_reserved_hours": (0, MS_MAX),
+    "disk_space_ratio_to_check_expired": (0.0, 1.0),
+    "disk_space_ratio_to_force_clean": (0.0, 1.0),
+    "clean_interval_ms": (1, MS_MAX),
+}
+"""`StoreConfig`'s numeric settings."""
+
+
+def out_of_bounds(settings: Any, bounds: Bounds) -> str | None:
+    """What is wrong with the first of `bounds`' attributes of `settings` that is not a
+    number in its range (a whole number unless its range is of floats), or None."""
+    for name, (low, high) in bounds.items():
+        value = getattr(settings, name)
+        whole = isinstance(low, int)
+        if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)):
+            kind = "a whole number" if whole else "a number"
+            return f"{name} must be {kind}, not {value!r:.80}"
+        if whole and not low <= value <= high:
+            return f"{name} must be in [{low:,}, {high:,}], not {value!r:.80}"
+        if not whole and not low < value <= high:  # NaN fails too
+            return f"{name} must be above {low} and at most {high}, not {value!r:.80}"
+    return None
