@@ -275,6 +275,8 @@ class DLedgerClient(RecordMethods):
             IndeterminateError: the outcome is unknown (timeout, connection lost after
                 sending, WAIT_QUORUM_ACK_TIMEOUT, TERM_CHANGED).
         """
+        if not isinstance(bodies, list | tuple):
+            bodies = list(bodies)  # a generator, read once (its sizes are summed below)
         if not bodies:
             raise ValueError("nothing to append: bodies is empty")
         deadline = self.members.deadline_ms()

@@ -40,6 +40,26 @@ log = logging.getLogger(__name__)
 DISCOVER_FOR_READS_S = 1.0
 """A read looks for the leader at most this long before it asks the members in order."""
 
+MAX_TIMEOUT_S = 1e6
+"""The longest timeout of a client operation (11.6 days; gRPC's deadlines overflow past
+~7e9 s, and `float("inf")` is no number of milliseconds)."""
+
+
+def checked_timeout(value: float, name: str) -> float:
+    """`value` as seconds, when it is a number in (0, MAX_TIMEOUT_S].
+
+    Raises:
+        ValueError: anything else (NaN, infinity, zero, negative, not a number).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
+        raise ValueError(f"{name} must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}, not {value!r}")
+    return float(value)
+
+
+def optional_timeout(value: float | None, name: str = "timeout_s") -> float | None:
+    """None (no limit) or `checked_timeout(value, name)`."""
+    return None if value is None else checked_timeout(value, name)
+
 
 def _probe_done(answers: queue.Queue[tuple[Target, Any, BaseException | None]], target: Target, call: Any) -> None:
     """A Metadata probe finished: queue (target, call, error); cancelled probes are dropped."""
@@ -83,8 +103,7 @@ class Members:
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
+        self.timeout_s = checked_timeout(timeout_s, "timeout_s")
         if token is not None and tls is None:
             raise ValueError("a bearer token is only sent over TLS: give tls=TlsConfig.ca_only(<CA file>)")
         self.tls = tls
@@ -95,7 +114,6 @@ class Members:
         self._credentials = tls.matching_credentials(token) if tls is not None else None
         self.peers = parse_peers(peers)
         self.group = group
-        self.timeout_s = timeout_s
         self.leader: Target | None = None
         """The leader last seen (None until discovered, or after it failed or moved)."""
         self._lock = threading.Lock()
@@ -155,8 +173,13 @@ class Members:
         return [Target(node_id, address) for node_id, address in self.peers.items()]
 
     def deadline_ms(self, timeout_s: float | None = None) -> int:
-        """The clock's time `timeout_s` (default: the operation budget) from now."""
-        return self.clock.now_ms() + int((timeout_s or self.timeout_s) * 1000)
+        """The clock's time `timeout_s` (default: the operation budget) from now.
+
+        Raises:
+            ValueError: `timeout_s` is not a number of seconds in (0, MAX_TIMEOUT_S].
+        """
+        budget = self.timeout_s if timeout_s is None else checked_timeout(timeout_s, "timeout")
+        return self.clock.now_ms() + int(budget * 1000)
 
     # -- the leader hint
 

@@ -24,6 +24,7 @@ order. At most 5 batches are in flight (the requests a leader remembers per prod
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import secrets
 import threading
@@ -34,7 +35,7 @@ from typing import Any
 import grpc  # type: ignore[import-untyped]
 
 from dledger.client.interrupts import DeferredCtrlC
-from dledger.client.members import Members
+from dledger.client.members import Members, optional_timeout
 from dledger.client.policy import (
     Decision,
     IndeterminateError,
@@ -46,12 +47,18 @@ from dledger.client.policy import (
 )
 from dledger.client.types import Batch, ProducerStamp, ProducerStats, SendFuture, Target, finish_batch
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.record import encode_record
 from dledger.transport.convert import pb
 
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry (a bigger one would fail its whole batch on the server)."""
+log = logging.getLogger(__name__)
+
+MAX_LINGER_MS = 3_600_000
+"""The longest a batch may wait for more bodies (an hour, as `dledger bench --linger-ms`)."""
+
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 DEFAULT_IN_FLIGHT = 8
 """A plain producer's `max_in_flight` when none is given."""
@@ -162,8 +169,7 @@ class Producer:
         )
         """The idempotent producer's id and epoch (None: not idempotent)."""
         self._next_seq = 0
-        if max_in_flight < 1 or max_batch_bytes < 1 or max_batch_count < 1 or linger_ms < 0:
-            raise ValueError("max_in_flight, max_batch_bytes and max_batch_count must be >= 1, linger_ms >= 0")
+        _check_limits(linger_ms, max_batch_bytes, max_batch_count, max_in_flight, max_buffered_bytes)
         self.members = members
         self.clock = members.clock
         self.linger_ms = linger_ms
@@ -171,7 +177,9 @@ class Producer:
         self.max_batch_count = max_batch_count
         self.max_in_flight = max_in_flight
         self.max_buffered_bytes = max_buffered_bytes
-        self.delivery_timeout_ms = int((delivery_timeout_s or members.timeout_s) * 1000)
+        self.delivery_timeout_ms = int(
+            (optional_timeout(delivery_timeout_s, "delivery_timeout_s") or members.timeout_s) * 1000
+        )
         self.cond = threading.Condition(threading.Lock())
         self.stats = ProducerStats()
         self._open: Batch | None = None
@@ -206,7 +214,12 @@ class Producer:
         Raises:
             DLedgerError: the producer is closed, or LEADER_PENDING_FULL when the buffer
                 stayed full for `timeout_s`.
+            TypeError: `body` is not bytes (checked here, not by the sender thread).
+            ValueError: `body` is too large, or `timeout_s` is not a timeout.
         """
+        if not isinstance(body, bytes):  # as `DLedgerClient.append` and the embedded store
+            raise TypeError(f"a body must be bytes, not {type(body).__name__}")
+        timeout_s = optional_timeout(timeout_s)
         if self.stamp is not None:
             body = encode_record(body)
         size = len(body)
@@ -252,6 +265,7 @@ class Producer:
     def flush(self, timeout_s: float | None = None) -> bool:
         """Send what is buffered now and wait until every batch so far is answered;
         False on timeout."""
+        timeout_s = optional_timeout(timeout_s)
         with self.cond:
             self._seal()
             return self.cond.wait_for(lambda: self._unfinished == 0, timeout_s)
@@ -332,8 +346,16 @@ class Producer:
                     self._again(batch, DLedgerError(ResponseCode.NETWORK_ERROR, "the stream broke"), True, front=True)
                     continue
                 request_id = next(self._ids)
+                try:
+                    request = self._request(batch, request_id)
+                except Exception as exc:  # no batch takes the sender thread, and every caller, down with it
+                    log.exception("a batch of %d bodies could not be made into a request", len(batch.bodies))
+                    self._inflight -= 1
+                    error = DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, f"the batch could not be sent: {exc!r}")
+                    self._done(batch, error=error)
+                    continue
                 stream.inflight.append((request_id, batch))
-                stream.requests.put(self._request(batch, request_id))
+                stream.requests.put(request)
 
     def _request(self, batch: Batch, request_id: int) -> Any:
         if self.stamp is None:
@@ -452,3 +474,22 @@ class Producer:
             self._target = None
             self.members.leader = None
         self.cond.notify_all()
+
+
+def _check_limits(linger_ms: float, batch_bytes: int, batch_count: int, in_flight: int, buffered: int) -> None:
+    """A producer's limits: each within what a member takes and a thread can wait.
+
+    Raises:
+        ValueError: the first limit out of its range, named.
+    """
+    whole = {
+        "max_batch_bytes": (batch_bytes, MAX_APPEND_BYTES),
+        "max_batch_count": (batch_count, MAX_BODIES_PER_APPEND),
+        "max_in_flight": (in_flight, 1 << 20),
+        "max_buffered_bytes": (buffered, 1 << 62),
+    }
+    for name, (value, high) in whole.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+            raise ValueError(f"{name} must be a whole number in [1, {high:,}], not {value!r}")
+    if isinstance(linger_ms, bool) or not isinstance(linger_ms, int | float) or not 0 <= linger_ms <= MAX_LINGER_MS:
+        raise ValueError(f"linger_ms must be in [0, {MAX_LINGER_MS:,}], not {linger_ms!r}")

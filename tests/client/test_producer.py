@@ -186,3 +186,84 @@ def test_max_in_flight_defaults_to_what_the_producer_kind_allows(client: DLedger
         assert (plain.max_in_flight, numbered.max_in_flight) == (DEFAULT_IN_FLIGHT, MAX_IDEMPOTENT_IN_FLIGHT)
     with pytest.raises(ValueError, match="at most 5 batches in flight"):
         Producer(client.members, idempotent=True, producer_id=7, max_in_flight=6)
+
+
+def test_a_body_that_is_not_bytes_is_refused_by_send_and_the_producer_goes_on(
+    client: DLedgerClient, fake: FakeCluster
+) -> None:
+    """Before, `send("text")` was queued and the sender thread died encoding it: every
+    later send and flush waited forever."""
+    with client.producer(linger_ms=0) as producer:
+        for bad in ("text", bytearray(b"x"), None, 5):
+            with pytest.raises(TypeError, match="a body must be bytes"):
+                producer.send(bad)  # type: ignore[arg-type]
+        assert producer.send(b"after").result(5) == 0 and producer.flush(5)
+    assert fake.log.bodies == [b"after"]
+
+
+def test_a_batch_the_sender_cannot_encode_fails_alone(
+    client: DLedgerClient, fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever goes wrong making one batch's request fails that batch with the cause;
+    the sender thread and the batches after it carry on."""
+    with client.producer(linger_ms=0) as producer:
+        real = type(producer)._request
+        broken = {"once": True}
+
+        def request_once_broken(self: object, batch: object, request_id: int) -> object:
+            if broken.pop("once", False):
+                raise RuntimeError("injected encoding failure")
+            return real(self, batch, request_id)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(type(producer), "_request", request_once_broken)
+        first = producer.send(b"lost")
+        with pytest.raises(DLedgerError, match="injected encoding failure") as info:
+            first.result(5)
+        assert not isinstance(info.value, IndeterminateError)  # never sent: nothing was appended
+        assert producer.send(b"kept").result(5) == 0
+        assert producer.stats.failed == 1 and producer.stats.acked == 1
+    assert fake.log.bodies == [b"kept"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"linger_ms": float("nan")}, "linger_ms must be in"),
+        ({"linger_ms": 10**12}, "linger_ms must be in"),
+        ({"linger_ms": -1}, "linger_ms must be in"),
+        ({"max_batch_count": 0}, "max_batch_count must be a whole number"),
+        ({"max_batch_count": 65_537}, r"max_batch_count must be a whole number in \[1, 65,536\]"),
+        ({"max_batch_bytes": (16 << 20) + 1}, "max_batch_bytes must be"),
+        ({"max_batch_bytes": 1.5}, "max_batch_bytes must be"),
+        ({"max_in_flight": 0}, "max_in_flight must be"),
+        ({"max_buffered_bytes": 0}, "max_buffered_bytes must be"),
+        ({"delivery_timeout_s": float("inf")}, "delivery_timeout_s must be a number of seconds"),
+    ],
+)
+def test_producer_limits_out_of_range_are_refused_naming_them(
+    client: DLedgerClient, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        client.producer(**options)  # type: ignore[arg-type]
+
+
+def test_timeouts_that_are_no_number_of_seconds_are_refused(client: DLedgerClient) -> None:
+    """inf, NaN or a value past gRPC's deadlines (which overflow past ~7e9 s: a client of
+    1e10 s looked for a leader forever) are refused where they are given."""
+    for bad in (float("inf"), float("nan"), 1e10, 0, -1, True, "5"):
+        with pytest.raises(ValueError, match="timeout_s must be a number of seconds"):
+            DLedgerClient("n0-127.0.0.1:1", timeout_s=bad)  # type: ignore[arg-type]
+    with client.producer(linger_ms=0) as producer:
+        for bad in (float("inf"), -1):
+            with pytest.raises(ValueError, match="timeout_s must be a number of seconds"):
+                producer.flush(bad)
+            with pytest.raises(ValueError, match="timeout_s must be a number of seconds"):
+                producer.send(b"x", timeout_s=bad)
+    with pytest.raises(ValueError, match="timeout must be a number of seconds"):
+        client.query(b"x", timeout=float("inf"))
+
+
+def test_append_many_takes_a_generator_once(client: DLedgerClient, fake: FakeCluster) -> None:
+    """A generator was consumed summing its sizes and the request went out empty."""
+    assert client.append_many(b"%d" % i for i in range(3)) == 0
+    assert fake.log.bodies == [b"0", b"1", b"2"]
