@@ -62,6 +62,17 @@ class _LocalLogBase(MmapLogStore):
     def update_committed_index(self, index: int) -> None:
         """Committed always follows the end of the log."""
 
+    def truncate(self, from_index: int) -> None:
+        """Delete entries [from_index, end_index] for good (all of them from the begin
+        index down); a negative index is refused, not taken for "every entry".
+
+        Raises:
+            ValueError: `from_index` < 0.
+        """
+        if from_index < 0:
+            raise ValueError(f"cannot truncate from index {from_index}: indexes start at 0")
+        super().truncate(from_index)
+
     def append_record(
         self,
         value: bytes,

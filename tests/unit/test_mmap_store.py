@@ -197,6 +197,18 @@ def test_embedded_log_commits_everything_and_resumes(tmp_path: Path) -> None:
         assert log.append(b"c") == 2
 
 
+def test_an_embedded_truncate_from_a_negative_index_deletes_nothing(tmp_path: Path) -> None:
+    """Before, `truncate(-1)` went the way of "from before the begin index": every entry
+    of the log, all committed, was deleted."""
+    with dledger.open_log(tmp_path / "dledger-n0", SMALL) as log:
+        log.append_many([b"a", b"b", b"c"])
+        with pytest.raises(ValueError, match="cannot truncate from index -1"):
+            log.truncate(-1)
+        assert [e.body for e in log.iterate()] == [b"a", b"b", b"c"]
+        log.truncate(2)  # a suffix still goes
+        assert [e.body for e in log.iterate()] == [b"a", b"b"] and log.committed_index == 1
+
+
 def test_prefix_reset_to_the_end_survives_a_restart(tmp_path: Path) -> None:
     store = MmapLogStore.open(tmp_path, SMALL)
     _fill(store, 10)
