@@ -12,6 +12,7 @@ from dledger.cli.errors import EXIT_USAGE, GuardedCommand, fail
 from dledger.cli.server_cmds import server_command_line, store_options
 from dledger.cli.tls_options import refuse_plaintext
 from dledger.config import ConfigError, parse_address
+from dledger.config_bounds import MS_MAX
 
 CLUSTER_STORE_DEFAULTS: dict[str, Any] = {"flush_mode": "async", "data_file_size": 64 << 20}
 """`dledger cluster`'s store options that have a default of their own: every member is
@@ -24,7 +25,7 @@ started with them (so they win over the config file), unlike the options not giv
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on.")
 @click.option("--base-port", default=20911, show_default=True, type=click.IntRange(1, 65535), help="Port of n0.")
 @click.option("-s", "--store-base-dir", default=".dledger-data", show_default=True, help="Logs go to DIR/dledger-n<k>.")
-@click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval.  [default: 2000]")
+@click.option("--heartbeat-ms", type=click.IntRange(1, MS_MAX), help="Heartbeat interval.  [default: 2000]")
 @store_options(CLUSTER_STORE_DEFAULTS)
 @click.option("--metrics-base-port", type=click.IntRange(1, 65535), help="Metrics of n<k> on this port + k.")
 @click.option(

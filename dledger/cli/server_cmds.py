@@ -21,6 +21,7 @@ from dledger.cli.errors import GuardedCommand, fail, one_line
 from dledger.cli.tls_options import EXIT_USAGE, refuse_plaintext, server_tls_options
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
+from dledger.config_bounds import MS_MAX
 from dledger.statemachine import StateMachine
 
 EXIT_ADDRESS_IN_USE = 1
@@ -268,7 +269,7 @@ def server_command_line(args: list[str]) -> list[str]:
     help="YAML settings (DLedger 0.3 keys: group, selfId, peers, storeBaseDir...); options given here win.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")
-@click.option("--heartbeat-ms", type=click.IntRange(min=1), help="Heartbeat interval; election after 3 missed.")
+@click.option("--heartbeat-ms", type=click.IntRange(1, MS_MAX), help="Heartbeat interval; election after 3 missed.")
 @store_options()
 @click.option("--listen", help="Listen address instead of this member's peer address (e.g. 0.0.0.0:20911).")
 @click.option(

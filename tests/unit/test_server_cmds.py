@@ -112,6 +112,9 @@ def test_help_of_both_commands() -> None:
     cluster_help = runner.invoke(main, ["cluster", "--help"])
     assert cluster_help.exit_code == 0 and "resumes" in cluster_help.output
     assert "--nodes" in cluster_help.output and "--config-file" in cluster_help.output
+    for command in ("server", "cluster"):  # a heartbeat past Java's int of milliseconds: usage, before any member
+        refused = runner.invoke(main, [command, "--heartbeat-ms", str(2**31)])
+        assert refused.exit_code == 2 and "--heartbeat-ms" in refused.output, refused.output
 
 
 def test_server_options_and_malloc_tuning(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
