@@ -122,6 +122,10 @@ class GrpcTransport:
             channels speak mutual TLS, presenting the member's certificate).
         deadline_ms: the per-call deadline (default: `peer_deadline_ms(config)`).
         channel_options: extra channel options (tests).
+
+    Raises:
+        dledger.security.TlsError: a TLS file cannot be read, or the key is not the
+            certificate's.
     """
 
     def __init__(
@@ -144,7 +148,7 @@ class GrpcTransport:
         self._tls = member_tls(config)
         # the watch before the read: a change in between is seen at the first look
         self._tls_watch = self._tls.watch() if self._tls is not None else None
-        self._credentials = self._tls.channel_credentials() if self._tls is not None else None
+        self._credentials = self._tls.matching_credentials() if self._tls is not None else None
 
     def _renew_credentials(self) -> None:
         """The member's TLS files changed: later calls go over new channels presenting

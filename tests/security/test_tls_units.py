@@ -262,6 +262,12 @@ def test_a_key_that_is_not_the_certificates_is_refused(tmp_path: Path) -> None:
         half_rotated.read_matching()
     with pytest.raises(TlsError, match="is not the key of the certificate"):
         half_rotated.server_credentials()
+    config = DLedgerConfig(  # a member's peer transport checks the same at start
+        group="g", self_id="n0", peers="n0-127.0.0.1:20911;n1-127.0.0.1:20912", store_base_dir=str(tmp_path),
+        tls_cert=half_rotated.cert, tls_key=half_rotated.key, tls_ca=half_rotated.ca,
+    )  # fmt: skip
+    with pytest.raises(TlsError, match="is not the key of the certificate"):
+        GrpcTransport(config)
 
 
 def test_a_member_keeps_its_peer_credentials_while_a_rotation_is_half_done(
