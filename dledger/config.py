@@ -143,7 +143,8 @@ class StoreConfig:
             (DLedger's behaviour); "sync" returns from an append only once it is durable
             (concurrent appends share one msync: group commit).
         flush_file_interval_ms: async flush period (flushFileInterval, 10 ms).
-        checkpoint_interval_ms: how often `checkpoint` is rewritten (checkPointInterval).
+        checkpoint_interval_ms: how often `checkpoint` is rewritten (checkPointInterval; 0:
+            at every flush pass).
         write_crc: compute the body CRC-32 (Java writes 0; reads verify non-zero CRCs).
         verify_crc: check non-zero CRCs on reads, follower appends and recovery.
         java_compat: write what Java DLedger <= 0.3.x can open (no CRCs, no NOOPs).

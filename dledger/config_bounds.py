@@ -65,7 +65,7 @@ STORE_BOUNDS: Bounds = {
     "data_file_size": (64, SEGMENT_MAX),
     "index_file_size": (INDEX_UNIT_SIZE, SEGMENT_MAX),
     "flush_file_interval_ms": (1, MS_MAX),
-    "checkpoint_interval_ms": (1, MS_MAX),
+    "checkpoint_interval_ms": (0, MS_MAX),  # 0: at every flush pass
     "warm_ahead_bytes": (0, INT64_MAX),
     "release_behind_bytes": (0, INT64_MAX),
     "max_entry_size": (HEADER_SIZE, MS_MAX),
