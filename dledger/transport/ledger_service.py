@@ -50,9 +50,6 @@ APPEND_METHOD = f"/{LEDGER_SERVICE}/Append"
 MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
 """Largest body of one entry."""
 
-TOO_MANY_STREAMS = "too many open streams: every %s slot is taken, try again later"
-"""RESOURCE_EXHAUSTED details of a stream refused before reading anything (clients retry
-on "too many open streams", `dledger.client.policy`)."""
 UNKNOWN_OUTCOME = frozenset({ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, ResponseCode.TERM_CHANGED})
 """Codes of an append the leader took but could not see committed: the entries may
 still commit (clients report them as indeterminate, `dledger.client.IndeterminateError`)."""
@@ -225,8 +222,10 @@ class LedgerService:
         """Ledger.AppendStream: one response per request, in request order."""
         if self.core.is_closing:
             self._closing_abort(context)
-        if not self.core.try_stream_slot("AppendStream"):
-            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS % "AppendStream")
+        caller = self.core.identify(context)
+        no_slot = self.core.try_stream_slot("AppendStream", caller)
+        if no_slot is not None:
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, no_slot)
         pipeline = _Pipeline(self.limits.stream_in_flight)
         self.core.add_waker(pipeline.stop)
         context.add_callback(pipeline.stop)
@@ -245,7 +244,7 @@ class LedgerService:
         finally:
             pipeline.stop()
             self.core.remove_waker(pipeline.stop)
-            self.core.release_stream_slot("AppendStream")
+            self.core.release_stream_slot("AppendStream", caller)
 
     # -- reads
 
@@ -295,12 +294,14 @@ class LedgerService:
         if refusal is not None:
             yield self.core.fill_header(pb.ReadCommittedResponse(), *refusal)
             return
-        if not self.core.try_stream_slot("ReadCommitted"):
-            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, TOO_MANY_STREAMS % "ReadCommitted")
+        caller = self.core.identify(context)
+        no_slot = self.core.try_stream_slot("ReadCommitted", caller)
+        if no_slot is not None:
+            abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, no_slot)
         try:
             yield from self._read_batches(request, context)
         finally:
-            self.core.release_stream_slot("ReadCommitted")
+            self.core.release_stream_slot("ReadCommitted", caller)
 
     def _read_batches(self, request: Any, context: Any) -> Iterator[Any]:
         limits = self.limits

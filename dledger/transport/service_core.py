@@ -26,6 +26,12 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 StreamMethod = Literal["AppendStream", "ReadCommitted"]
+
+TOO_MANY_STREAMS = "too many open streams: every %s slot is taken, try again later"
+"""RESOURCE_EXHAUSTED details of a stream refused before reading anything (clients retry
+on "too many open streams", `dledger.client.policy`)."""
+CALLER_STREAMS = "too many open streams: %s holds %d %s streams, as many as one caller may"
+"""... of a named caller that holds `max_streams_per_caller` streams of the method."""
 """The Ledger streams, each with slots of its own (`ServiceLimits`)."""
 
 
@@ -83,6 +89,10 @@ class ServiceLimits:
         max_read_streams: open ReadCommitted streams (part of max_client_calls). Readers
             and writers have slots of their own, so that readers (a Spark job's
             partitions, following streams) cannot keep producers out, nor the reverse.
+        max_streams_per_caller: streams of one method one named caller (a client
+            certificate or bearer token, a member) may hold at once, so that one
+            identity cannot take every slot from the others; plaintext callers are not
+            told apart and share the method's slots only.
         max_bodies_per_append: bodies in one append request.
         max_append_bytes: body bytes in one append request (more is refused with
             UNEXPECTED_ARGUMENT before anything is appended: a request must replicate
@@ -101,6 +111,7 @@ class ServiceLimits:
     max_client_calls: int = 128
     max_append_streams: int = 16
     max_read_streams: int = 16
+    max_streams_per_caller: int = 12
     max_bodies_per_append: int = MAX_BODIES_PER_APPEND
     max_append_bytes: int = MAX_APPEND_BYTES
     stream_in_flight: int = 256
@@ -189,6 +200,8 @@ class ServiceCore:
             "AppendStream": threading.BoundedSemaphore(limits.max_append_streams),
             "ReadCommitted": threading.BoundedSemaphore(limits.max_read_streams),
         }
+        self._caller_streams: dict[tuple[StreamMethod, Identity], int] = {}
+        self._caller_streams_lock = threading.Lock()
         self._wakers: set[Callable[[], None]] = set()
         self._wakers_lock = threading.Lock()
         self.incoming_appends = ArrivalGauge()
@@ -232,18 +245,34 @@ class ServiceCore:
     def release_client_slot(self) -> None:
         self._client_slots.release()
 
-    def try_stream_slot(self, method: StreamMethod) -> bool:
-        """Take a client slot and a slot of `method`'s streams if both are free."""
-        if not self._client_slots.acquire(blocking=False):
-            return False
-        if not self._stream_slots[method].acquire(blocking=False):
-            self._client_slots.release()
-            return False
-        return True
+    def try_stream_slot(self, method: StreamMethod, caller: Identity | None = None) -> str | None:
+        """Take a client slot, a slot of `method`'s streams and, for a named `caller`, one
+        of its own (`ServiceLimits.max_streams_per_caller`); None when taken, else why
+        not (RESOURCE_EXHAUSTED details)."""
+        key = (method, caller) if caller is not None and caller.kind != "unknown" else None
+        with self._caller_streams_lock:
+            held = self._caller_streams.get(key, 0) if key is not None else 0
+            if key is not None and held >= self.limits.max_streams_per_caller:
+                return CALLER_STREAMS % (key[1].describe(), held, method)
+            if not self._client_slots.acquire(blocking=False):
+                return TOO_MANY_STREAMS % method
+            if not self._stream_slots[method].acquire(blocking=False):
+                self._client_slots.release()
+                return TOO_MANY_STREAMS % method
+            if key is not None:
+                self._caller_streams[key] = held + 1
+        return None
 
-    def release_stream_slot(self, method: StreamMethod) -> None:
+    def release_stream_slot(self, method: StreamMethod, caller: Identity | None = None) -> None:
+        """Give back what `try_stream_slot(method, caller)` took."""
         self._stream_slots[method].release()
         self._client_slots.release()
+        key = (method, caller) if caller is not None and caller.kind != "unknown" else None
+        if key is not None:
+            with self._caller_streams_lock:
+                left = self._caller_streams.pop(key, 0) - 1
+                if left > 0:
+                    self._caller_streams[key] = left
 
     # -- helpers
 

@@ -24,6 +24,7 @@ from dledger.security.tokens import TokenFile, TokenFileError, TokenStore, add_t
 from dledger.security.watch import RECHECK_S
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
+from dledger.transport.grpc_server import ServiceLimits
 from tests.e2e.harness import eventually, free_ports
 from tests.e2e.test_cli import Running
 from tests.security.test_tls_cli import dledger, tls_args
@@ -412,3 +413,34 @@ def test_server_checks_the_client_port_settings(tmp_path: Path, certs: Path) -> 
     assert missing_file.stderr.count("\n") == 1  # one `error:` line
     assert not any("Traceback" in done.stderr for done in (missing_file, no_tokens, plaintext))
     assert not os.path.exists(tmp_path / "data" / "dledger-n0" / "data")
+
+
+def test_one_token_holds_at_most_its_share_of_a_members_read_streams(group: TlsGroup, tokens: Tokens) -> None:
+    """A caller with the read role cannot keep every other reader out of a member by
+    opening following streams: past `max_streams_per_caller` it is refused (and told
+    why), while another token still gets in."""
+    leader = group.leader()
+    with token_client(group, tokens.by_role["write"]) as writer:
+        writer.append(b"one")
+    share = ServiceLimits().max_streams_per_caller
+    follow = pb.ReadCommittedRequest(group=GROUP, from_index=0, follow=True)
+    with (
+        raw_channel(group, leader, tokens.by_role["read"]) as hog,
+        raw_channel(group, leader, tokens.by_role["write"]) as other,
+    ):
+        held = []
+        for _ in range(share):
+            stream = pb_grpc.LedgerStub(hog).ReadCommitted(follow, timeout=30)
+            next(stream)  # open, and holding a slot
+            held.append(stream)
+        with pytest.raises(grpc.RpcError) as info:
+            next(pb_grpc.LedgerStub(hog).ReadCommitted(follow, timeout=30))
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert info.value.details() == (
+            f"too many open streams: client read-app (read) holds {share} ReadCommitted streams, "
+            "as many as one caller may"
+        )
+        stream = pb_grpc.LedgerStub(other).ReadCommitted(follow, timeout=30)
+        assert next(stream).code == ResponseCode.SUCCESS  # another token still reads
+        for call in (*held, stream):
+            call.cancel()

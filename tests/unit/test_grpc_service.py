@@ -41,6 +41,7 @@ from dledger.raft.messages import (
     VoteResponse,
     VoteResult,
 )
+from dledger.security.identity import Identity
 from dledger.store.memory import MemoryLogStore
 from dledger.transport import grpc_server, service_core
 from dledger.transport.convert import columns_from_pb, pb, pb_grpc, to_pb
@@ -450,6 +451,66 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
         srv.stop(0)
 
 
+def test_one_named_caller_cannot_take_every_stream_slot(node: FakeNode) -> None:
+    """A caller with a name (a client certificate or token; here named by a test header
+    in place of the TLS guard) holds at most `max_streams_per_caller` streams of a
+    method: the rest stay for others. Plaintext callers are not told apart."""
+    limits = ServiceLimits(max_read_streams=4, max_append_streams=4, max_streams_per_caller=2, follow_poll_s=0.05)
+    srv = GrpcServer(node, "127.0.0.1:0", limits)
+
+    def by_header(context: Any) -> Identity:
+        name = dict(context.invocation_metadata() or ()).get("who", "")
+        return Identity("client", name=name, role="write") if name else Identity("unknown")
+
+    srv.core.identify = by_header
+    srv.start()
+    channel = ledger_channel(srv)
+    try:
+        ledger = pb_grpc.LedgerStub(channel)
+        ledger.Append(pb.AppendRequest(bodies=[b"first"]), timeout=WAIT_S)
+
+        def follow(who: str) -> Any:
+            stream = ledger.ReadCommitted(
+                pb.ReadCommittedRequest(from_index=0, follow=True), timeout=WAIT_S, metadata=(("who", who),)
+            )
+            assert next(stream).batch.index[0] == 0  # open, holding a slot
+            return stream
+
+        held = [follow("alice"), follow("alice")]
+        with pytest.raises(grpc.RpcError) as info:
+            follow("alice")
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (
+            info.value.details()
+            == "too many open streams: client alice (write) holds 2 ReadCommitted streams, as many as one caller may"
+        )
+        assert read_decision("RESOURCE_EXHAUSTED", info.value.details()) is Decision.REDIRECT
+        requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        writer = ledger.AppendStream(iter(requests.get, None), timeout=WAIT_S, metadata=(("who", "alice"),))
+        requests.put(pb.AppendRequest(bodies=[b"second"], request_id=1))
+        assert next(writer).code == 200  # her append slots are counted apart from her read slots
+        held += [follow("bob"), follow("bob")]  # others still get in, up to the method's 4 slots
+        with pytest.raises(grpc.RpcError) as info:
+            follow("carol")
+        assert info.value.details() == "too many open streams: every ReadCommitted slot is taken, try again later"
+        alice = Identity("client", name="alice", role="write")
+        held.pop(0).cancel()
+        wait_until(lambda: srv.core.try_stream_slot("ReadCommitted", alice) is None)  # one of hers came back
+        srv.core.release_stream_slot("ReadCommitted", alice)
+        held.append(follow("alice"))
+        for stream in held:
+            stream.cancel()
+        requests.put(None)
+        assert list(writer) == []
+        wait_until(lambda: srv.core._caller_streams == {})  # every named stream gave its slots back
+        unnamed = [follow("") for _ in range(4)]  # callers without a name: the method's slots only
+        for stream in unnamed:
+            stream.cancel()
+    finally:
+        channel.close()
+        srv.stop(0)
+
+
 def test_readers_and_writers_have_stream_slots_of_their_own(node: FakeNode) -> None:
     """Following ReadCommitted streams holding every read slot do not keep an
     AppendStream out, and an open AppendStream does not keep a reader out."""
@@ -475,7 +536,7 @@ def test_readers_and_writers_have_stream_slots_of_their_own(node: FakeNode) -> N
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert rpc_decision("RESOURCE_EXHAUSTED", info.value.details()) is Decision.RETRY
         reader.cancel()
-        wait_until(lambda: srv.core.try_stream_slot("ReadCommitted"))  # the reader's slot comes back
+        wait_until(lambda: srv.core.try_stream_slot("ReadCommitted") is None)  # the reader's slot comes back
         srv.core.release_stream_slot("ReadCommitted")
         assert [a.code for a in ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S)] == [200]
         requests.put(None)
