@@ -100,7 +100,7 @@ def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
     default = field.default
     if isinstance(default, bool):
         word = str(value).strip().lower()
-        if word not in _TRUE + _FALSE or isinstance(value, float):
+        if word not in _TRUE + _FALSE:
             raise ValueError("expected true or false")
         return word in _TRUE
     if isinstance(default, int):
