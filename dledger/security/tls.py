@@ -13,6 +13,7 @@ Spark pickles to its executors without importing gRPC where it is unpickled."""
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import logging
 import os
@@ -118,15 +119,20 @@ class TlsConfig:
             out.append(data)
         return out[0], out[1], out[2]
 
-    def read_matching(self) -> tuple[bytes, bytes, bytes]:
-        """`read`, and the key must be the certificate's (a rotation may be half done).
+    def read_matching(self, now: datetime.datetime | None = None) -> tuple[bytes, bytes, bytes]:
+        """`read`; the key must be the certificate's (a rotation may be half done), and
+        the certificate valid `now` (default: the current time): every handshake with an
+        expired one fails. One that expires within EXPIRY_WARNING is logged.
 
         Raises:
-            TlsError: a file cannot be read, is not PEM, or the key does not match.
+            TlsError: a file cannot be read, is not PEM, the key does not match, or the
+                certificate has expired or is not valid yet.
         """
         cert, key, ca = self.read()
         if cert and not key_matches(cert, key):
             raise TlsError(f"the TLS key {self.key} is not the key of the certificate {self.cert}")
+        if cert:
+            check_validity(cert, self.cert, now or datetime.datetime.now(datetime.UTC))
         return cert, key, ca
 
     def watch(self, clock: Callable[[], float] = time.monotonic) -> FileWatch:
@@ -141,7 +147,8 @@ class TlsConfig:
         taking the files again after they change (see the module docstring).
 
         Raises:
-            TlsError: the files cannot be read now, or the key does not match.
+            TlsError: the files cannot be read now, the key does not match, or the
+                certificate is not valid now (`read_matching`).
         """
         import grpc  # type: ignore[import-untyped]
 
@@ -169,7 +176,8 @@ class TlsConfig:
         """`channel_credentials` from the files as they are now (`read_matching`).
 
         Raises:
-            TlsError: a file cannot be read, is not PEM, or the key does not match.
+            TlsError: a file cannot be read, is not PEM, the key does not match, or the
+                certificate is not valid now.
         """
         return self.channel_credentials(token, files=self.read_matching())
 
@@ -186,6 +194,35 @@ class TlsConfig:
         if token:
             credentials = grpc.composite_channel_credentials(credentials, grpc.access_token_call_credentials(token))
         return credentials
+
+
+EXPIRY_WARNING = datetime.timedelta(days=14)
+"""A certificate read with less than this left is logged as a warning."""
+
+
+def check_validity(cert_pem: bytes, path: str, now: datetime.datetime) -> None:
+    """Refuse a certificate (its first one) that is not valid at `now`; log a warning
+    when it expires within EXPIRY_WARNING.
+
+    Raises:
+        TlsError: expired, not valid yet, or not a certificate.
+    """
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as exc:
+        raise TlsError(f"the TLS certificate {path} is not a certificate: {exc}") from None
+    start, end = cert.not_valid_before_utc, cert.not_valid_after_utc
+    if now > end:
+        raise TlsError(f"the TLS certificate {path} expired at {end:%Y-%m-%d %H:%M} UTC")
+    if now < start:
+        raise TlsError(
+            f"the TLS certificate {path} is not valid before {start:%Y-%m-%d %H:%M} UTC (is this clock right?)"
+        )
+    if end - now < EXPIRY_WARNING:
+        left = (end - now).total_seconds() / 86400
+        log.warning("the TLS certificate %s expires at %s UTC, in %.1f days", path, f"{end:%Y-%m-%d %H:%M}", left)
 
 
 def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:

@@ -3,6 +3,7 @@ a running group."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 from dledger.cli.main import main
 from dledger.cli.server_cmds import load_config_file
 from dledger.cli.tls_options import refuse_plaintext
+from dledger.client import DLedgerClient
 from dledger.client.members import Members
 from dledger.clock import ManualClock
 from dledger.config import ConfigError, DLedgerConfig
@@ -324,3 +326,68 @@ def test_a_client_takes_rotated_files_for_new_channels_and_keeps_them_while_half
         members.close()
     with pytest.raises(TlsError, match="is not the key of the certificate"):  # refused at once, not at a handshake
         Members("n0-127.0.0.1:20911", "g", 5.0, clock, TlsConfig(tls.cert, str(tmp_path / "n1.key"), tls.ca))
+
+
+def reissue(directory: Path, name: str, start: datetime.datetime, end: datetime.datetime) -> None:
+    """Replace `name`.crt/.key in `directory` by a certificate of the directory's CA valid
+    from `start` to `end` (a test's expired or future certificate)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca_cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.load_pem_x509_certificate((directory / f"{name}.crt").read_bytes()).subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    (directory / f"{name}.key").write_bytes(pem)
+
+
+def test_a_certificate_outside_its_validity_is_refused_and_one_near_its_end_warned_of(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every handshake with an expired certificate fails: a member, its peer transport,
+    a client and a rotation refuse it when they read it, saying so, instead of starting
+    and then failing every connection."""
+    write_dev_certs(tmp_path, CertPlan("g", ("n0",), {}))
+    tls = TlsConfig.in_directory(tmp_path, "n0")
+    cert_pem = Path(tls.cert).read_bytes()
+    from cryptography import x509
+
+    parsed = x509.load_pem_x509_certificate(cert_pem)
+    end, start = parsed.not_valid_after_utc, parsed.not_valid_before_utc
+    assert tls.read_matching(now=start)[0] == cert_pem and tls.read_matching(now=end)[0] == cert_pem  # edges hold
+    with pytest.raises(TlsError, match=rf"{tls.cert} expired at {end:%Y-%m-%d %H:%M} UTC"):
+        tls.read_matching(now=end + datetime.timedelta(seconds=1))
+    with pytest.raises(TlsError, match=r"is not valid before .* UTC \(is this clock right\?\)"):
+        tls.read_matching(now=start - datetime.timedelta(seconds=1))
+    with caplog.at_level(logging.WARNING, logger="dledger.security.tls"):
+        tls.read_matching(now=end - datetime.timedelta(days=2))
+    assert f"the TLS certificate {tls.cert} expires at {end:%Y-%m-%d %H:%M} UTC, in 2.0 days" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dledger.security.tls"):
+        tls.read_matching(now=end - datetime.timedelta(days=15))
+    assert caplog.text == ""
+
+    now = datetime.datetime.now(datetime.UTC)
+    reissue(tmp_path, "n0", now - datetime.timedelta(days=30), now - datetime.timedelta(days=1))
+    with pytest.raises(TlsError, match="expired at"):
+        tls.server_credentials()
+    with pytest.raises(TlsError, match="expired at"):
+        DLedgerClient("n0-127.0.0.1:1", "g", tls=tls)
+    config = DLedgerConfig(
+        group="g", self_id="n0", peers="n0-127.0.0.1:20911", store_base_dir=str(tmp_path),
+        tls_cert=tls.cert, tls_key=tls.key, tls_ca=tls.ca,
+    )  # fmt: skip
+    with pytest.raises(TlsError, match="expired at"):
+        GrpcTransport(config)
