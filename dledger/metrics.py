@@ -9,6 +9,7 @@ Prometheus scrapes. Each node has its own registry, so several nodes can share a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
@@ -97,6 +98,12 @@ class NodeMetrics:
         """Export the gauges of `status()` (read at scrape time)."""
         self.registry.register(_StatusCollector(status, self.labels))
 
+    def watch_certificate(self, path: str) -> None:
+        """Export `dledger_tls_certificate_expiry_timestamp_seconds`: when the certificate
+        in `path` expires, read at scrape time (it follows a rotation), for an alert
+        well before every handshake starts failing. Nothing while the file cannot be read."""
+        self.registry.register(_CertificateCollector(path, self.labels))
+
 
 class _StatusCollector(Collector):
     def __init__(self, status: Callable[[], NodeStatus], labels: dict[str, str]) -> None:
@@ -129,6 +136,27 @@ class _StatusCollector(Collector):
         for peer, match in s.peer_match.items():
             lag.add_metric([*values, peer], s.end_index - match)
         yield lag
+
+
+class _CertificateCollector(Collector):
+    def __init__(self, path: str, labels: dict[str, str]) -> None:
+        self._path = path
+        self._labels = labels
+
+    def collect(self) -> Iterator[Any]:
+        from cryptography import x509
+
+        try:
+            end = x509.load_pem_x509_certificate(Path(self._path).read_bytes()).not_valid_after_utc
+        except (OSError, ValueError):
+            return
+        family = GaugeMetricFamily(
+            "dledger_tls_certificate_expiry_timestamp_seconds",
+            "when this member's TLS certificate expires, Unix time",
+            labels=[*self._labels, "path"],
+        )
+        family.add_metric([*self._labels.values(), self._path], end.timestamp())
+        yield family
 
 
 class MetricsOwner(Protocol):

@@ -118,6 +118,8 @@ class DLedgerServer:
                 tokens=tokens,
             )
             if self.metrics_port is not None:
+                if tls is not None:
+                    self.node.metrics.watch_certificate(tls.cert)
                 self._start_metrics(self.metrics_port)
         except BaseException:
             if self.node is not None:

@@ -391,3 +391,42 @@ def test_a_certificate_outside_its_validity_is_refused_and_one_near_its_end_warn
     )  # fmt: skip
     with pytest.raises(TlsError, match="expired at"):
         GrpcTransport(config)
+
+
+def test_a_members_metrics_say_when_its_certificate_expires_and_follow_a_rotation(tmp_path: Path) -> None:
+    """`dledger_tls_certificate_expiry_timestamp_seconds`, read at scrape time from the
+    member's certificate file: the figure an alert on a running member needs (the
+    warning of `check_validity` comes only when the files are read)."""
+    import urllib.request
+
+    from dledger.server import DLedgerServer
+    from tests.security.conftest import free_ports
+
+    write_dev_certs(tmp_path, CertPlan("g", ("n0",), {}))
+    tls = TlsConfig.in_directory(tmp_path, "n0")
+    port, metrics_port = free_ports(2)
+    config = DLedgerConfig(
+        group="g", self_id="n0", peers=f"n0-127.0.0.1:{port}", store_base_dir=str(tmp_path / "store"),
+        tls_cert=tls.cert, tls_key=tls.key, tls_ca=tls.ca,
+    )  # fmt: skip
+
+    def scraped() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as page:
+            text = page.read().decode()
+        line = next(x for x in text.splitlines() if x.startswith("dledger_tls_certificate_expiry_timestamp_seconds{"))
+        assert f'path="{tls.cert}"' in line and 'self_id="n0"' in line
+        return float(line.rsplit(" ", 1)[1])
+
+    def expiry() -> float:
+        from cryptography import x509
+
+        return x509.load_pem_x509_certificate(Path(tls.cert).read_bytes()).not_valid_after_utc.timestamp()
+
+    server = DLedgerServer(config, metrics_port=metrics_port).start()
+    try:
+        assert scraped() == expiry()
+        now = datetime.datetime.now(datetime.UTC)
+        reissue(tmp_path, "n0", now - datetime.timedelta(days=1), now + datetime.timedelta(days=40))
+        assert scraped() == expiry() != 0
+    finally:
+        server.shutdown()
