@@ -25,6 +25,7 @@ import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
+from dledger.cli.progress import progress
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
 from dledger.cli.tls_options import client_tls, client_tls_options, client_token, remember_client
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
@@ -208,7 +209,8 @@ def append(
     spec = record_spec(key, headers, timestamp)
     first = last = -1
     appended = in_flight = 0
-    with open_client(peers, group, timeout_s) as client:
+    long_run = count if count is not None and count > batch_size and not as_json else None
+    with open_client(peers, group, timeout_s) as client, progress(long_run, "appending") as advance:
         try:
             for batch, magic in record_batches(_requests(body, files, count or 1, body_size, batch_size), spec):
                 in_flight = len(batch)
@@ -221,6 +223,7 @@ def append(
                         first = result.first_index if first < 0 else first
                         last = result.last_index
                         appended += result.count
+                        advance(result.count)
                 except DLedgerError as exc:
                     if not appended:
                         raise
