@@ -52,10 +52,10 @@ from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.record import encode_record
 from dledger.transport.convert import pb
 
-MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
-"""Largest body of one entry (a bigger one would fail its whole batch on the server)."""
 log = logging.getLogger(__name__)
 
+MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
+"""Largest body of one entry (a bigger one would fail its whole batch on the server)."""
 MAX_LINGER_MS = 3_600_000
 """The longest a batch may wait for more bodies (an hour, as `dledger bench --linger-ms`)."""
 

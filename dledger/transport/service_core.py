@@ -26,13 +26,14 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 StreamMethod = Literal["AppendStream", "ReadCommitted"]
+"""The Ledger streams, each with slots of its own (`ServiceLimits`)."""
 
 TOO_MANY_STREAMS = "too many open streams: every %s slot is taken, try again later"
 """RESOURCE_EXHAUSTED details of a stream refused before reading anything (clients retry
 on "too many open streams", `dledger.client.policy`)."""
 CALLER_STREAMS = "too many open streams: %s holds %d %s streams, as many as one caller may"
-"""... of a named caller that holds `max_streams_per_caller` streams of the method."""
-"""The Ledger streams, each with slots of its own (`ServiceLimits`)."""
+"""RESOURCE_EXHAUSTED details of a stream refused because its named caller holds
+`ServiceLimits.max_streams_per_caller` streams of the method already."""
 
 
 class QueryLike(Protocol):
