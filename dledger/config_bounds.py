@@ -2,8 +2,9 @@
 
 A setting outside its range is refused when the config is made (`dledger.config`), with
 a message that names the setting and the range, instead of misbehaving later: a negative
-flush or clean interval spun a thread, a disk ratio of 0 or less refused every append
-as DISK_FULL, a value past int64 failed as an OverflowError when the store opened.
+flush or clean interval spun a thread, a force-clean disk ratio of 0 or less took any
+disk more than 5 % used for full (every append refused, DISK_FULL), a value past int64
+failed as an OverflowError when the store opened.
 
 Milliseconds stop at Java's `int` (2**31 - 1, ~24.8 days), the type of DLedger's own
 settings; byte sizes and counts at int64; segment sizes at 1 TiB; an entry at 2 GiB - 1
