@@ -197,12 +197,14 @@ class TlsConfig:
 
 
 EXPIRY_WARNING = datetime.timedelta(days=14)
-"""A certificate read with less than this left is logged as a warning."""
+"""A certificate read with less than this left is logged as a warning (once a process:
+a member reads its files twice at start, a Spark executor once a task)."""
+_warned: set[tuple[str, datetime.datetime]] = set()
 
 
 def check_validity(cert_pem: bytes, path: str, now: datetime.datetime) -> None:
     """Refuse a certificate (its first one) that is not valid at `now`; log a warning
-    when it expires within EXPIRY_WARNING.
+    when it expires within EXPIRY_WARNING (once per file and expiry time).
 
     Raises:
         TlsError: expired, not valid yet, or not a certificate.
@@ -220,7 +222,8 @@ def check_validity(cert_pem: bytes, path: str, now: datetime.datetime) -> None:
         raise TlsError(
             f"the TLS certificate {path} is not valid before {start:%Y-%m-%d %H:%M} UTC (is this clock right?)"
         )
-    if end - now < EXPIRY_WARNING:
+    if end - now < EXPIRY_WARNING and (path, end) not in _warned:
+        _warned.add((path, end))
         left = (end - now).total_seconds() / 86400
         log.warning("the TLS certificate %s expires at %s UTC, in %.1f days", path, f"{end:%Y-%m-%d %H:%M}", left)
 

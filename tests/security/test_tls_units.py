@@ -366,18 +366,19 @@ def test_a_certificate_outside_its_validity_is_refused_and_one_near_its_end_warn
 
     parsed = x509.load_pem_x509_certificate(cert_pem)
     end, start = parsed.not_valid_after_utc, parsed.not_valid_before_utc
+    with caplog.at_level(logging.WARNING, logger="dledger.security.tls"):
+        tls.read_matching(now=end - datetime.timedelta(days=15))
+        assert caplog.text == ""  # more than 14 days left: nothing to say
+        tls.read_matching(now=end - datetime.timedelta(days=2))
+        assert f"the TLS certificate {tls.cert} expires at {end:%Y-%m-%d %H:%M} UTC, in 2.0 days" in caplog.text
+        caplog.clear()
+        tls.read_matching(now=end - datetime.timedelta(days=1))
+        assert caplog.text == ""  # once a process for one certificate (a Spark executor reads it every task)
     assert tls.read_matching(now=start)[0] == cert_pem and tls.read_matching(now=end)[0] == cert_pem  # edges hold
     with pytest.raises(TlsError, match=rf"{tls.cert} expired at {end:%Y-%m-%d %H:%M} UTC"):
         tls.read_matching(now=end + datetime.timedelta(seconds=1))
     with pytest.raises(TlsError, match=r"is not valid before .* UTC \(is this clock right\?\)"):
         tls.read_matching(now=start - datetime.timedelta(seconds=1))
-    with caplog.at_level(logging.WARNING, logger="dledger.security.tls"):
-        tls.read_matching(now=end - datetime.timedelta(days=2))
-    assert f"the TLS certificate {tls.cert} expires at {end:%Y-%m-%d %H:%M} UTC, in 2.0 days" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dledger.security.tls"):
-        tls.read_matching(now=end - datetime.timedelta(days=15))
-    assert caplog.text == ""
 
     now = datetime.datetime.now(datetime.UTC)
     reissue(tmp_path, "n0", now - datetime.timedelta(days=30), now - datetime.timedelta(days=1))
