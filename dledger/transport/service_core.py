@@ -172,6 +172,12 @@ class ShuttingDown(Exception):
     """The server is shutting down (answered with gRPC UNAVAILABLE)."""
 
 
+def _caller_key(method: StreamMethod, caller: Identity | None) -> tuple[StreamMethod, Identity] | None:
+    """Whose share of `method`'s streams a caller's stream counts against: a named
+    caller's own; None for a caller without a name (plaintext), who has no share."""
+    return (method, caller) if caller is not None and caller.kind != "unknown" else None
+
+
 def caller_certificate(context: Any) -> Identity:
     """The identity a call's peer certificate names ("unknown" without one)."""
     return identity_of(context.auth_context())
@@ -250,7 +256,7 @@ class ServiceCore:
         """Take a client slot, a slot of `method`'s streams and, for a named `caller`, one
         of its own (`ServiceLimits.max_streams_per_caller`); None when taken, else why
         not (RESOURCE_EXHAUSTED details)."""
-        key = (method, caller) if caller is not None and caller.kind != "unknown" else None
+        key = _caller_key(method, caller)
         with self._caller_streams_lock:
             held = self._caller_streams.get(key, 0) if key is not None else 0
             if key is not None and held >= self.limits.max_streams_per_caller:
@@ -268,7 +274,7 @@ class ServiceCore:
         """Give back what `try_stream_slot(method, caller)` took."""
         self._stream_slots[method].release()
         self._client_slots.release()
-        key = (method, caller) if caller is not None and caller.kind != "unknown" else None
+        key = _caller_key(method, caller)
         if key is not None:
             with self._caller_streams_lock:
                 left = self._caller_streams.pop(key, 0) - 1
