@@ -363,6 +363,11 @@ class DLedgerConfig:
     # from `tokens_file` (dledger.security.tokens); both or neither, TLS required
     client_address: str | None = field(default=None, metadata={"yaml": "clientAddress"})
     tokens_file: str | None = field(default=None, metadata={"yaml": "tokensFile"})
+    # dledger-py: open streams a member serves (dledger.transport.service_core.ServiceLimits):
+    # AppendStream and ReadCommitted slots each, and of them what one named caller may hold
+    max_append_streams: int = field(default=16, metadata={"yaml": "maxAppendStreams"})
+    max_read_streams: int = field(default=16, metadata={"yaml": "maxReadStreams"})
+    max_streams_per_caller: int = field(default=12, metadata={"yaml": "maxStreamsPerCaller"})
 
     # snapshots (DLedger 0.3.2+ / 0.4.0 names and defaults; dledger.node_snapshots). The
     # reset strategies are the *_SYNC ones: after a snapshot the log prefix up to it

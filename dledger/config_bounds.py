@@ -23,6 +23,9 @@ MS_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 SEGMENT_MAX = 1 << 40
 """The largest data or index segment (1 TiB)."""
+MAX_STREAMS = 56
+"""The most stream slots of one kind a member serves: both kinds together leave 16 of a
+member's 128 client calls (`ServiceLimits.max_client_calls`) to unary calls."""
 
 Bounds = Mapping[str, tuple[float, float]]
 
@@ -55,6 +58,9 @@ MEMBER_BOUNDS: Bounds = {
     "push_gather_ms": (0, MS_MAX),
     "follower_push_timeout_ms": (1, MS_MAX),
     "rpc_timeout_ms": (1, MS_MAX),
+    "max_append_streams": (1, MAX_STREAMS),
+    "max_read_streams": (1, MAX_STREAMS),
+    "max_streams_per_caller": (1, MAX_STREAMS),
     "snapshot_threshold": (1, INT64_MAX),
     "max_snapshot_reserved_num": (1, INT64_MAX),
     "reset_snapshot_entries_but_keep_last_entries_num": (0, INT64_MAX),

@@ -33,7 +33,7 @@ class DLedgerServer:
     Args:
         config: the member's configuration; it listens on its own peer address.
         listen_address: listen here instead (e.g. `0.0.0.0:20911`).
-        limits: gRPC worker and size limits.
+        limits: gRPC worker and size limits (default: `ServiceLimits.of(config)`).
         metrics_port: serve Prometheus metrics on this port (None: off).
         node_factory: builds the node (tests); default `DLedgerNode(config, transport)`.
         reflection: serve gRPC server reflection too.

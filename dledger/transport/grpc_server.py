@@ -251,7 +251,7 @@ class GrpcServer:
     ) -> None:
         if client_address is not None and (tls is None or tokens is None):
             raise ValueError("a client port needs TLS and a tokens file")
-        self.limits = limits or ServiceLimits()
+        self.limits = limits or ServiceLimits.of(node.config)
         self.core = ServiceCore(node, self.limits)
         self.address = address
         self.health = HealthServicer(experimental_non_blocking=True)

@@ -127,6 +127,17 @@ class ServiceLimits:
     transfer_wait_s: float = 10.0
     follow_poll_s: float = 0.5
 
+    @classmethod
+    def of(cls, config: DLedgerConfig) -> ServiceLimits:
+        """The defaults with the stream slots `config` sets (`max_append_streams`,
+        `max_read_streams`, `max_streams_per_caller`: a config file's
+        `maxAppendStreams`...)."""
+        return cls(
+            max_append_streams=config.max_append_streams,
+            max_read_streams=config.max_read_streams,
+            max_streams_per_caller=config.max_streams_per_caller,
+        )
+
 
 class ArrivalGauge:
     """How many client appends are on their way: calls gRPC has accepted

@@ -164,6 +164,10 @@ def test_a_client_port_needs_tls_and_a_tokens_file(tmp_path: Path) -> None:
 
 # -- members serving a client port
 
+STREAM_SHARE = 3
+"""The streams of one method one caller may hold, set in the members' config (the
+default is 12)."""
+
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -185,7 +189,7 @@ def tokens(tmp_path_factory: pytest.TempPathFactory) -> Tokens:
 
 @pytest.fixture
 def group(tmp_path: Path, certs: Path, tokens: Tokens) -> Iterator[TlsGroup]:
-    made = TlsGroup(tmp_path / "store", certs, tokens_file=tokens.file)
+    made = TlsGroup(tmp_path / "store", certs, tokens_file=tokens.file, max_streams_per_caller=STREAM_SHARE)
     try:
         yield made
     finally:
@@ -417,12 +421,13 @@ def test_server_checks_the_client_port_settings(tmp_path: Path, certs: Path) -> 
 
 def test_one_token_holds_at_most_its_share_of_a_members_read_streams(group: TlsGroup, tokens: Tokens) -> None:
     """A caller with the read role cannot keep every other reader out of a member by
-    opening following streams: past `max_streams_per_caller` it is refused (and told
-    why), while another token still gets in."""
+    opening following streams: past its share (`max_streams_per_caller`, here from the
+    members' config) it is refused (and told why), while another token still gets in."""
     leader = group.leader()
     with token_client(group, tokens.by_role["write"]) as writer:
         writer.append(b"one")
-    share = ServiceLimits().max_streams_per_caller
+    share = STREAM_SHARE
+    assert group.servers[leader].grpc.limits.max_streams_per_caller == share != ServiceLimits().max_streams_per_caller
     follow = pb.ReadCommittedRequest(group=GROUP, from_index=0, follow=True)
     with (
         raw_channel(group, leader, tokens.by_role["read"]) as hog,

@@ -130,3 +130,18 @@ def test_a_range_error_from_a_file_is_a_usage_error(tmp_path: Path) -> None:
     path.write_text("commitPushIntervalMs: -1\n")
     with pytest.raises(click.UsageError, match=r"commit_push_interval_ms must be in \[1, 2,147,483,647\], not -1"):
         build_config(load_config_file(path), {})
+
+
+def test_a_files_stream_slots_become_the_members_service_limits(tmp_path: Path) -> None:
+    """`maxAppendStreams`, `maxReadStreams` and `maxStreamsPerCaller` (a member's stream
+    slots) are config-file settings with ranges, and what a member's server serves."""
+    from dledger.transport.service_core import ServiceLimits
+
+    path = tmp_path / "c.yaml"
+    path.write_text("maxAppendStreams: 40\nmaxReadStreams: 8\nmaxStreamsPerCaller: 2\n")
+    limits = ServiceLimits.of(build_config(load_config_file(path), {}))
+    assert (limits.max_append_streams, limits.max_read_streams, limits.max_streams_per_caller) == (40, 8, 2)
+    assert limits.max_client_calls == ServiceLimits().max_client_calls
+    path.write_text("maxReadStreams: 57\n")
+    with pytest.raises(click.UsageError, match=r"max_read_streams must be in \[1, 56\], not 57"):
+        build_config(load_config_file(path), {})
