@@ -73,6 +73,8 @@ def _emit(as_json: bool, record: dict[str, Any], text: str) -> None:
 def _dump_records(files: list[Path], pos: int, size: int, body: bool, as_json: bool) -> None:
     seg = files[0].stat().st_size
     end = int(files[-1].name) + seg
+    if pos >= end:
+        _fail(f"position {pos} is past the end of the files in {files[0].parent} (they end at {end})")
     cur = max(pos, int(files[0].name))
     stop = end if size < 0 else min(end, cur + size)
     while cur + 8 <= stop:

@@ -127,7 +127,7 @@ def test_read_file_lines_are_never_wrapped(store: Path) -> None:
 
 @pytest.mark.parametrize(
     ("setup", "code"),
-    [("missing", 2), ("empty", 1), ("tiny_segment", 1), ("negative_pos", 2), ("index_outside", 1)],
+    [("missing", 2), ("empty", 1), ("tiny_segment", 1), ("negative_pos", 2), ("index_outside", 1), ("pos_past", 1)],
 )
 def test_read_file_bad_input(tmp_path: Path, store: Path, setup: str, code: int) -> None:
     target = tmp_path / "x"
@@ -141,8 +141,12 @@ def test_read_file_bad_input(tmp_path: Path, store: Path, setup: str, code: int)
         args = ["read-file", "-d", str(store / "data"), "--pos", "-5"]
     elif setup == "index_outside":
         args = ["read-file", "-d", str(store / "index"), "-i", "999999"]
+    elif setup == "pos_past":
+        args = ["read-file", "-d", str(store / "data"), "--pos", str(1 << 40)]
     result = run(*args)
     assert result.exit_code == code, result.output
+    if setup == "pos_past":  # said, not an empty dump
+        assert "is past the end of the files" in result.output and "they end at" in result.output
 
 
 def test_open_log_marks_its_stores_and_adopts_unmarked_local_logs(tmp_path: Path) -> None:
