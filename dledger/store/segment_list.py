@@ -77,7 +77,11 @@ class SegmentList:
         self.table = impl.MappedTable(file_size)
         self.foreign_files: list[str] = []
         self._spare: tuple[int, Any] | None = None
-        self._spare_lock = threading.Lock()
+        # Held while a segment file is created and installed (as the spare or by a
+        # roll) and while one is removed: a warm-ahead pass creating the file at the end
+        # must never race a truncation deleting the file at that offset, or the pass
+        # could install a mapping of a deleted file, and appends written there vanish.
+        self._files_lock = threading.RLock()
 
     # -- naming
 
@@ -195,33 +199,28 @@ class SegmentList:
         return self._map(path)
 
     def prepare_next(self) -> None:
-        """Create and map the segment after the last one ahead of time (warm-ahead)."""
-        if self.read_only or not self.table.count:
+        """Create and map the segment after the last one ahead of time (warm-ahead).
+        A roll or a truncation meanwhile waits for it (see `_files_lock`)."""
+        if self.read_only:
             return
-        offset = self.table.end_offset
-        with self._spare_lock:
-            if self._spare is not None and self._spare[0] == offset:
+        with self._files_lock:
+            if not self.table.count:
                 return
-        mapped = self._create(offset)
-        with self._spare_lock:
-            end = self.table.end_offset
-            if offset == end:
-                self._spare = (offset, mapped)
-            elif offset > end:
-                # the list shrank meanwhile (truncate): a file there would leave a gap
-                self._unlink_stray(offset)
+            offset = self.table.end_offset
+            if self._spare is None or self._spare[0] != offset:
+                self._spare = (offset, self._create(offset))
 
     def spare(self) -> tuple[int, Any] | None:
         """The prepared next segment, if any: (offset, mapping)."""
-        with self._spare_lock:
+        with self._files_lock:
             return self._spare
 
     def roll(self, offset: int) -> None:
         """Map a segment starting at `offset` as the new last one (the store's roller)."""
-        with self._spare_lock:
+        with self._files_lock:
             spare, self._spare = self._spare, None
-        mapped = spare[1] if spare is not None and spare[0] == offset else self._create(offset)
-        self._push(mapped, offset)
+            mapped = spare[1] if spare is not None and spare[0] == offset else self._create(offset)
+            self._push(mapped, offset)
 
     # -- the page cache
 
@@ -259,41 +258,43 @@ class SegmentList:
 
     def drop_last(self) -> None:
         """Unmap and delete the last segment."""
-        offset = self.table.end_offset - self.file_size
-        self.table.pop_last()
-        if not self.read_only:
-            self.path_of(offset).unlink(missing_ok=True)
+        with self._files_lock:
+            offset = self.table.end_offset - self.file_size
+            self.table.pop_last()
+            self._unlink(offset)
 
     def drop_first(self) -> None:
         """Unmap and delete the first segment."""
-        offset = self.table.first_offset
-        self.table.pop_first()
-        if not self.read_only:
-            self.path_of(offset).unlink(missing_ok=True)
+        with self._files_lock:
+            offset = self.table.first_offset
+            self.table.pop_first()
+            self._unlink(offset)
 
     def truncate_to(self, offset: int) -> None:
         """Delete every segment that starts after `offset` (a segment starting exactly at
         `offset` is kept, as DLedger's truncateOffset does), and a prepared spare segment
         that no longer follows the last one (its file would leave a gap)."""
-        while self.table.count and self.table.end_offset - self.file_size > offset:
-            self.drop_last()
-        self._forget_spare()
+        with self._files_lock:
+            while self.table.count and self.table.end_offset - self.file_size > offset:
+                self.drop_last()
+            self._forget_spare()
 
     def drop_all(self) -> None:
         """Delete every segment (and a prepared spare)."""
-        while self.table.count:
-            self.drop_last()
-        self._forget_spare()
+        with self._files_lock:
+            while self.table.count:
+                self.drop_last()
+            self._forget_spare()
 
     def _forget_spare(self) -> None:
-        with self._spare_lock:
+        """Drop a spare that no longer follows the last segment, and delete its file (its
+        mapping goes with the last reference: a warm-ahead pass may still touch it)."""
+        with self._files_lock:
             spare, self._spare = self._spare, None
             if spare is not None and spare[0] != self.table.end_offset:
-                self._unlink_stray(spare[0])
+                self._unlink(spare[0])
 
-    def _unlink_stray(self, offset: int) -> None:
-        """Delete the file of a spare segment that is not in the table (its mapping goes
-        with the last reference: a warm-ahead pass may still be touching it)."""
+    def _unlink(self, offset: int) -> None:
         if not self.read_only:
             self.path_of(offset).unlink(missing_ok=True)
 
@@ -340,7 +341,7 @@ class SegmentList:
 
     def close(self) -> None:
         """Unmap everything (files stay)."""
-        while self.table.count:
-            self.table.pop_last()
-        with self._spare_lock:
+        with self._files_lock:
+            while self.table.count:
+                self.table.pop_last()
             self._spare = None

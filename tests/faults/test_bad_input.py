@@ -613,26 +613,6 @@ def test_warm_ahead_spare_segment_never_leaves_a_gap(tmp_path: Path, how: str) -
         store.close()
 
 
-def test_spare_prepared_while_the_list_shrinks_is_not_kept(tmp_path: Path) -> None:
-    """The warm thread creates the spare without the store lock; a truncate that drops
-    segments meanwhile must not leave the new file after the shortened list."""
-    segments = segment_list.SegmentList(tmp_path / "data", DATA_SIZE)
-    segments.roll(0)
-    segments.roll(DATA_SIZE)
-    create = segments._create
-
-    def create_while_truncating(offset: int) -> Any:
-        mapped = create(offset)
-        segments.truncate_to(0)  # a truncate runs in between
-        return mapped
-
-    segments._create = create_while_truncating  # type: ignore[method-assign]
-    segments.prepare_next()
-    assert segments.spare() is None
-    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [f"{0:020d}"]
-    segments.close()
-
-
 def test_zero_hole_in_an_earlier_segment_uncommitted(tmp_path: Path) -> None:
     """A hole over an uncommitted entry in segment 1 of 0..2: the log ends before it, and
     the store must keep working when it grows back over segment 2."""
