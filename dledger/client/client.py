@@ -83,6 +83,19 @@ def _same_error(exc: DLedgerError) -> DLedgerError:
     return type(exc)(exc.code, exc.message) if type(exc) in (DLedgerError, IndeterminateError) else exc
 
 
+def _check_bodies(bodies: Sequence[bytes]) -> None:
+    """Raise TypeError in the caller's thread when a body is not bytes (before it could
+    join a request shared with other callers)."""
+    for n, body in enumerate(bodies):
+        if not isinstance(body, bytes):
+            raise TypeError(f"body {n} is {type(body).__name__}, expected bytes")
+
+
+def _append_message(group: str, bodies: Sequence[bytes], magic: int) -> Any:
+    """The AppendRequest of `bodies` (TypeError: a body is not bytes)."""
+    return pb.AppendRequest(group=group, bodies=bodies, magic=magic if magic != MAGIC_NORMAL else 0)
+
+
 def _unknown_type(appends: bool) -> type[DLedgerError]:
     """What an unknown outcome raises: IndeterminateError for requests that append."""
     return IndeterminateError if appends else DLedgerError
@@ -270,6 +283,7 @@ class DLedgerClient(RecordMethods):
 
         Raises:
             ValueError: `bodies` is empty.
+            TypeError: a body is not bytes (nothing was sent).
             DLedgerError: refused; nothing was appended (NOT_LEADER after every redirect,
                 LEADER_PENDING_FULL until the deadline, NETWORK_ERROR: no member reachable...).
             IndeterminateError: the outcome is unknown (timeout, connection lost after
@@ -279,6 +293,7 @@ class DLedgerClient(RecordMethods):
             bodies = list(bodies)  # a generator, read once (its sizes are summed below)
         if not bodies:
             raise ValueError("nothing to append: bodies is empty")
+        _check_bodies(bodies)
         deadline = self.members.deadline_ms()
         size = sum(map(len, bodies))
         if self._appends is None or size >= ALONE_BYTES:
@@ -286,9 +301,10 @@ class DLedgerClient(RecordMethods):
         lane = None if magic == MAGIC_NORMAL else magic  # one request carries one magic
         return self._appends.call((bodies, deadline, magic), size=size, key=lane, wait_s=self.timeout_s)
 
-    def _append_request(self, bodies: Sequence[bytes], deadline: int, magic: int) -> AppendResult:
-        """One Append request of `bodies` (errors: `append_batch`)."""
-        request = pb.AppendRequest(group=self.group, bodies=bodies, magic=magic if magic != MAGIC_NORMAL else 0)
+    def _append_request(self, bodies: Sequence[bytes], deadline: int, magic: int, request: Any = None) -> AppendResult:
+        """One Append request of `bodies` (errors: `append_batch`), its message built unless given."""
+        if request is None:
+            request = _append_message(self.group, bodies, magic)
         answer = self._write("Append", request, deadline)
         count = answer.count or len(bodies)
         if count != len(bodies):
@@ -298,24 +314,31 @@ class DLedgerClient(RecordMethods):
         return AppendResult(answer.first_index, count, answer.term, answer.leader_id or "")
 
     def _append_alone(self, bodies: Sequence[bytes], deadline: int, magic: int) -> AppendResult | BaseException:
-        """`_append_request`, its error returned rather than raised."""
+        """`_append_request`, its error returned rather than raised (any error: a call
+        split off a shared request gets its own outcome, whatever the others' were)."""
         try:
             return self._append_request(bodies, deadline, magic)
-        except DLedgerError as exc:
+        except Exception as exc:
             return exc
 
     def _send_shared_appends(self, calls: list[tuple[Sequence[bytes], int, int]]) -> list[AppendResult | BaseException]:
         """The appends of concurrent calls (of one magic: the combiner's lane) as one
         request (all or nothing, like any request): each call gets its own slice of the
-        indexes, or its copy of the error, within the earliest caller's deadline."""
+        indexes, or its copy of the error, within the earliest caller's deadline. When
+        nothing was sent (the request could not be built) or appended (refused as
+        UNEXPECTED_ARGUMENT), perhaps for one caller's bodies, each call is sent alone."""
         magic = calls[0][2]
         bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _, _ in calls for body in call_bodies]
+        request = None
         try:
-            shared = self._append_request(bodies, min(deadline for _, deadline, _ in calls), magic)
-        except DLedgerError as exc:
-            if len(calls) > 1 and type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT:
-                # refused as such (nothing appended), perhaps for one caller's bodies: each on its own
+            request = _append_message(self.group, bodies, magic)
+            shared = self._append_request(bodies, min(deadline for _, deadline, _ in calls), magic, request)
+        except Exception as exc:
+            refused = type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT
+            if len(calls) > 1 and (request is None or refused):
                 return [self._append_alone(call_bodies, deadline, magic) for call_bodies, deadline, _ in calls]
+            if not isinstance(exc, DLedgerError):
+                raise  # the combiner hands it to every caller
             return [exc, *(_same_error(exc) for _ in calls[1:])]
         results: list[AppendResult | BaseException] = []
         first = shared.first_index
