@@ -170,12 +170,16 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
         The open log. Its `term` starts at the last entry's term (at least 1).
 
     Raises:
+        TypeError: `path` is not a str or path, or `config` is not a StoreConfig.
+        ValueError: `path` is empty (it would make the current directory a store; pass
+            "." to mean it).
         DLedgerError: the store is locked by another writer (the message names its pid),
             or it was written by a replicated member or Java DLedger and `config` is not
             read-only (open_log never changes the commit state of such a store; with
             `read_only=True` it is opened as it is, committed as its checkpoint says).
         CorruptStoreError: damaged data recovery must not cut (see `dledger check`).
     """
+    _check_open_args(path, config)
     node_dir = resolve_node_dir(path)
     if config is None:
         config = sized_config(node_dir)
@@ -207,6 +211,17 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     log.term = max(1, log.end_term)
     log._start_pass_threads()
     return log
+
+
+def _check_open_args(path: object, config: object) -> None:
+    """Refuse what `open_log` must not take for a path or a config (see its Raises)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"open_log: path must be a str or os.PathLike, not {type(path).__name__}")
+    if os.fspath(path) == "":
+        raise ValueError('open_log: path is empty (it would make the current directory a store; pass "." to mean it)')
+    if config is not None and not isinstance(config, StoreConfig):
+        hint = " (from a dict: StoreConfig(**options))" if isinstance(config, dict) else ""
+        raise TypeError(f"open_log: config must be a StoreConfig, not {type(config).__name__}{hint}")
 
 
 def _foreign_store(node_dir: Path) -> str:

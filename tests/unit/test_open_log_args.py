@@ -1,0 +1,46 @@
+"""`open_log` refuses what it must not take for a path or a config: an empty path (it
+would make the current directory a store), None, and a dict given for a StoreConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import dledger
+from dledger.config import StoreConfig
+
+pytestmark = pytest.mark.unit
+
+
+def test_an_empty_path_is_refused_and_the_current_directory_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path is empty"):
+        dledger.open_log("")
+    assert list(tmp_path.iterdir()) == []  # no lock, locallog, checkpoint, data/ or index/
+
+
+def test_an_explicit_current_directory_is_still_a_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    with dledger.open_log(".", StoreConfig(data_file_size=64 * 1024, index_file_size=32 * 1024)) as log:
+        assert log.append(b"here") == 0
+    assert (tmp_path / "data").is_dir()
+
+
+@pytest.mark.parametrize("path", [None, 7, b"/tmp/bytes-path"])
+def test_a_path_that_is_not_a_str_or_pathlike_is_a_type_error(path: Any, tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=f"open_log: path must be a str or os.PathLike, not {type(path).__name__}"):
+        dledger.open_log(path)
+
+
+def test_a_dict_config_is_a_type_error_naming_store_config(tmp_path: Path) -> None:
+    node = tmp_path / "log"
+    options: Any = {"data_file_size": 4096}
+    with pytest.raises(TypeError, match=r"config must be a StoreConfig, not dict \(from a dict: StoreConfig"):
+        dledger.open_log(node, options)
+    assert not node.exists()  # refused before anything was created
+    with dledger.open_log(node, StoreConfig(**options)) as log:  # what the message suggests works
+        assert log.config.data_file_size == 4096
