@@ -14,7 +14,8 @@
 
 A local log is a single-node DLedger store: every appended entry counts as committed
 and `checkpoint` is kept current, so offline readers (Spark, `dledger check`) see it.
-One writer at a time: the open log holds the store's `lock` until `close()`. A store
+One writer at a time: the open log holds the store's `lock` until `close()`. A closed
+log refuses reads and writes (and `with`) with ValueError, as a closed file does. A store
 open_log creates carries a `locallog` marker; a store a Raft member or Java DLedger
 wrote is only opened read-only (its commit state is never changed).
 """
@@ -24,7 +25,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
@@ -45,12 +48,34 @@ from dledger.store.checkpoint import load_checkpoint
 from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE
 from dledger.timeindex import search_store
 
+_CLOSED_REFUSES = (
+    *("append", "append_encoded", "append_many", "append_noop", "append_record", "append_records"),
+    *("get", "get_body", "get_locked", "get_range", "get_record", "term_at", "term_locked"),
+    *("iterate", "iterate_records", "read_columns", "read_records", "read_run", "scan", "index_at_time"),
+    *("truncate", "reset", "delete_segments_before", "write_units", "unit_conflicts"),
+    *("flush", "write_checkpoint", "wait_durable", "wait_warm", "periodic_passes"),
+)
+"""The methods a closed local log refuses (its properties stay readable: end_index and
+begin_index then read -1)."""
+
+
+def _refuse_closed(node_dir: Path, method: str, *args: object, **kwargs: object) -> NoReturn:
+    """What a closed local log's methods do."""
+    raise ValueError(f"{method}: the log is closed ({node_dir})")
+
 
 class _LocalLogBase(MmapLogStore):
     """What both local logs add to the file store: every appended entry is committed
     (a one-node group), and the log owns the threads that run its periodic passes
     (flush and checkpoint, warm-ahead, retention), started by `open_log` and stopped
-    by `close()` before the log is flushed and closed."""
+    by `close()` before the log is flushed and closed.
+
+    Once closed, reads and writes (`append*`, `get*`, `iterate*`, `read_*`,
+    `truncate`, `index_at_time`, `term_at`, `flush`...) and `with log:` raise
+    ValueError("...the log is closed"), as a closed file does, instead of answering as
+    an empty log. `close()` shadows those methods on the instance, so an open log's
+    calls go straight to the compiled store at no extra cost.
+    """
 
     _pass_threads: tuple[ServiceThread, ...] = ()
 
@@ -141,11 +166,22 @@ class _LocalLogBase(MmapLogStore):
             self._pass_threads = tuple(start_passes(self.periodic_passes()))
 
     def close(self) -> None:
-        """Stop the pass threads, then flush, write the checkpoint and unmap."""
+        """Stop the pass threads, then flush, write the checkpoint and unmap; from then
+        on reads and writes raise ValueError. Idempotent."""
         threads, self._pass_threads = self._pass_threads, ()
         for thread in threads:
             thread.stop()
-        super().close()
+        try:
+            super().close()
+        finally:  # closed even when the last flush failed (a second close() returns at once)
+            for method in _CLOSED_REFUSES:  # instance attributes hide the class's methods
+                setattr(self, method, partial(_refuse_closed, self.node_dir, method))
+
+    def __enter__(self) -> _LocalLogBase:
+        """The log itself (ValueError once closed)."""
+        if self._closed:
+            raise ValueError(f"the log is closed ({self.node_dir})")
+        return self
 
 
 class LocalLog(_LocalLogBase):
