@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dledger.config_bounds import MEMBER_BOUNDS, STORE_BOUNDS, out_of_bounds
+from dledger.config_bounds import MEMBER_BOUNDS, member_mistyped, out_of_bounds, store_problem
 from dledger.entry import INDEX_UNIT_SIZE, MAX_ENTRY_SIZE
 
 MIB = 1024 * 1024
@@ -222,7 +222,7 @@ class StoreConfig:
         Raises:
             ConfigError: the first invalid value found.
         """
-        problem = out_of_bounds(self, STORE_BOUNDS)
+        problem = store_problem(self)
         if problem is not None:
             raise ConfigError(problem)
         if self.index_file_size % INDEX_UNIT_SIZE:
@@ -405,6 +405,11 @@ class DLedgerConfig:
         Raises:
             ConfigError: the first invalid value found.
         """
+        problem = member_mistyped(self)
+        if problem is not None:
+            raise ConfigError(problem)
+        if not isinstance(self.store, StoreConfig):
+            raise ConfigError(f"store must be a StoreConfig, not {type(self.store).__name__}")
         self._peer_map = parse_peers(self.peers)
         if not self.group:
             raise ConfigError("group must not be empty")

@@ -9,10 +9,16 @@ failed as an OverflowError when the store opened.
 Milliseconds stop at Java's `int` (2**31 - 1, ~24.8 days), the type of DLedger's own
 settings; byte sizes and counts at int64; segment sizes at 1 TiB; an entry at 2 GiB - 1
 (its size is an `int` in the header).
+
+Switches and strings are checked for their type as well (`mistyped`): a switch given
+as the string "false" is true in Python (`read_only="false"` opened a store read-only),
+and `delete_when` must be DLedger's hours (`bad_delete_when`): an int there failed in
+the clean thread at every pass, "25" never came, and retention never ran.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,3 +104,84 @@ def out_of_bounds(settings: Any, bounds: Bounds) -> str | None:
         if not whole and not low < value <= high:  # NaN fails too
             return f"{name} must be above {low} and at most {high}, not {value!r:.80}"
     return None
+
+
+STORE_SWITCHES = ("write_crc", "verify_crc", "java_compat", "read_only", "enable_disk_force_clean")
+"""`StoreConfig`'s bool settings."""
+STORE_TEXTS = ("delete_when",)
+"""`StoreConfig`'s str settings checked here (flush_mode and data_writes are checked
+against their values by `StoreConfig.validate`)."""
+MEMBER_SWITCHES = (
+    "enable_leader_elector",
+    "pre_vote",
+    "check_quorum",
+    "enable_fast_advance_commit_index",
+    "enable_snapshot",
+)
+"""`DLedgerConfig`'s bool settings."""
+MEMBER_TEXTS = (
+    "group",
+    "self_id",
+    "peers",
+    "store_base_dir",
+    "store_type",
+    "initial_cluster_state",
+    "snapshot_entry_reset_strategy",
+)
+"""`DLedgerConfig`'s str settings."""
+MEMBER_OPTIONAL_TEXTS = (
+    "data_store_path",
+    "read_only_data_store_dirs",
+    "preferred_leader_ids",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
+    "client_address",
+    "tokens_file",
+    "state_machine",
+)
+"""`DLedgerConfig`'s settings that are a str or None (unset)."""
+
+_HOUR = re.compile(r"[0-9]{1,2}")
+
+
+def mistyped(
+    settings: Any, switches: tuple[str, ...], texts: tuple[str, ...], optional: tuple[str, ...] = ()
+) -> str | None:
+    """What is wrong with the first of `settings`' `switches` that is not a bool, of its
+    `texts` that is not a str, or of its `optional` texts that is neither a str nor
+    None; None when all have their type."""
+    for name in switches:
+        value = getattr(settings, name)
+        if not isinstance(value, bool):
+            return f"{name} must be True or False, not {value!r:.80}"
+    for name in (*texts, *optional):
+        value = getattr(settings, name)
+        if not isinstance(value, str) and not (value is None and name in optional):
+            kind = "a string or None" if name in optional else "a string"
+            return f"{name} must be {kind}, not {value!r:.80}"
+    return None
+
+
+def bad_delete_when(value: str) -> str | None:
+    """What is wrong with a `delete_when` (DLedger's deleteWhen: the hours 00-23 at which
+    retention runs, several separated by ';', e.g. "04" or "03;15"; "" for none, as
+    `dledger.store.clean` reads it), or None."""
+    for item in value.split(";"):
+        hour = item.strip()
+        if hour and not (_HOUR.fullmatch(hour) and int(hour) <= 23):
+            return f"delete_when must be hours 00-23 separated by ';' (e.g. '04' or '03;15'), not {value!r:.80}"
+    return None
+
+
+def store_problem(settings: Any) -> str | None:
+    """What is wrong with the first wrongly typed or out-of-range setting of a
+    `StoreConfig`, or with its `delete_when`; None when nothing is."""
+    problem = mistyped(settings, STORE_SWITCHES, STORE_TEXTS) or out_of_bounds(settings, STORE_BOUNDS)
+    return problem or bad_delete_when(settings.delete_when)
+
+
+def member_mistyped(settings: Any) -> str | None:
+    """What is wrong with the first switch or string of a `DLedgerConfig` that does not
+    have its type, or None (its numeric settings: `out_of_bounds` with MEMBER_BOUNDS)."""
+    return mistyped(settings, MEMBER_SWITCHES, MEMBER_TEXTS, MEMBER_OPTIONAL_TEXTS)
