@@ -57,6 +57,7 @@ class EntryHandler:
         self.member_state = member_state
         self.store = member_state.store
         self.write_requests: dict[int, _Waiting] = {}  # APPENDs by first index
+        self._write_bytes = 0  # their entries' bytes
         self.control_queue: deque[_Waiting] = deque()  # COMPARE / TRUNCATE / COMMIT
         self.last_check_abnormal_ms = -1
         # (leader term, first index) of what this process appended from that term's
@@ -91,7 +92,10 @@ class EntryHandler:
                 future.set_result(self._reply(req, ResponseCode.REQUEST_WITH_EMPTY_BODYS))
                 return future
             old = self.write_requests.get(req.first_index)
-            self.write_requests[req.first_index] = waiting
+            if old is None and req.first_index > self.store.end_index + 1 and self._window_full(len(req.entries)):
+                future.set_result(self._reply(req, ResponseCode.PUSH_REQUEST_IS_FULL))
+                return future
+            self._file_write(waiting, old)
             if old is not None:
                 # the copy replaces the waiting one but keeps its age: a push that keeps
                 # waiting for a missing predecessor must time out however often it is resent
@@ -106,6 +110,7 @@ class EntryHandler:
             for stale in self.write_requests.values():
                 stale.future.set_result(self._reply(stale.request, ResponseCode.INCONSISTENT_STATE))
             self.write_requests.clear()
+            self._write_bytes = 0
         self.control_queue.append(waiting)
         return future
 
@@ -118,13 +123,14 @@ class EntryHandler:
             w.future.set_result(self._process(w.request))
             return True
         if self.write_requests:
-            w_next = self.write_requests.pop(self.store.end_index + 1, None)
+            w_next = self._take_write(self.store.end_index + 1)
             if w_next is not None:
                 w_next.future.set_result(self._process(w_next.request))
                 return True
             first = min(self.write_requests)
             if first <= self.store.end_index:  # a resent push overlapping what we hold
-                w_old = self.write_requests.pop(first)
+                w_old = self.write_requests[first]
+                self._take_write(first)
                 w_old.future.set_result(self._process(w_old.request))
                 return True
             return self._check_abnormal_futures(now_ms)
@@ -132,6 +138,30 @@ class EntryHandler:
 
     def pending_count(self) -> int:
         return len(self.write_requests) + len(self.control_queue)
+
+    def _window_full(self, size: int) -> bool:
+        """Whether an APPEND of `size` bytes more, one that must wait for others before
+        it, would hold more waiting APPENDs than a leader keeps in flight to one follower
+        (`max_push_in_flight_per_peer`, and `max_push_in_flight_bytes` plus the push that
+        passes it): more comes from no honest leader, and would be held in memory until
+        it times out. The next APPEND, which goes at once, is always taken."""
+        cfg = self.config
+        return (
+            len(self.write_requests) >= cfg.max_push_in_flight_per_peer
+            or self._write_bytes + size > cfg.max_push_in_flight_bytes + cfg.max_push_batch_bytes
+        )
+
+    def _file_write(self, waiting: _Waiting, replaced: _Waiting | None) -> None:
+        if replaced is not None:
+            self._write_bytes -= len(replaced.request.entries)
+        self.write_requests[waiting.request.first_index] = waiting
+        self._write_bytes += len(waiting.request.entries)
+
+    def _take_write(self, first: int) -> _Waiting | None:
+        waiting = self.write_requests.pop(first, None)
+        if waiting is not None:
+            self._write_bytes -= len(waiting.request.entries)
+        return waiting
 
     def check_leader(self, req: RequestOrResponse) -> ResponseCode | None:
         """None when this member follows `req.leader_id` in `req.term`, else the code."""
@@ -267,7 +297,7 @@ class EntryHandler:
         for first in sorted(self.write_requests):
             w = self.write_requests[first]
             if first <= end:
-                del self.write_requests[first]
+                self._take_write(first)
                 w.future.set_result(self._process(w.request))
                 worked = True
                 continue
@@ -276,7 +306,8 @@ class EntryHandler:
             if now_ms - w.created_ms >= self.config.follower_push_timeout_ms and oldest is None:
                 oldest = first
         if oldest is not None:
-            w = self.write_requests.pop(oldest)
+            w = self.write_requests[oldest]
+            self._take_write(oldest)
             w.future.set_result(self._reply(w.request, ResponseCode.INCONSISTENT_STATE))
             worked = True
         return worked

@@ -383,8 +383,8 @@ def test_quota_throttles_only_a_follower_far_behind_in_entries_and_bytes() -> No
 # -- follower side
 
 
-def follower_handler(entries: int = 0) -> tuple[MemberState, EntryHandler, MemoryLogStore]:
-    config = DLedgerConfig(group="g", self_id="n1", peers=PEERS, follower_push_timeout_ms=1000)
+def follower_handler(entries: int = 0, **settings: int) -> tuple[MemberState, EntryHandler, MemoryLogStore]:
+    config = DLedgerConfig(group="g", self_id="n1", peers=PEERS, follower_push_timeout_ms=1000, **settings)  # type: ignore[arg-type]
     store = MemoryLogStore()
     store.term = 1
     for _ in range(entries):
@@ -472,6 +472,28 @@ def test_compare_and_truncate_void_queued_appends() -> None:
     )
     assert queued.result().code == ResponseCode.INCONSISTENT_STATE
     assert h.run_once(0) and compare.result().code == ResponseCode.SUCCESS
+
+
+def test_appends_waiting_for_their_predecessors_are_bounded_as_a_leaders_in_flight_pushes() -> None:
+    """Pushes that must wait (a gap before them) are held up to what a leader keeps in
+    flight to one follower, in count and in bytes; more is refused at once, never held
+    in memory until it times out. A copy of a held push, and the next push, still go."""
+    _, h, store = follower_handler(max_push_in_flight_per_peer=3)
+    log = leader_log(40)
+    held = [h.handle_push(append_push(log, first, 1), 0) for first in (10, 20, 30)]
+    refused = h.handle_push(append_push(log, 35, 1), 0)
+    assert refused.done() and refused.result().code == ResponseCode.PUSH_REQUEST_IS_FULL
+    again = h.handle_push(append_push(log, 20, 1), 0)  # a copy replaces its original
+    assert held[1].result().code == ResponseCode.REPEATED_PUSH and not again.done()
+    following = h.handle_push(append_push(log, 0, 2), 0)
+    assert h.run_once(0) and following.result().code == ResponseCode.SUCCESS and store.end_index == 1
+    assert not any(f.done() for f in (held[0], held[2], again))
+
+    size = len(append_push(log, 10, 2).entries)
+    _, h, _ = follower_handler(max_push_in_flight_bytes=size, max_push_batch_bytes=size)
+    assert not h.handle_push(append_push(log, 10, 4), 0).done()  # 2 * size: just in
+    over = h.handle_push(append_push(log, 20, 1), 0)
+    assert over.done() and over.result().code == ResponseCode.PUSH_REQUEST_IS_FULL
 
 
 def control(kind: PushType, prev_index: int, commit: int = -1) -> PushEntryRequest:
