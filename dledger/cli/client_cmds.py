@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
-from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted
+from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted, stdin_binary
 from dledger.cli.progress import progress
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
 from dledger.cli.tls_options import client_tls, client_tls_options, client_token, remember_client
@@ -124,7 +124,7 @@ def _requests(
     body: str | None, files: tuple[Path, ...], count: int, body_size: int | None, batch_size: int
 ) -> Iterator[list[bytes]]:
     if body == "-":
-        return stdin_batches(sys.stdin.buffer, batch_size)
+        return stdin_batches(stdin_binary(), batch_size)
     if body is not None:
         return batches((body.encode("utf-8", "surrogateescape") for _ in range(count)), batch_size)
     if files:

@@ -10,10 +10,12 @@ peers...) becomes a usage error, a `DLedgerError` and any other exception one
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import math
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any, BinaryIO, NoReturn, cast
 
 import click
 
@@ -68,17 +70,84 @@ def _describe(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+class OutputClosedError(BrokenPipeError):
+    """A write to stdout when the process was started with stdout closed (`>&-`)."""
+
+
+class _ClosedBinaryOutput(io.RawIOBase):
+    """`sys.stdout.buffer` of a closed stdout: every write fails."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise OutputClosedError(errno.EPIPE, "stdout is closed")
+
+
+class _ClosedOutput(io.TextIOBase):
+    """What `sys.stdout` is when the process was started with stdout closed: every
+    write fails (Python leaves it None, and click then prints nothing and exits 0)."""
+
+    encoding = "utf-8"
+    errors = "strict"
+    buffer = _ClosedBinaryOutput()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        raise OutputClosedError(errno.EPIPE, "stdout is closed")
+
+    def fileno(self) -> int:
+        raise OutputClosedError(errno.EPIPE, "stdout is closed")
+
+
+def _guard_standard_streams() -> None:
+    """Open /dev/null on a standard descriptor (0, 1, 2) the process started without, so
+    a file opened later (a store's segment) never gets it and is never written by a
+    print or a library's log line; a closed stdout fails the first write instead of
+    printing nothing."""
+    for fd, flags in ((0, os.O_RDONLY), (1, os.O_WRONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                null = os.open(os.devnull, flags)
+                if null != fd:
+                    os.dup2(null, fd)
+                    os.close(null)
+    if sys.stdout is None:
+        sys.stdout = _ClosedOutput()
+
+
+def stdin_binary() -> BinaryIO:
+    """`sys.stdin`'s bytes, or exit 2 with one line when the process has no stdin."""
+    if sys.stdin is None:
+        fail("no standard input (stdin is closed)", EXIT_USAGE)
+    return cast(BinaryIO, sys.stdin.buffer)
+
+
 def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
+    _guard_standard_streams()
     try:
         return invoke(ctx)
-    except (click.exceptions.Exit, click.ClickException, click.Abort, SystemExit):
+    except (click.exceptions.Exit, click.ClickException, SystemExit):
         raise
+    except click.Abort as exc:  # click's prompts: Ctrl-C, or the end of the input
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            interrupted()
+        fail("no answer: the input ended before the question was answered")
     except KeyboardInterrupt:
         interrupted()
     except ConfigError as exc:
         raise click.UsageError(str(exc), ctx) from None
     except DLedgerError as exc:
         fail(str(unreachable_hint(exc)))
+    except OutputClosedError:
+        fail("output closed (stdout is closed)")
     except BrokenPipeError:
         # the reader went away (`dledger get ... | head`): say so once, without a flush
         # of the rest of stdout failing again at exit
@@ -113,8 +182,10 @@ __all__ = [
     "EXIT_USAGE",
     "INT64_MAX",
     "FiniteFloatRange",
+    "OutputClosedError",
     "GuardedCommand",
     "GuardedGroup",
     "fail",
     "interrupted",
+    "stdin_binary",
 ]

@@ -16,7 +16,7 @@ import sys
 import click
 
 from dledger.cli.client_cmds import CONTEXT, MAX_BODY, client_options, open_client, show_body
-from dledger.cli.errors import GuardedCommand
+from dledger.cli.errors import GuardedCommand, stdin_binary
 from dledger.client import ReadMode
 
 MODES = {
@@ -31,7 +31,7 @@ def _request(text: str, as_hex: bool) -> bytes:
     if text == "-":
         if as_hex:
             raise click.UsageError("give REQUEST in hex or '-' (stdin), not both")
-        data = sys.stdin.buffer.read()
+        data = stdin_binary().read()
     elif as_hex:
         try:
             data = bytes.fromhex(text)

@@ -9,13 +9,14 @@ wrapped or interpreted as markup (bodies may hold anything); `--json` prints JSO
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
-from dledger.cli.errors import fail
+from dledger.cli.errors import fail, interrupted
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
@@ -259,6 +260,19 @@ def _last_indexed(store: MmapLogStore, after: int) -> int:
         last += 1
 
 
+def _confirmed(question: str) -> bool:
+    """The user's yes/no, or exit 1 (130 on Ctrl-C) when stdin cannot answer."""
+    refused = "cannot ask for confirmation: {}; nothing changed (--yes repairs without asking)"
+    if sys.stdin is None:
+        fail(refused.format("no standard input (stdin is closed)"))
+    try:
+        return click.confirm(question, default=False, err=True)
+    except click.Abort as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            interrupted("nothing changed")
+        fail(refused.format("the input ended before an answer"))
+
+
 def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_json: bool) -> None:
     """Show what cutting the log at the damage loses; cut once confirmed."""
     try:
@@ -270,7 +284,7 @@ def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_js
     plan = f"would cut {damage.path} from offset {damage.offset}: {lost}; the log would end at {keep_end}"
     click.echo(f"damage: {damage.message}", err=True)
     click.echo(plan, err=as_json)
-    if not yes and not click.confirm("cut the log there?", default=False, err=True):
+    if not yes and not _confirmed("cut the log there?"):
         _fail("nothing changed", as_json, plan=plan)
     writable = sized_config(node, config.data_file_size, config.index_file_size)
     try:
