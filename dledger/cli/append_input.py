@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from dledger.config import MAX_APPEND_BYTES
+
 _EOF = None
 _POLL_S = 0.2
 """How long the waiting main thread sleeps between checks (so Ctrl-C is taken)."""
@@ -32,14 +34,21 @@ def file_bodies(paths: Iterable[Path]) -> Iterator[bytes]:
         yield path.read_bytes()
 
 
-def batches(bodies: Iterable[bytes], size: int) -> Iterator[list[bytes]]:
-    """`bodies` in lists of `size` (the last one shorter)."""
+def batches(bodies: Iterable[bytes], size: int, max_bytes: int = MAX_APPEND_BYTES) -> Iterator[list[bytes]]:
+    """`bodies` in lists of at most `size` bodies and `max_bytes` body bytes (a member
+    refuses a request of more; a body larger than `max_bytes` goes alone). Lazy: one
+    batch is held at a time, `bodies` is read only as far as it is needed."""
     batch: list[bytes] = []
+    held = 0
     for body in bodies:
+        if batch and held + len(body) > max_bytes:
+            yield batch
+            batch, held = [], 0
         batch.append(body)
+        held += len(body)
         if len(batch) >= size:
             yield batch
-            batch = []
+            batch, held = [], 0
     if batch:
         yield batch
 
@@ -71,21 +80,22 @@ def _read_lines(stream: BinaryIO, lines: queue.Queue[bytes | OSError | None]) ->
     lines.put(_EOF)
 
 
-def stdin_batches(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
-    """The lines of `stream` (without their line end) in lists of at most `size`, each
-    yielded as soon as one line is there: a batch is the first line that arrives plus
-    whatever else has already arrived. A reader thread takes the lines, so the caller
-    (the main thread) is never stuck in a read and sees Ctrl-C.
+def stdin_batches(stream: BinaryIO, size: int, max_bytes: int = MAX_APPEND_BYTES) -> Iterator[list[bytes]]:
+    """The lines of `stream` (without their line end) in lists of at most `size` lines
+    and `max_bytes` bytes (a longer line goes alone), each yielded as soon as one line
+    is there: a batch is the first line that arrives plus whatever else has already
+    arrived. A reader thread takes the lines, so the caller (the main thread) is never
+    stuck in a read and sees Ctrl-C.
 
     Raises:
         OSError: stdin cannot be read (after the lines read before the failure).
     """
     lines: queue.Queue[bytes | OSError | None] = queue.Queue(maxsize=max(size * 4, 1024))
     threading.Thread(target=_read_lines, args=(stream, lines), name="stdin-lines", daemon=True).start()
-    pending: bytes | OSError | None = b""  # b"": nothing held back
+    held: list[bytes | OSError | None] = []  # taken off the queue, not in a batch yet
     while True:
-        if pending != b"":
-            first, pending = pending, b""
+        if held:
+            first = held.pop()
         else:
             try:
                 first = lines.get(timeout=_POLL_S)
@@ -95,16 +105,17 @@ def stdin_batches(stream: BinaryIO, size: int) -> Iterator[list[bytes]]:
             return
         if isinstance(first, OSError):
             raise OSError(f"cannot read stdin: {first}")
-        batch = [first]
+        batch, batch_bytes = [first], len(first)
         while len(batch) < size:
             try:
                 line = lines.get_nowait()
             except queue.Empty:
                 break
-            if line is _EOF or isinstance(line, OSError):
-                pending = line  # ends the stream after this batch
+            if line is _EOF or isinstance(line, OSError) or batch_bytes + len(line) > max_bytes:
+                held.append(line)  # the next batch starts with it (or the stream ends)
                 break
             batch.append(line)
+            batch_bytes += len(line)
         yield batch
 
 

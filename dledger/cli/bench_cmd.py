@@ -8,7 +8,7 @@ import click
 
 from dledger.cli.client_cmds import CONTEXT, MAX_BODY, client_options, open_client
 from dledger.cli.errors import FiniteFloatRange, GuardedCommand, fail
-from dledger.cli.loadgen import MODES, BenchConfig, BenchResult, run_bench
+from dledger.cli.loadgen import MODES, BenchConfig, BenchResult, capped_batch_size, run_bench
 from dledger.client import DLedgerClient
 
 
@@ -24,7 +24,7 @@ from dledger.client import DLedgerClient
     type=click.IntRange(1, 65536),
     default=1000,
     show_default=True,
-    help="Bodies per request (batch) or per producer batch (stream).",
+    help="Bodies per request (batch; fewer when they would exceed 16 MiB) or per producer batch (stream).",
 )
 @click.option("-d", "--duration", type=FiniteFloatRange(0.1, 1e7), default=10.0, show_default=True, help="Seconds.")
 @click.option("--rate", type=FiniteFloatRange(0, 1e12), default=0.0, help="Offered entries/s in total (0: no cap).")
@@ -73,6 +73,12 @@ def bench(
         linger_ms=linger_ms,
         max_in_flight=max_in_flight,
     )
+    capped = capped_batch_size(body_size, batch_size)
+    if mode == "batch" and capped < batch_size:
+        click.echo(
+            f"note: {capped} bodies per request: {batch_size} x {body_size} B would exceed a member's 16 MiB",
+            err=True,
+        )
     with open_client(peers, group, timeout_s, multiplex) as client:
         result = run_bench(client, config) if as_json else _bench_with_progress(client, config)
     if as_json:

@@ -123,6 +123,8 @@ def entry_json(entry: Entry) -> dict[str, Any]:
 def _requests(
     body: str | None, files: tuple[Path, ...], count: int, body_size: int | None, batch_size: int
 ) -> Iterator[list[bytes]]:
+    """The bodies to append in request batches (of at most `batch_size` bodies and
+    the member's byte limit), made one batch at a time."""
     if body == "-":
         return stdin_batches(stdin_binary(), batch_size)
     if body is not None:
@@ -153,11 +155,16 @@ def _appended(appended: int, first: int, last: int) -> str:
     "-c",
     "--count",
     type=click.IntRange(1, INT64_MAX),
-    help="Append BODY this many times, or without BODY this many generated bodies.",
+    help="Append BODY this many times, or without BODY this many generated bodies (not with --file or -).",
 )
 @click.option("--body-size", type=click.IntRange(0, MAX_BODY), help="Size of generated bodies (with --count).")
 @click.option(
-    "-b", "--batch-size", type=click.IntRange(1, 65536), default=1000, show_default=True, help="Bodies per request."
+    "-b",
+    "--batch-size",
+    type=click.IntRange(1, 65536),
+    default=1000,
+    show_default=True,
+    help="Bodies per request (fewer when they would exceed 16 MiB).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @record_options
@@ -182,7 +189,8 @@ def append(
     BODY is appended as UTF-8 text; BODY `-` appends every line of stdin as one entry,
     as the lines arrive (`tail -f app.log | dledger append -` works): each request
     carries the lines already there, up to --batch-size. Other bodies go in batches of
-    --batch-size per request; each batch gets consecutive indexes. Ctrl-C stops and
+    --batch-size per request (fewer when they would exceed the member's 16 MiB a
+    request); each batch gets consecutive indexes. Ctrl-C stops and
     reports how many entries were appended (exit 130). Examples:
 
     \b
@@ -202,6 +210,8 @@ def append(
         raise click.UsageError("give BODY/--data or --file, not both")
     if body == "-" and count is not None:
         raise click.UsageError("--count does not go with stdin (-)")
+    if files and count is not None:
+        raise click.UsageError("--count does not go with --file (each file is appended once)")
     if body is None and not files and count is None:
         raise click.UsageError("nothing to append: give BODY, --file, - (stdin lines) or --count")
     if body_size is not None and (body is not None or files):

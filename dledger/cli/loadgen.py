@@ -10,7 +10,10 @@ Three modes, each with `concurrency` client threads sharing one DLedgerClient:
 
 Latency is measured from the call to the commit answer: per request in `single` and
 `batch`, per body in `stream` (every `STREAM_SAMPLE`-th body, to keep the cost off the
-hot path). Optionally `rate` caps the offered entries/s (open-loop pacing per thread).
+hot path). Optionally `rate` caps the offered entries/s (open-loop pacing per thread;
+a pacing wait ends at the end of the run, however low the rate). In `batch` mode a
+request carries fewer than `batch_size` bodies when they would exceed a member's
+16 MiB a request.
 Every thread offers at least one request (a group of `STREAM_SAMPLE` bodies in
 `stream`), however short the run and however late the thread gets to run.
 """
@@ -19,19 +22,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
 import numpy as np
 
 from dledger.client import DLedgerClient, IndeterminateError, Producer, SendFuture
-from dledger.clock import MonotonicClock, perf_us
+from dledger.clock import Clock, MonotonicClock, perf_us
 from dledger.codes import DLedgerError
+from dledger.config import MAX_APPEND_BYTES
 
 MODES = ("single", "batch", "stream")
 STREAM_SAMPLE = 64
 """In stream mode, the latency of every 64th body is recorded."""
+MAX_PACE_MS = 1 << 53
+"""How far ahead pacing computes a due time (a tiny --rate makes it huge)."""
 
 
 @dataclass(frozen=True)
@@ -136,22 +142,39 @@ def percentiles(latencies_us: list[float]) -> dict[str, float]:
     }
 
 
-def _pace(clock: MonotonicClock, start_ms: int, done: int, per_thread_rate: float) -> None:
-    """Open-loop pacing: wait until `done` entries are due at `per_thread_rate`/s."""
+def _pace(clock: Clock, start_ms: int, done: int, per_thread_rate: float, stop: threading.Event) -> bool:
+    """Open-loop pacing: wait until `done` entries are due at `per_thread_rate`/s, or
+    until `stop` is set (the end of the run), whichever comes first. False when the
+    run ended meanwhile (nothing more is to be offered)."""
     if per_thread_rate <= 0:
-        return
-    due_ms = start_ms + int(done * 1000 / per_thread_rate)
-    clock.sleep_ms(due_ms - clock.now_ms())
+        return True
+    due_ms = start_ms + min(int(done * 1000 / per_thread_rate), MAX_PACE_MS)
+    wait_ms = due_ms - clock.now_ms()
+    if wait_ms <= 0:
+        return True
+    return not stop.wait(min(wait_ms / 1000, threading.TIMEOUT_MAX))
+
+
+def capped_batch_size(body_size: int, batch_size: int) -> int:
+    """`batch_size`, or fewer bodies so that one request stays within a member's
+    MAX_APPEND_BYTES (at least one body)."""
+    return max(1, min(batch_size, MAX_APPEND_BYTES // max(1, body_size)))
 
 
 def _unary_worker(
-    client: DLedgerClient, config: BenchConfig, bodies: list[bytes], stop: threading.Event, worker: _Worker
+    client: DLedgerClient,
+    config: BenchConfig,
+    bodies: list[bytes],
+    stop: threading.Event,
+    worker: _Worker,
+    clock: Clock | None = None,
 ) -> None:
-    clock = MonotonicClock()
+    clock = clock or MonotonicClock()
     start_ms = clock.now_ms()
     per_thread_rate = config.rate / config.concurrency if config.rate else 0.0
     while True:
-        _pace(clock, start_ms, worker.entries + worker.failed + worker.indeterminate, per_thread_rate)
+        if not _pace(clock, start_ms, worker.entries + worker.failed + worker.indeterminate, per_thread_rate, stop):
+            return
         began = perf_us()
         try:
             if len(bodies) == 1:
@@ -169,12 +192,17 @@ def _unary_worker(
 
 
 def _stream_worker(
-    producer: Producer, config: BenchConfig, body: bytes, stop: threading.Event, worker: _Worker
+    producer: Producer,
+    config: BenchConfig,
+    body: bytes,
+    stop: threading.Event,
+    worker: _Worker,
+    clock: Clock | None = None,
 ) -> None:
     """Send bodies as fast as the producer takes them (or paced); the latency of every
     STREAM_SAMPLE-th body is recorded; outcomes are counted by the producer, the bodies
     it took (`worker.requests`) here."""
-    clock = MonotonicClock()
+    clock = clock or MonotonicClock()
     start_ms = clock.now_ms()
     per_thread_rate = config.rate / config.concurrency if config.rate else 0.0
     latencies = worker.latencies_us
@@ -186,8 +214,8 @@ def _stream_worker(
             latencies.append(perf_us() - began)
 
     while True:
-        if per_thread_rate:
-            _pace(clock, start_ms, sent, per_thread_rate)
+        if per_thread_rate and not _pace(clock, start_ms, sent, per_thread_rate, stop):
+            break
         try:
             for _ in range(STREAM_SAMPLE - 1):
                 send(body, 1.0)
@@ -216,6 +244,8 @@ def run_bench(
         raise ValueError(f"mode must be one of {', '.join(MODES)}")
     if config.concurrency < 1 or config.batch_size < 1 or config.body_size < 0 or config.duration_s <= 0:
         raise ValueError("concurrency and batch_size must be >= 1, body_size >= 0, duration_s > 0")
+    if config.mode == "batch":
+        config = replace(config, batch_size=capped_batch_size(config.body_size, config.batch_size))
     client.discover()
     body = bytes(range(256)) * (config.body_size // 256) + bytes(config.body_size % 256)
     stop = threading.Event()

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dledger.cli.append_input import batches
 from dledger.cli.errors import INT64_MAX
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, MAX_HEADER_KEY, MAX_RECORD_HEADERS, MAX_RECORD_KEY, Entry
 from dledger.record import Record, encode_record, record_of
@@ -78,7 +79,13 @@ def record_spec(key: str | None, headers: tuple[str, ...], timestamp: int | None
 def record_batches(requests: Iterator[list[bytes]], spec: RecordSpec | None) -> Iterator[tuple[list[bytes], int]]:
     """The request batches to send, each with its magic."""
     for batch in requests:
-        yield (batch, MAGIC_NORMAL) if spec is None else (spec.encode(batch), MAGIC_RECORD)
+        if spec is None:
+            yield batch, MAGIC_NORMAL
+            continue
+        # a record is larger than its value: split again so a request stays within the
+        # member's byte limit
+        for part in batches(spec.encode(batch), max(1, len(batch))):
+            yield part, MAGIC_RECORD
 
 
 def _text_or_b64(raw: bytes, name: str, out: dict[str, Any]) -> None:
