@@ -59,9 +59,12 @@ def test_append_splits_generated_bodies_by_bytes(fake: FakeCluster) -> None:
 
 
 def test_append_records_split_by_their_encoded_bytes(fake: FakeCluster) -> None:
-    code, _, err = run(fake, "append", "-c", "4", "--body-size", str(BIG), "--key", "k", "--json")
+    # 65,536 values of 256 bytes are exactly 16 MiB: as records (key, timestamp) they are more
+    args = ("append", "-c", "65536", "--body-size", "256", "-b", "65536", "--key", "k", "--json")
+    code, _, err = run(fake, *args)
     assert code == 0, err
-    assert len(fake.log.bodies) == 4 and max(request_bytes(fake)) <= MAX_APPEND_BYTES
+    assert len(fake.log.bodies) == 65536 and len(fake["n0"].append_requests) == 2
+    assert max(request_bytes(fake)) <= MAX_APPEND_BYTES
 
 
 def test_append_file_with_count_is_a_usage_error(fake: FakeCluster, tmp_path: Path) -> None:
