@@ -139,6 +139,7 @@ def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
     except click.Abort as exc:  # click's prompts: Ctrl-C, or the end of the input
         if isinstance(exc.__context__, KeyboardInterrupt):
             interrupted()
+        click.echo(err=True)  # end the prompt's line
         fail("no answer: the input ended before the question was answered")
     except KeyboardInterrupt:
         interrupted()

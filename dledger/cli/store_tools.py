@@ -16,11 +16,13 @@ from typing import Any, NoReturn
 
 import click
 
-from dledger.cli.errors import fail, interrupted
+from dledger.cli.errors import GuardedCommand, fail, interrupted
 from dledger.codes import CorruptStoreError, DLedgerError
+from dledger.config import ConfigError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
     MmapLogStore,
+    StoreConfig,
     decode_entry_header,
     decode_index_unit,
     holds_store,
@@ -46,6 +48,8 @@ def _segments(directory: Path) -> list[Path]:
         raise click.UsageError(f"{directory} is not a directory")
     try:
         files = sorted(p for p in directory.iterdir() if is_segment_name(p.name))
+    except BrokenPipeError:
+        raise  # the output, not the directory: the guard says so
     except OSError as exc:
         _fail(f"cannot read {directory}: {exc.strerror or exc}")
     if not files:
@@ -65,6 +69,29 @@ def _read_span(files: list[Path], pos: int, size: int) -> bytes:
                 fh.seek(lo - start)
                 out += fh.read(hi - lo)
     return bytes(out)
+
+
+def _kind(directory: Path, files: list[Path]) -> str | None:
+    """"data" or "index": what `directory` holds, by its name (a store's data/ and
+    index/), else by its first record (an entry header or an index unit whose position
+    or index matches the file's name); None when neither fits."""
+    name = directory.resolve().name
+    if name in ("data", "index"):
+        return name
+    with open(files[0], "rb") as fh:
+        head = fh.read(HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return None
+    start = int(files[0].name)
+
+    def field(offset: int, size: int) -> int:
+        return int.from_bytes(head[offset : offset + size], "big", signed=True)
+
+    if field(4, 4) >= HEADER_SIZE and field(24, 8) == start:
+        return "data"
+    if field(12, 4) >= HEADER_SIZE and start % INDEX_UNIT_SIZE == 0 and field(16, 8) == start // INDEX_UNIT_SIZE:
+        return "index"
+    return None
 
 
 def _emit(as_json: bool, record: dict[str, Any], text: str) -> None:
@@ -105,14 +132,18 @@ def _dump_records(files: list[Path], pos: int, size: int, body: bool, as_json: b
             f"channel={h.channel} chainCrc={h.chain_crc} bodyCrc={h.body_crc} bodySize={h.body_size}"
         )
         if body:
-            raw = _read_span(files, cur + HEADER_SIZE, max(0, min(h.body_size, length - HEADER_SIZE)))
+            want = max(0, min(h.body_size, length - HEADER_SIZE))
+            raw = _read_span(files, cur + HEADER_SIZE, want)
             record["body_hex"] = raw.hex()
             line += f" body={raw!r}"
+            if len(raw) < want:  # the files end inside the body
+                record["truncated"] = True
+                line += f" (truncated: {len(raw)} of {want} bytes)"
         _emit(as_json, record, line)
         cur += length
 
 
-@click.command("read-file")
+@click.command("read-file", cls=GuardedCommand)
 @click.option(
     "--dir", "-d", "directory", required=True, type=click.Path(path_type=Path), help="A data/ or index/ directory."
 )
@@ -140,15 +171,24 @@ def read_file(directory: Path, pos: int, size: int, index: int, body: bool, as_j
     try:
         if files[0].stat().st_size < HEADER_SIZE:
             _fail(f"{files[0]} is too small to be a segment ({files[0].stat().st_size} bytes)")
+        kind = _kind(directory, files)
+        if index >= 0 and kind == "data":
+            raise click.UsageError(f"{directory} holds data segments: --index reads an index directory (index/)")
+        if index < 0 and kind == "index":
+            raise click.UsageError(f"{directory} holds index segments: give --index N to print one unit")
         if index >= 0:
             raw = _read_span(files, index * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE)
             if len(raw) < INDEX_UNIT_SIZE:
                 _fail(f"index {index} is outside the index files")
+            if not any(raw):
+                _fail(f"index unit {index} is empty: not written (the index ends before it)")
             u = decode_index_unit(raw)
             text = f"index unit {index}: magic={u.magic} pos={u.pos} size={u.size} index={u.index} term={u.term}"
             _emit(as_json, {"unit": index, **asdict(u)}, text)
             return
         _dump_records(files, pos, size, body, as_json)
+    except BrokenPipeError:
+        raise  # the output, not the directory: the guard says so
     except OSError as exc:
         _fail(f"cannot read {directory}: {exc.strerror or exc}")
 
@@ -163,6 +203,40 @@ def _index_size(_ctx: click.Context, param: click.Parameter, value: int | None) 
     if value is not None and (value <= 0 or value % INDEX_UNIT_SIZE):
         raise click.BadParameter(f"{value} is not a positive multiple of {INDEX_UNIT_SIZE}", param=param)
     return value
+
+
+def _sized(name: str, value: int) -> StoreConfig:
+    """A StoreConfig with one segment size set (raises ConfigError as the store does)."""
+    return StoreConfig(data_file_size=value) if name == "data_file_size" else StoreConfig(index_file_size=value)
+
+
+def _option_sizes(data_file_size: int | None, index_file_size: int | None) -> None:
+    """A usage error (of `check`, naming the option) for a segment size the store refuses."""
+    for option, name, value in (
+        ("--data-file-size", "data_file_size", data_file_size),
+        ("--index-file-size", "index_file_size", index_file_size),
+    ):
+        if value is not None:
+            try:
+                _sized(name, value)
+            except ConfigError as exc:
+                raise click.BadParameter(str(exc).replace(name, option), param_hint=f"'{option}'") from None
+
+
+def _sizes_on_disk_problem(node: Path, exc: ConfigError) -> str:
+    """Why the segment sizes read off `node`'s files are refused, naming the file (the
+    largest segment of its directory: the size a store would be opened with)."""
+    for sub, name in (("data", "data_file_size"), ("index", "index_file_size")):
+        files = [f for f in (node / sub).glob("*") if is_segment_name(f.name) and f.is_file()]
+        if not files:
+            continue
+        largest = max(files, key=lambda f: f.stat().st_size)
+        try:
+            _sized(name, largest.stat().st_size)
+        except ConfigError as bad:
+            reason = str(bad).replace(name, "its size")
+            return f"damaged segment {largest}: {largest.stat().st_size} bytes is not a segment size ({reason})"
+    return f"the segment files of {node} have sizes no store has: {exc}"
 
 
 @dataclass
@@ -270,6 +344,7 @@ def _confirmed(question: str) -> bool:
     except click.Abort as exc:
         if isinstance(exc.__context__, KeyboardInterrupt):
             interrupted("nothing changed")
+        click.echo(err=True)  # end the prompt's line
         fail(refused.format("the input ended before an answer"))
 
 
@@ -298,7 +373,7 @@ def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_js
         click.echo(f"cut: the log now ends at {keep_end}")
 
 
-@click.command()
+@click.command(cls=GuardedCommand)
 @click.argument("node_dir", type=click.Path(path_type=Path))
 @click.option(
     "--data-file-size",
@@ -329,6 +404,7 @@ def check(
     also works). Exit 0 when healthy, 1 when a problem is found (or no store is there),
     2 on usage errors. Nothing is written, except by `--repair` once confirmed.
     """
+    _option_sizes(data_file_size, index_file_size)
     try:
         node = resolve_node_dir(node_dir)
     except DLedgerError as exc:
@@ -337,7 +413,10 @@ def check(
         _fail(f"no store here: {node} holds no data/, index/ or checkpoint", as_json)
     report = Report(str(node), facts={"store": str(node)})
     try:
-        config = sized_config(node, data_file_size, index_file_size, read_only=True)
+        try:
+            config = sized_config(node, data_file_size, index_file_size, read_only=True)
+        except ConfigError as exc:  # the user's sizes passed: a file's size is wrong
+            _fail(_sizes_on_disk_problem(node, exc), as_json, store=str(node))
         holder = lock_holder(node)
         if holder is not None:
             report.notes.append(f"the store is open for writing by process {holder or '?'}: it may change meanwhile")

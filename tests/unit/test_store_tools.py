@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -167,3 +169,91 @@ def test_open_log_refuses_a_store_with_currterm(tmp_path: Path) -> None:
     with pytest.raises(DLedgerError, match="currterm"):
         dledger.open_log(tmp_path, CONFIG)
     assert not (tmp_path / "locallog").exists()
+
+
+def test_check_names_a_damaged_segment_and_exits_1(tmp_path: Path) -> None:
+    node = tmp_path / "dledger-n0"
+    with dledger.open_log(node, StoreConfig(data_file_size=4096, index_file_size=32 * 1024)) as log:
+        log.append(b"x")
+    for extra in sorted((node / "index").iterdir())[1:]:
+        extra.unlink()
+    first = node / "index" / f"{0:020d}"
+    os.truncate(first, 1000)
+    result = run("check", str(node))
+    assert result.exit_code == 1 and "Usage:" not in result.output
+    assert (
+        result.stderr
+        == f"error: damaged segment {first}: 1000 bytes is not a segment size (its size must be a multiple of 32)\n"
+    )
+
+
+def test_check_a_size_option_out_of_range_is_its_usage_error(store: Path) -> None:
+    result = run("check", str(store), "--data-file-size", "9223372036854775808")
+    assert result.exit_code == 2
+    assert "check [OPTIONS] NODE_DIR" in result.stderr and "'--data-file-size'" in result.stderr
+    assert "data_file_size" not in result.stderr
+
+
+def test_check_repair_without_an_answer_changes_nothing(tmp_path: Path) -> None:
+    from tests.faults.test_checkpoint_corruption import build, flip_body_byte, snapshot
+
+    node = build(tmp_path / "dledger-n0")
+    for name in ("checkpoint", "checkpoint.bak"):
+        (node / name).unlink()
+    flip_body_byte(node, 500)
+    before = snapshot(node)
+    result = CliRunner().invoke(cli, ["check", "--repair", str(node)], input="")
+    assert result.exit_code == 1 and "Aborted" not in result.output
+    assert result.stderr.splitlines()[-1] == (
+        "error: cannot ask for confirmation: the input ended before an answer; nothing changed "
+        "(--yes repairs without asking)"
+    )
+    closed = subprocess.run(
+        ["sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "dledger.cli.main", "check", "--repair", str(node)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert closed.returncode == 1 and "no standard input" in closed.stderr.splitlines()[-1]
+    assert snapshot(node) == before
+
+
+@pytest.mark.parametrize("args", [["check", "{store}"], ["read-file", "-d", "{store}/data"]])
+def test_store_tools_fail_when_stdout_is_closed(store: Path, args: list[str]) -> None:
+    argv = [a.format(store=store) for a in args]
+    done = subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "dledger.cli.main", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (1, "error: output closed (stdout is closed)\n")
+
+
+def test_read_file_refuses_the_wrong_mode_for_the_directory(store: Path, tmp_path: Path) -> None:
+    unit = run("read-file", "-d", str(store / "data"), "-i", "3")
+    assert unit.exit_code == 2 and "holds data segments" in unit.stderr
+    dump = run("read-file", "-d", str(store / "index"))
+    assert dump.exit_code == 2 and "holds index segments" in dump.stderr
+    elsewhere = tmp_path / "copy"  # not named data/ or index/: told by the content
+    elsewhere.mkdir()
+    for f in (store / "index").iterdir():
+        (elsewhere / f.name).write_bytes(f.read_bytes())
+    assert run("read-file", "-d", str(elsewhere)).exit_code == 2
+    assert json.loads(run("read-file", "-d", str(elsewhere), "-i", "7", "--json").stdout)["index"] == 7
+
+
+def test_read_file_says_an_unwritten_index_unit_is_empty(store: Path) -> None:
+    result = run("read-file", "-d", str(store / "index"), "-i", "50")
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr == "error: index unit 50 is empty: not written (the index ends before it)\n"
+
+
+def test_read_file_marks_a_truncated_body(store: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "data"
+    cut.mkdir()
+    first = sorted((store / "data").iterdir())[0]
+    (cut / first.name).write_bytes(first.read_bytes()[: 48 + 310 + 48 + 100])  # inside the 2nd body
+    lines = [json.loads(line) for line in run("read-file", "-d", str(cut), "-b", "--json").stdout.splitlines()]
+    entries = [r for r in lines if r["kind"] == "entry"]
+    assert "truncated" not in entries[0] and entries[1]["truncated"] is True
