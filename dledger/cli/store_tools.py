@@ -72,7 +72,7 @@ def _read_span(files: list[Path], pos: int, size: int) -> bytes:
 
 
 def _kind(directory: Path, files: list[Path]) -> str | None:
-    """"data" or "index": what `directory` holds, by its name (a store's data/ and
+    """ "data" or "index": what `directory` holds, by its name (a store's data/ and
     index/), else by its first record (an entry header or an index unit whose position
     or index matches the file's name); None when neither fits."""
     name = directory.resolve().name
