@@ -93,27 +93,65 @@ def setting_fields(store_cls: type[StoreConfig] = StoreConfig) -> dict[str, data
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
+_BYTE_FIELD_ENDS = ("_bytes", "_quota", "_throttle_point")
+"""DLedgerConfig's byte counts (its fields carry no "size" metadata)."""
+
+
+def takes_size(field: dataclasses.Field[Any]) -> bool:
+    """Whether a setting is a number of bytes (`64MiB` allowed), not milliseconds or a
+    count."""
+    return bool(field.metadata.get("size")) or field.name.endswith(_BYTE_FIELD_ENDS)
+
+
+def _whole_number(field: dataclasses.Field[Any], value: Any) -> int:
+    if isinstance(value, str):
+        if takes_size(field):
+            return parse_size(value)
+        if not re.fullmatch(r"\s*-?\d+\s*", value):
+            raise ValueError("expected a whole number (a size suffix is only for byte settings)")
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise ValueError("expected a whole number")
+    return int(value)
+
+
 def _coerce(field: dataclasses.Field[Any], value: Any) -> Any:
-    """A file's value as its setting's type: yes/no words for a switch, a whole number or
-    a size (`64MiB`) for a number of bytes, milliseconds or entries; never a guess (a
-    `maybe` switch or `1.5` entries is a ValueError)."""
+    """A file's value as its setting's type: yes/no words for a switch, a whole number
+    for milliseconds or entries, or a size (`64MiB`) for bytes; a text setting takes
+    text (or a whole number: `group: 7`), null only when it is optional. Never a guess:
+    a `maybe` switch, `1.5` entries, a list or a mapping for a path is a ValueError."""
     default = field.default
     if isinstance(default, bool):
+        if not isinstance(value, (bool, int, str)):
+            raise ValueError("expected true or false")
         word = str(value).strip().lower()
         if word not in _TRUE + _FALSE:
             raise ValueError("expected true or false")
         return word in _TRUE
     if isinstance(default, int):
-        if isinstance(value, str):
-            return parse_size(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
-            raise ValueError("expected a whole number")
-        return int(value)
+        return _whole_number(field, value)
     if isinstance(default, float):
         if isinstance(value, bool):
             raise ValueError("expected a number")
         return float(value)
-    return None if value is None else str(value)
+    if value is None:
+        if default is None:
+            return None
+        raise ValueError("a value is needed (null is not one)")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"expected text, not a {_yaml_kind(value)}")
+    return str(value)
+
+
+def _yaml_kind(value: Any) -> str:
+    """What a YAML value is, in YAML's words."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, dict):
+        return "mapping"
+    return type(value).__name__
 
 
 def load_config_file(path: Path, self_id: str | None = None) -> dict[str, Any]:

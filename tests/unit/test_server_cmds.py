@@ -288,3 +288,47 @@ def test_cluster_passes_its_store_options_to_every_member(monkeypatch: pytest.Mo
     assert CliRunner().invoke(main, ["cluster", "--flush-mode", "sync", "--release-behind", "1MiB"]).exit_code == 0
     assert given[-1] == ["--segment-size", str(64 << 20), "--flush-mode", "sync", "--release-behind", str(1 << 20)]
     assert store_args({"data_file_size": 1 << 20, "flush_mode": None}) == ["--segment-size", str(1 << 20)]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("storeBaseDir", ["x"], "expected text, not a list"),
+        ("group", ["a", "b"], "expected text, not a list"),
+        ("selfId", {"n": 0}, "expected text, not a mapping"),
+        ("peers", True, "expected text, not a boolean"),
+        ("storeBaseDir", None, "a value is needed"),
+        ("stateMachine", 1.5, "expected text, not a float"),
+        ("heartBeatTimeIntervalMs", "1KiB", "a size suffix is only for byte settings"),
+        ("snapshotThreshold", "2k", "a size suffix is only for byte settings"),
+        ("enableDiskForceClean", ["yes"], "expected true or false"),
+    ],
+)
+def test_a_file_value_of_the_wrong_yaml_kind_is_refused(key: str, value: object, why: str) -> None:
+    with pytest.raises(click.UsageError, match=f"bad value for {key}: .*{why}"):
+        file_settings({key: value}, "c.yaml")
+
+
+def test_file_values_that_fit_are_taken() -> None:
+    got = file_settings(
+        {"group": 7, "stateMachine": None, "heartBeatTimeIntervalMs": "500", "peerPushQuota": "1MiB"}, "c.yaml"
+    )
+    assert got == {"group": "7", "state_machine": None, "heart_beat_time_interval_ms": 500, "peer_push_quota": 1 << 20}
+
+
+@pytest.mark.parametrize("line", ["storeBaseDir: null", "storeBaseDir: [x]"])
+def test_server_with_a_bad_store_dir_in_its_file_is_a_usage_error(
+    tmp_path: Path, line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dledger.server
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(dledger.server, "DLedgerServer", never)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "g.yaml"
+    path.write_text(f"selfId: n0\npeers: n0-127.0.0.1:26990\n{line}\n")
+    result = CliRunner().invoke(main, ["server", "-c", str(path)])
+    assert result.exit_code == 2 and "bad value for storeBaseDir" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.yaml"]
