@@ -384,6 +384,8 @@ class NodeSnapshots:
         if bad is not None:
             return self._answer(first, bad, "first chunk")
         index, term, size = first.last_included_index, first.last_included_term, first.total_size
+        if (held := self._holds(index, term)) is not None:
+            return self._answer(first, ResponseCode.SUCCESS, held, size)
         install = self.store.begin_install(index, term)
         chunk: InstallSnapshotRequest | None = first
         while chunk is not None:
@@ -405,9 +407,28 @@ class NodeSnapshots:
                 return self._answer(first, ResponseCode.INSTALL_SNAPSHOT_ERROR, why, install.resume_offset())
         if install.resume_offset() < size:
             return self._answer(first, ResponseCode.INSTALL_SNAPSHOT_ERROR, "stream ended", install.resume_offset())
+        if (held := self._holds(index, term)) is not None:  # the log moved on meanwhile
+            install.abort()
+            return self._answer(first, ResponseCode.SUCCESS, held, size)
         snapshot = install.finish(index, term, first.total_crc32, size)
         code = self._load_installed(snapshot, first.next_pos)
         return self._answer(first, code, "loading it", size if code == ResponseCode.SUCCESS else 0)
+
+    def _holds(self, index: int, term: int) -> str | None:
+        """Why this member needs no snapshot (index, term), or None. Loaded at or below the
+        committed index, it would take the machine back (the entries after it were
+        applied, and would not be again); a log that holds (index, term) keeps it and
+        what follows (Raft §7): the leader's pushes go on after it."""
+        with self.node._lock:
+            store, committed = self.node.store, self.node.core.member_state.committed_index
+            if index <= committed:
+                why = f"its committed index {committed} is at or past it"
+            elif 0 <= store.begin_index <= index <= store.end_index and store.term_at(index) == term:
+                why = "its log holds that entry"
+            else:
+                return None
+        log.info("snapshot %d (term %d) not installed: %s", index, term, why)
+        return why
 
     def _drop_log(self, index: int, term: int, next_pos: int) -> None:
         """Under the node lock: the log continues right after snapshot (index, term), at

@@ -204,11 +204,39 @@ def quiet(group: GrpcGroup) -> tuple[DLedgerNode, str]:
     return leader, target
 
 
+def ahead_of(follower: DLedgerNode) -> int:
+    """An index past the follower's log, where a snapshot is worth installing (the
+    leader's log ends there too in the story these tests tell)."""
+    return follower.store.end_index + 10
+
+
+def test_a_snapshot_at_or_below_the_committed_index_is_not_loaded(
+    group: GrpcGroup, quiet: tuple[DLedgerNode, str]
+) -> None:
+    """A stale install (delayed, resent, or forged) is answered SUCCESS and changes
+    nothing: loaded, it took the machine back to the snapshot while the applied index
+    stayed where it was, so the entries after it were never applied again."""
+    leader, target = quiet
+    follower = group.node(target)
+    data = b"[0, 1, 1]"
+    for index in (0, follower.committed_index):
+        before = (follower.store.begin_index, follower.store.end_index, follower.committed_index)
+        answer = stream(group, target, [install_header(leader, target, data, index=index)])
+        assert answer.code == ResponseCode.SUCCESS and answer.next_offset == len(data)
+        assert (follower.store.begin_index, follower.store.end_index, follower.committed_index) == before
+    assert group.machines[target].loads == []
+    assert not list((Path(follower.config.default_path) / "snapshot").glob("snapshot_*")), "nothing was published"
+    append(leader, range(3, 6))  # and the member goes on applying from its own log
+    wait_until(lambda: follower.applied_index >= leader.store.end_index, what="replication after the stale install")
+    assert group.machines[target].state() == (sum(range(6)), 6)
+
+
 def test_broken_stream_resumes_from_the_last_good_offset(group: GrpcGroup, quiet: tuple[DLedgerNode, str]) -> None:
     leader, target = quiet
     follower = group.node(target)
     data = b"[0, 1, 1]" + b" " * 300_000  # (total, count, last) as SumMachine saves them
-    header = install_header(leader, target, data, index=2)
+    index = ahead_of(follower)
+    header = install_header(leader, target, data, index=index)
     chunks = chunks_of(data, header, 0, 64 * 1024)
     assert stream(group, target, chunks, break_after=3) is None  # cut after 3 chunks
     received = 3 * 64 * 1024
@@ -221,7 +249,7 @@ def test_broken_stream_resumes_from_the_last_good_offset(group: GrpcGroup, quiet
     answer = stream(group, target, chunks_of(data, header, received, 64 * 1024))
     assert answer.code == ResponseCode.SUCCESS and answer.next_offset == len(data)
     assert group.machines[target].loads == [1]
-    assert follower.snapshots is not None and follower.snapshots.last_index == 2
+    assert follower.snapshots is not None and follower.snapshots.last_index == index
 
 
 def _tamper(chunk: InstallSnapshotRequest, **changes: Any) -> InstallSnapshotRequest:
@@ -254,7 +282,7 @@ def test_hostile_chunks_are_refused_and_change_nothing(
     leader, target = quiet
     follower = group.node(target)
     data = b"[0, 1, 1]" + b" " * 20_000
-    header = install_header(leader, target, data, index=2)
+    header = install_header(leader, target, data, index=ahead_of(follower))
     chunks = chunks_of(data, header, 0, 4096)
     spoil, code = HOSTILE[case]
     at = 0 if position == "first" else 2

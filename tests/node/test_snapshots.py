@@ -318,3 +318,27 @@ def test_restart_keeps_a_log_that_matches_the_snapshot(cluster_factory: Callable
     again = cluster.start("n0")
     assert (again.store.begin_index, again.store.end_index) == (begin, end)
     assert again.store.begin_index <= taken <= again.store.end_index
+
+
+def test_an_install_of_what_the_log_holds_or_has_committed_is_not_needed(tmp_path: Path) -> None:
+    """A follower needs no snapshot at or below its committed index, nor one whose
+    (index, term) its log holds (Raft §7: it keeps that entry and those after it); it
+    needs one past its log, or where its log holds another term."""
+    import threading
+    from types import SimpleNamespace
+
+    from dledger.config import DLedgerConfig
+    from dledger.node_snapshots import NodeSnapshots
+    from dledger.store.memory import MemoryLogStore
+
+    store = MemoryLogStore()
+    store.term = 1
+    for _ in range(7):  # entries 0..6, term 1
+        store.append(b"x")
+    core = SimpleNamespace(member_state=SimpleNamespace(committed_index=3))
+    host = SimpleNamespace(config=DLedgerConfig(), caller=None, store=store, _lock=threading.Lock(), core=core)
+    snapshots = NodeSnapshots(host, tmp_path)  # type: ignore[arg-type]
+    assert snapshots._holds(2, 1) == snapshots._holds(3, 7) == "its committed index 3 is at or past it"
+    assert snapshots._holds(5, 1) == snapshots._holds(6, 1) == "its log holds that entry"
+    assert snapshots._holds(5, 2) is None  # another term there: the log does not match
+    assert snapshots._holds(7, 1) is None  # past the log
