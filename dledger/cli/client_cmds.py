@@ -451,8 +451,8 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
 
 @click.command("leadership-transfer", cls=GuardedCommand, context_settings=CONTEXT)
 @click.option("-t", "--to", "--transferee-id", "transferee_id", required=True, help="The member that should lead.")
-@click.option("-l", "--leader", help="The current leader's id (default: found by asking the members).")
-@click.option("--term", type=click.IntRange(0, INT64_MAX), help="The current leader's term (checked when given).")
+@click.option("-l", "--leader", help="The current leader's id (checked when given: another leader refuses).")
+@click.option("--term", type=click.IntRange(1, INT64_MAX), help="The current leader's term (checked when given).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new leader and term as JSON.")
 @client_options
 def leadership_transfer(
@@ -468,13 +468,13 @@ def leadership_transfer(
     leadershipTransfer); prints the new leader and term. --timeout bounds the whole
     operation (finding the leader and the transfer)."""
     with open_client(peers, group, timeout_s) as client:
-        try:
-            client.target(transferee_id)
-            if leader is not None:
-                client.leader = client.target(leader)
-        except DLedgerError as exc:
-            raise click.BadParameter(exc.message) from exc
-        new_term = client.leadership_transfer(transferee_id, term, timeout_s=timeout_s)
+        for name, member in (("'--to'", transferee_id), ("'--leader'", leader)):
+            try:
+                if member is not None:
+                    client.target(member)
+            except DLedgerError as exc:
+                raise click.BadParameter(exc.message, param_hint=name) from exc
+        new_term = client.leadership_transfer(transferee_id, term, leader=leader, timeout_s=timeout_s)
     if as_json:
         click.echo(json.dumps({"leader": transferee_id, "term": new_term}))
     else:

@@ -364,13 +364,14 @@ class DLedgerClient(RecordMethods):
         return self.append_batch(bodies).first_index
 
     def leadership_transfer(
-        self, transferee_id: str, term: int | None = None, *, timeout_s: float | None = None
+        self, transferee_id: str, term: int | None = None, *, leader: str | None = None, timeout_s: float | None = None
     ) -> int:
         """Ask the leader to hand leadership to `transferee_id`; returns the new term.
 
         Args:
             transferee_id: the member that should lead.
-            term: the leader's current term (DLedger's `--term`; optional).
+            term: the leader's term (DLedger's `--term`; optional): else INCONSISTENT_TERM.
+            leader: the leader's id (DLedger's `--leader`; optional): else INCONSISTENT_LEADER.
             timeout_s: the time budget of the whole operation (default: the client's
                 timeout, at least TRANSFER_TIMEOUT_S).
 
@@ -381,12 +382,10 @@ class DLedgerClient(RecordMethods):
         self.target(transferee_id)
         if timeout_s is None:
             timeout_s = max(self.timeout_s, TRANSFER_TIMEOUT_S)
-        request = pb.LeadershipTransferRequest(group=self.group, transferee_id=transferee_id)
-        leader = self.leader
+        request = pb.LeadershipTransferRequest(group=self.group, transferee_id=transferee_id, term=term or 0)
         if leader is not None:
-            request.transfer_id = leader.node_id
-        if term is not None:
-            request.term = term
+            self.leader = self.target(leader)
+            request.transfer_id = leader
         answer = self._write("LeadershipTransfer", request, self.members.deadline_ms(timeout_s), appends=False)
         self.leader = self.target(transferee_id)
         return int(answer.term)

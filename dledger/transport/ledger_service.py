@@ -364,6 +364,9 @@ class LedgerService:
             return self.core.fill_header(out, *refusal)
         if self.core.is_closing:
             self._closing_abort(context)
+        mismatch = self._transfer_mismatch(request)
+        if mismatch is not None:
+            return self.core.fill_header(out, *mismatch)
         if not self.core.try_client_slot():
             return self.core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
         try:
@@ -383,6 +386,21 @@ class LedgerService:
             return out
         finally:
             self.core.release_client_slot()
+
+    def _transfer_mismatch(self, request: Any) -> tuple[ResponseCode, str] | None:
+        """On the leader: what a transfer request says of it that is not so, the leader
+        (`transfer_id`) or its term (`term`, when not 0), as DLedger's --leader and --term
+        guard a transfer (INCONSISTENT_LEADER, INCONSISTENT_TERM). Elsewhere None: the
+        node answers NOT_LEADER, and the client asks the leader."""
+        node, self_id = self.node, self.core.config.self_id
+        if node.leader_id != self_id:
+            return None
+        if request.transfer_id and request.transfer_id != self_id:
+            return ResponseCode.INCONSISTENT_LEADER, f"{self_id} leads, not {request.transfer_id}"
+        term = node.term
+        if request.term and request.term != term:
+            return ResponseCode.INCONSISTENT_TERM, f"the leader's term is {term}, not {request.term}"
+        return None
 
     def query(self, raw: bytes, context: Any) -> Any:
         """Ledger.Query (see `dledger.transport.ledger_query`)."""

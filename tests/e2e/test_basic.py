@@ -146,6 +146,26 @@ def test_leadership_transfer(shared_cluster: E2ECluster) -> None:
     assert refused.code == ResponseCode.NOT_LEADER and refused.leader_id in (new_leader, "")
 
 
+def test_a_transfer_naming_another_leader_or_term_is_refused(shared_cluster: E2ECluster) -> None:
+    """`dledger leadership-transfer --leader/--term` (DLedger's guards): the client
+    asks a follower named as the leader, is sent on to the leader, which refuses; so
+    for a term that is not the leader's. Leadership stays where it is."""
+    from dledger.client import DLedgerClient
+    from dledger.codes import DLedgerError
+
+    leader, term = shared_cluster.leader()
+    follower = next(m for m in shared_cluster.members if m != leader)
+    with DLedgerClient(shared_cluster.peers, "e2e", timeout_s=30.0) as client:
+        with pytest.raises(DLedgerError) as refused:
+            client.leadership_transfer(follower, leader=follower)
+        assert refused.value.code == ResponseCode.INCONSISTENT_LEADER, refused.value
+        with pytest.raises(DLedgerError) as refused:
+            client.leadership_transfer(follower, term + 7)
+        assert refused.value.code == ResponseCode.INCONSISTENT_TERM, refused.value
+    now = shared_cluster.leader()
+    assert now[1] > term or now == (leader, term)  # unchanged, unless an election came meanwhile
+
+
 def test_transfer_to_an_unknown_member_is_refused(shared_cluster: E2ECluster) -> None:
     leader, term = shared_cluster.leader()
     answer = shared_cluster.stub(leader).LeadershipTransfer(

@@ -373,6 +373,29 @@ def test_metadata_and_transfer(ledger: Any) -> None:
     assert empty.code == ResponseCode.UNEXPECTED_ARGUMENT
 
 
+@pytest.mark.parametrize(
+    ("fields", "code", "message"),
+    [
+        ({"term": 5}, ResponseCode.INCONSISTENT_TERM, "the leader's term is 2, not 5"),
+        ({"transfer_id": "n1"}, ResponseCode.INCONSISTENT_LEADER, "n0 leads, not n1"),
+        ({"term": 2, "transfer_id": "n0"}, ResponseCode.SUCCESS, ""),
+    ],
+)
+def test_a_transfer_guarded_by_leader_and_term_goes_only_when_both_hold(
+    node: FakeNode, channel: Any, fields: dict[str, Any], code: ResponseCode, message: str
+) -> None:
+    """DLedger's --leader and --term: a transfer that names another leader or term is
+    refused by the leader, and nothing is handed over."""
+    asked: list[str] = []
+    plain = node.leadership_transfer
+    node.leadership_transfer = lambda to: asked.append(to) or plain(to)  # type: ignore[method-assign]
+    answer = pb_grpc.LedgerStub(channel).LeadershipTransfer(
+        pb.LeadershipTransferRequest(transferee_id="n1", **fields), timeout=WAIT_S
+    )
+    assert (answer.code, answer.message) == (code, message)
+    assert asked == (["n1"] if code == ResponseCode.SUCCESS else [])
+
+
 def test_health_and_no_reflection_by_default(channel: Any) -> None:
     health = health_pb2_grpc.HealthStub(channel)
     for service in ("", "dledger.v1.Ledger", "dledger.v1.Peer"):
