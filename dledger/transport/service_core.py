@@ -106,6 +106,11 @@ class ServiceLimits:
         peer_wait_s: longest wait for the node's answer to a peer request.
         transfer_wait_s: longest wait for a leadership transfer.
         follow_poll_s: how often a following ReadCommitted stream notices a cancel.
+        max_install_streams: Peer.InstallSnapshot streams taken at once (a leader sends
+            one at a time; the rest are refused RESOURCE_EXHAUSTED, so that streams
+            that never end cannot hold every worker).
+        install_idle_s: an InstallSnapshot stream that sends no chunk for this long is
+            cancelled.
     """
 
     max_workers: int = 160
@@ -126,6 +131,8 @@ class ServiceLimits:
     peer_wait_s: float = 5.0
     transfer_wait_s: float = 10.0
     follow_poll_s: float = 0.5
+    max_install_streams: int = 2
+    install_idle_s: float = 30.0
 
     @classmethod
     def of(cls, config: DLedgerConfig) -> ServiceLimits:
@@ -218,6 +225,7 @@ class ServiceCore:
             "AppendStream": threading.BoundedSemaphore(limits.max_append_streams),
             "ReadCommitted": threading.BoundedSemaphore(limits.max_read_streams),
         }
+        self.install_slots = threading.BoundedSemaphore(limits.max_install_streams)
         self._caller_streams: dict[tuple[StreamMethod, Identity], int] = {}
         self._caller_streams_lock = threading.Lock()
         self._wakers: set[Callable[[], None]] = set()

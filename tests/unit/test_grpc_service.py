@@ -3,6 +3,7 @@ on real loopback servers."""
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import socket
 import threading
@@ -838,3 +839,45 @@ def test_health_watchers_are_told_outside_the_servicer_s_lock() -> None:
     assert lock_free == [True, True, True]
     for callback in context.callbacks:  # the stream closes: the watcher is forgotten
         callback()
+
+
+def test_install_streams_have_slots_and_one_that_stalls_is_cancelled(node: FakeNode, limits: ServiceLimits) -> None:
+    """InstallSnapshot streams waiting for their next chunk hold gRPC workers: past
+    `max_install_streams` a stream is refused RESOURCE_EXHAUSTED, and one that sends no
+    chunk for `install_idle_s` is cancelled, its slot given back."""
+    srv = GrpcServer(node, "127.0.0.1:0", dataclasses.replace(limits, max_install_streams=2, install_idle_s=0.5))
+    srv.start()
+    arrivals: list[RequestOrResponse] = []
+    plain = node.handle_peer_request
+
+    def recording(request: RequestOrResponse) -> Future[RequestOrResponse]:
+        if isinstance(request, InstallSnapshotStream):
+            arrivals.append(request)
+        return plain(request)
+
+    node.handle_peer_request = recording  # type: ignore[method-assign]
+    release = threading.Event()
+
+    def stalled() -> Iterator[Any]:
+        yield _install_chunk(0, b"abc")
+        release.wait(WAIT_S)
+
+    channel = open_channel(f"127.0.0.1:{srv.port}")
+    try:
+        stub = pb_grpc.PeerStub(channel)
+        held = [stub.InstallSnapshot.future(stalled(), timeout=WAIT_S) for _ in range(2)]
+        wait_until(lambda: len(arrivals) == 2)  # both hold a slot
+        whole = [_install_chunk(0, b"abc"), _install_chunk(3, b"def")]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.InstallSnapshot(iter(whole), timeout=WAIT_S)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for call in held:
+            with pytest.raises(grpc.RpcError) as cancelled:
+                call.result(timeout=WAIT_S)
+            assert cancelled.value.code() == grpc.StatusCode.CANCELLED
+        answer = stub.InstallSnapshot(iter(whole), timeout=WAIT_S)  # the slots came back
+        assert (answer.code, answer.next_offset) == (ResponseCode.SUCCESS, 6)
+    finally:
+        release.set()
+        channel.close()
+        srv.stop(0)
