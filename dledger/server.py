@@ -23,6 +23,9 @@ from dledger.transport.grpc_client import GrpcTransport, member_tls
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
 
 log = logging.getLogger(__name__)
+SERVING_LOG = "serving on"
+"""The words of the log line a member writes once its port is bound and it serves
+(`dledger cluster` tells its own members from another cluster's by it)."""
 
 NodeFactory = Callable[[DLedgerConfig, GrpcTransport], DLedgerNode]
 
@@ -129,7 +132,7 @@ class DLedgerServer:
         self.node.start()
         self.grpc.start()
         log.info(
-            "%s of group %s serving on %s (%s, store %s)",
+            "%s of group %s " + SERVING_LOG + " %s (%s, store %s)",
             self.config.self_id,
             self.config.group,
             self.listen_address,
@@ -155,7 +158,15 @@ class DLedgerServer:
             self._metrics = start_metrics_server(self.node, port)
         except OSError as exc:
             raise BindError(f"metrics port {port} is already in use ({exc.strerror or exc})") from exc
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        log.info("metrics on http://127.0.0.1:%d/metrics", self.metrics_bound_port)
+
+    @property
+    def metrics_bound_port(self) -> int | None:
+        """The port metrics are served on (the one the system chose for port 0), None
+        when not serving metrics."""
+        if self._metrics is None:
+            return None
+        return int(getattr(self._metrics, "server_port", None) or self._metrics.server_address[1])
 
     def shutdown(self, grace_s: float = 2.0) -> None:
         """Stop serving and shut the node down (flush + checkpoint). Idempotent."""

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from dledger.cli.errors import EXIT_USAGE, GuardedCommand, fail
-from dledger.cli.server_cmds import server_command_line, store_options
+from dledger.cli.server_cmds import build_config, load_config_file, server_command_line, store_options
 from dledger.cli.tls_options import refuse_plaintext
 from dledger.config import ConfigError, parse_address
 from dledger.config_bounds import MS_MAX
@@ -85,6 +85,20 @@ def cluster(
     refuse_plaintext(f"{host}:{base_port}", tls, insecure)
     if state_machine:
         check_state_machine(state_machine)
+    check_member_settings(
+        nodes,
+        base_port,
+        metrics_base_port,
+        config_file,
+        {
+            "group": group,
+            "peers": ";".join(f"n{k}-{host}:{base_port + k}" for k in range(nodes)),
+            "store_base_dir": store_base_dir,
+            "heart_beat_time_interval_ms": heartbeat_ms,
+            "state_machine": state_machine,
+            **store,
+        },
+    )
     tls_dir = cluster_certs(Path(store_base_dir) / "tls", group, nodes, host) if tls else None
     runner = LocalCluster(
         nodes=nodes,
@@ -103,6 +117,26 @@ def cluster(
         tls_dir=tls_dir,
     )
     sys.exit(runner.run())
+
+
+def check_member_settings(
+    nodes: int, base_port: int, metrics_base_port: int | None, config_file: Path | None, options: dict[str, Any]
+) -> None:
+    """What every member would refuse at start, refused here once as a usage error of
+    `cluster` (instead of N members printing their usage text and exiting): ports that
+    overlap, a store base directory that is a file, and the settings of a member (n0's:
+    the others differ only by id)."""
+    if metrics_base_port is not None and max(base_port, metrics_base_port) < min(base_port, metrics_base_port) + nodes:
+        raise click.BadParameter(
+            f"metrics ports {metrics_base_port}..{metrics_base_port + nodes - 1} overlap the members' ports "
+            f"{base_port}..{base_port + nodes - 1}",
+            param_hint="'--metrics-base-port'",
+        )
+    base_dir = Path(options["store_base_dir"])
+    if base_dir.exists() and not base_dir.is_dir():
+        raise click.BadParameter(f"{base_dir} is not a directory", param_hint="'--store-base-dir'")
+    settings = load_config_file(config_file, "n0") if config_file else {}
+    build_config(settings, {**options, "self_id": "n0"})
 
 
 def check_state_machine(name: str) -> None:

@@ -4,9 +4,11 @@ restart, wipe, ask for metadata)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +21,7 @@ from typing import IO, Any
 from dledger.client.interrupts import DeferredCtrlC
 from dledger.config import StoreConfig
 from dledger.security.tls import TlsConfig
+from dledger.server import SERVING_LOG
 from dledger.store import IDENTITY_FILE, holds_store, lock_holder
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
@@ -27,6 +30,8 @@ CommandLine = Callable[[list[str]], list[str]]
 
 STOP_TIMEOUT_S = 15.0
 """How long a member gets to shut down after SIGTERM before it is killed."""
+SERVING_MARK = f" {SERVING_LOG} "
+"""What a member's log line says once its port is bound (`dledger.server`)."""
 
 
 def store_args(settings: Mapping[str, Any]) -> list[str]:
@@ -53,6 +58,9 @@ class Member:
     port: int
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    serving: bool = False
+    """Its output said it serves (its port is bound: answers there are its own); seen
+    only when the output is echoed (no log_dir)."""
 
     @property
     def alive(self) -> bool:
@@ -142,6 +150,7 @@ class LocalCluster:
             raise RuntimeError(f"{member_id} is already running")
         command = self.command_line(self.server_args(member_id))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        member.serving = False
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             member.log_path = self.log_dir / f"{member_id}.log"
@@ -155,7 +164,7 @@ class LocalCluster:
             )
             assert member.process.stdout is not None
             pump = threading.Thread(
-                target=_pump, args=(member.process.stdout, f"[{member_id}] "), name=f"log-{member_id}", daemon=True
+                target=_pump, args=(member.process.stdout, member), name=f"log-{member_id}", daemon=True
             )
             pump.start()
             self._pumps.append(pump)
@@ -293,44 +302,90 @@ class LocalCluster:
     def _say(self, text: str) -> None:
         print(f"[cluster] {text}", flush=True)
 
+    def ports_in_use(self) -> list[str]:
+        """The members' ports (service, metrics) something else listens on already, as
+        `port N (n<k>)`."""
+        wanted = [(m.port, m.id) for m in self.members.values()]
+        if self.metrics_base_port is not None:
+            wanted += [(self.metrics_base_port + k, f"n{k} metrics") for k in range(len(self.members))]
+        host = self.host.strip("[]")
+        taken = []
+        for port, owner in wanted:
+            probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            try:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as a server binds
+                probe.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    taken.append(f"port {port} ({owner})")
+            finally:
+                probe.close()
+        return taken
+
+    def _refusal(self) -> str | None:
+        """Why the members cannot start here (None: they can)."""
+        busy = self.running_elsewhere()
+        if busy:
+            held = ", ".join(f"{member_id} (pid {pid or '?'})" for member_id, pid in busy.items())
+            return f"members of {self.store_base_dir} are running already: {held}"
+        taken = self.ports_in_use()
+        if taken:
+            return f"{', '.join(taken)} already in use (another cluster or server?): nothing started"
+        return None
+
+    def own_leader(self) -> tuple[str, int] | None:
+        """`find_leader`, but only a member that is ours: once it said it serves (its
+        port is bound by it), when its output is echoed. Another process on its port
+        (another cluster) is never taken for it."""
+        found = self.find_leader()
+        if found is None or (self.log_dir is None and not self.members[found[0]].serving):
+            return None
+        return found
+
+    def _reap(self, exited: dict[str, int | None]) -> None:
+        """Note the members that exited (into `exited`), each said once."""
+        for member_id, member in self.members.items():
+            if member.process is not None and not member.alive and member.process.returncode is not None:
+                exited[member_id] = code = member.process.returncode
+                self._say(f"{member_id} exited with status {code} (its log above says why)")
+                member.process = None
+
     def run(self) -> int:
         """Start every member, report the leader, supervise until SIGINT / SIGTERM, then
-        stop every member cleanly. Returns the exit status for the command."""
+        stop every member cleanly. Returns the exit status for the command: 1 with one
+        `error:` line on stderr when members could not start or exited."""
         signal.signal(signal.SIGINT, lambda *_: self.request_stop())
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
         self._say(f"starting {len(self.members)} members of group {self.group}: {self.peers}")
         self._say(f"data in {self.store_base_dir.resolve()}")
-        busy = self.running_elsewhere()
-        if busy:
-            held = ", ".join(f"{member_id} (pid {pid or '?'})" for member_id, pid in busy.items())
-            self._say(f"refusing to start: members of {self.store_base_dir} are running already: {held}")
+        refusal = self._refusal()
+        if refusal is not None:
+            print(f"error: cannot start: {refusal}", file=sys.stderr, flush=True)
             return 1
         self.start_all()
-        status = 0
+        exited: dict[str, int | None] = {}
         leader: tuple[str, int] | None = None
-        announced = False
         while not self._stop.is_set():
-            for member_id, member in self.members.items():
-                if member.process is not None and not member.alive and member.process.returncode is not None:
-                    code = member.process.returncode
-                    self._say(f"{member_id} exited with status {code} (its log above says why)")
-                    member.process = None
-                    status = 1
+            self._reap(exited)
             if not any(m.alive for m in self.members.values()):
                 self._say("no member is running")
                 break
-            current = self.find_leader()
-            if current is not None and (leader is None or current != leader):
-                leader = current
+            current = self.own_leader()
+            if current is not None and current != leader:
                 print(f"leader: {current[0]} (term {current[1]})", flush=True)
-                if not announced:
-                    announced = True
+                if leader is None:
                     self._print_usage()
+                leader = current
             self._stop.wait(0.5)
         self._say("stopping every member (flush + checkpoint)...")
-        statuses = self.shutdown()
-        self._say("stopped: " + ", ".join(f"{k}={v}" for k, v in statuses.items()))
-        return status
+        statuses = {**self.shutdown(), **exited}
+        self._say("stopped: " + ", ".join(f"{k}={statuses[k]}" for k in self.members))
+        if not exited:
+            return 0
+        said = ", ".join(f"{k} (status {v})" for k, v in exited.items())
+        when = "at start" if leader is None else "while running"
+        print(f"error: members exited {when}: {said}; their output above says why", file=sys.stderr, flush=True)
+        return 1
 
     def _print_usage(self) -> None:
         peers = self.peers
@@ -352,9 +407,13 @@ class LocalCluster:
         )
 
 
-def _pump(stream: IO[bytes], prefix: str) -> None:
-    """Copy a child's output to ours, line by line, with a prefix."""
+def _pump(stream: IO[bytes], member: Member) -> None:
+    """Copy a member's output to ours, line by line, with an [id] prefix; mark the member
+    serving when it says so."""
     for line in iter(stream.readline, b""):
-        sys.stdout.write(prefix + line.decode(errors="replace"))
+        text = line.decode(errors="replace")
+        if SERVING_MARK in text:
+            member.serving = True
+        sys.stdout.write(f"[{member.id}] {text}")
         sys.stdout.flush()
     stream.close()

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import errno
 import logging
+import re
 import socket
 import sys
 import typing
@@ -67,7 +68,16 @@ def build_config(file_settings: dict[str, Any], options: dict[str, Any]) -> DLed
     try:
         return DLedgerConfig(**settings, store=member_store_config(**store))
     except (ConfigError, ValueError, TypeError) as exc:
-        raise click.UsageError(one_line(str(exc))) from exc
+        raise click.UsageError(_option_names(one_line(str(exc)), options)) from exc
+
+
+def _option_names(message: str, options: dict[str, Any]) -> str:
+    """`message` with the settings given as store options named as the user gave them
+    (`data_file_size` -> `--segment-size`)."""
+    for field in dataclasses.fields(StoreConfig):
+        if "cli" in field.metadata and options.get(field.name) is not None:
+            message = re.sub(rf"\b{field.name}\b", field.metadata["cli"], message)
+    return message
 
 
 def store_options(

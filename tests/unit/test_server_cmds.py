@@ -332,3 +332,26 @@ def test_server_with_a_bad_store_dir_in_its_file_is_a_usage_error(
     result = CliRunner().invoke(main, ["server", "-c", str(path)])
     assert result.exit_code == 2 and "bad value for storeBaseDir" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.yaml"]
+
+
+def test_metrics_on_port_0_log_the_port_bound(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    import types
+    import urllib.request
+
+    from prometheus_client import CollectorRegistry
+
+    from dledger.server import DLedgerServer
+
+    srv = DLedgerServer(DLedgerConfig())
+    srv.node = types.SimpleNamespace(metrics=types.SimpleNamespace(registry=CollectorRegistry()))  # type: ignore[assignment]
+    with caplog.at_level(logging.INFO, logger="dledger.server"):
+        srv._start_metrics(0)
+    try:
+        port = srv.metrics_bound_port
+        assert port is not None and port > 0
+        assert f"metrics on http://127.0.0.1:{port}/metrics" in caplog.text
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        srv._metrics.shutdown()
