@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from dledger.cli.config_file import member_id_problem
 from dledger.cli.errors import GuardedCommand, GuardedGroup, fail
 from dledger.security.identity import ROLES
 
@@ -36,10 +37,12 @@ def parse_clients(specs: tuple[str, ...]) -> dict[str, str]:
 
 
 def parse_members(members: str) -> tuple[str, ...]:
-    """`"n0,n1,n2"` or a count `"3"` -> ("n0", "n1", "n2").
+    """`"n0,n1,n2"` or a count `"3"` -> ("n0", "n1", "n2"); ids as `--peers` takes
+    them (`member_id_problem`).
 
     Raises:
-        click.BadParameter: no members, or a count outside 1..99.
+        click.BadParameter: no members, an empty item (`3,`), an id `--peers` refuses
+            (`n-0`), an id twice, or a count outside 1..99.
     """
     text = members.strip()
     if text.isdigit():
@@ -47,9 +50,15 @@ def parse_members(members: str) -> tuple[str, ...]:
         if not 1 <= count <= 99:
             raise click.BadParameter("a member count must be 1..99", param_hint="'--members'")
         return tuple(f"n{k}" for k in range(count))
-    ids = tuple(item.strip() for item in text.replace(";", ",").split(",") if item.strip())
-    if not ids:
+    if not text:
         raise click.BadParameter("no member ids", param_hint="'--members'")
+    ids = tuple(item.strip() for item in text.replace(";", ",").split(","))
+    for node_id in ids:
+        problem = member_id_problem(node_id)
+        if problem is not None:
+            raise click.BadParameter(f"{problem} in {members!r}", param_hint="'--members'")
+    if len(set(ids)) < len(ids):
+        raise click.BadParameter(f"a member id is given twice in {members!r}", param_hint="'--members'")
     return ids
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from dledger.cli.errors import one_line
-from dledger.config import DLedgerConfig, StoreConfig
+from dledger.config import ConfigError, DLedgerConfig, StoreConfig, parse_peers
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
@@ -195,10 +195,27 @@ def file_settings(
     return result
 
 
+def member_id_problem(node_id: str) -> str | None:
+    """Why `node_id` cannot be a member's id, by the rule `--peers` applies (letters,
+    digits, '_' and '.'; no '-', which ends the id in `id-host:port`); None when it can."""
+    if not node_id:
+        return "an empty member id"
+    if "-" in node_id:
+        return f"bad member id {node_id!r}: '-' is not allowed in ids (it ends the id in --peers' id-host:port)"
+    try:
+        ids = list(parse_peers(f"{node_id}-127.0.0.1:1"))
+    except ConfigError:
+        ids = []
+    if ids != [node_id]:
+        return f"bad member id {node_id!r}: use letters, digits, '_' and '.'"
+    return None
+
+
 __all__ = [
     "file_settings",
     "format_size",
     "load_config_file",
+    "member_id_problem",
     "parse_size",
     "setting_fields",
     "size_option",

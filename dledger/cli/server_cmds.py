@@ -21,6 +21,7 @@ from dledger.cli.config_file import (
     file_settings,
     format_size,
     load_config_file,
+    member_id_problem,
     parse_size,
     setting_fields,
     size_option,
@@ -213,6 +214,8 @@ def server(
       dledger server -i n1 -p "$P" -s /tmp/dl &
       dledger server -i n2 -p "$P" -s /tmp/dl &
     """
+    if self_id is not None and (problem := member_id_problem(self_id)) is not None:
+        raise click.BadParameter(problem, param_hint="'--id'")
     _prepare_process(self_id, log_level)
     file_settings = load_config_file(config_file, self_id) if config_file else {}
     machine = load_state_machine_or_exit(state_machine or file_settings.get("state_machine"))
