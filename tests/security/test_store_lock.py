@@ -169,7 +169,7 @@ def test_cluster_refuses_a_base_dir_whose_members_run(tmp_path: Path, processes:
         timeout=120,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"n1 (pid {child.pid})" in result.stdout
+    assert f"n1 (pid {child.pid})" in result.stderr
     assert not (base / "dledger-n0").exists()  # nothing was started
 
 
@@ -189,7 +189,7 @@ def test_cluster_member_holds_its_store(tmp_path: Path, processes: list[subproce
         text=True,
         timeout=120,
     )
-    assert again.returncode == 1 and f"n0 (pid {member})" in again.stdout
+    assert again.returncode == 1 and f"n0 (pid {member})" in again.stderr
     cluster.send_signal(signal.SIGTERM)  # stops the member cleanly, which drops the lock
     assert cluster.wait(timeout=60) == 0
     eventually(lambda: lock_holder(node) is None, 60, "the member to release its store")
