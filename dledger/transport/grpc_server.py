@@ -52,7 +52,7 @@ from dledger.transport.service_core import (
     parse,
     serialize,
 )
-from dledger.transport.validate import Refusal
+from dledger.transport.validate import SHOWN_CHARS, Refusal
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class PeerService:
         return RequestOrResponse(
             group=config.group,
             local_id=config.self_id,
-            remote_id=request.local_id,
+            remote_id=request.local_id[:SHOWN_CHARS],  # a refused caller's id: not echoed in full
             code=code,
             leader_id=self.core.node.leader_id,
             term=-1,

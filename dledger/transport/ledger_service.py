@@ -33,6 +33,7 @@ from dledger.transport.service_core import (
     parse,
     serialize,
 )
+from dledger.transport.validate import SHOWN_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,8 @@ class LedgerService:
         """Ledger.LeadershipTransfer: ask this member (the leader) to hand over."""
         request = parse(pb.LeadershipTransferRequest, raw, context)
         config = self.core.config
-        out = pb.LeadershipTransferResponse(group=config.group, local_id=config.self_id, remote_id=request.local_id)
+        caller = request.local_id[:SHOWN_CHARS]
+        out = pb.LeadershipTransferResponse(group=config.group, local_id=config.self_id, remote_id=caller)
         refusal = self.core.refuse("LeadershipTransfer", self.core.validator.transfer(request), context)
         if refusal is not None:
             return self.core.fill_header(out, *refusal)

@@ -81,6 +81,18 @@ class Refusal(NamedTuple):
     reason: str
 
 
+SHOWN_CHARS = 64
+"""The most of a caller's text a refusal repeats (a group, a member id): the rest is
+left out, so that a megabyte of id is not echoed into the answer and the log."""
+
+
+def _shown(value: object) -> str:
+    """`value` quoted for a message, cut to SHOWN_CHARS characters."""
+    if not isinstance(value, str):
+        return repr(value)[:SHOWN_CHARS]
+    return repr(value[:SHOWN_CHARS]) + (f" (+{len(value) - SHOWN_CHARS} chars)" if len(value) > SHOWN_CHARS else "")
+
+
 def _unexpected(reason: str) -> Refusal:
     return Refusal(ResponseCode.UNEXPECTED_ARGUMENT, reason)
 
@@ -100,7 +112,7 @@ def _identity(request: VoteRequest | HeartBeatRequest | PushEntryRequest | Insta
     for name in ("group_id", "incarnation"):
         value: str = getattr(request, name)
         if len(value) > MAX_IDENTITY_CHARS or not (value.isascii() and (value.isalnum() or not value)):
-            return _unexpected(f"{name} {value[:MAX_IDENTITY_CHARS]!r} is not a short alphanumeric id")
+            return _unexpected(f"{name} {_shown(value)} is not a short alphanumeric id")
     return None
 
 
@@ -151,19 +163,27 @@ class RequestValidator:
         if remote_id == self.self_id:
             return None
         if remote_id in self.members:
-            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"addressed to {remote_id!r}, this is {self.self_id!r}")
-        return Refusal(ResponseCode.UNKNOWN_MEMBER, f"addressed to {remote_id!r}, not a member of {self.group!r}")
+            return Refusal(
+                ResponseCode.UNEXPECTED_MEMBER, f"addressed to {_shown(remote_id)}, this is {_shown(self.self_id)}"
+            )
+        return Refusal(
+            ResponseCode.UNKNOWN_MEMBER, f"addressed to {_shown(remote_id)}, not a member of {_shown(self.group)}"
+        )
 
     def _group(self, group: str) -> Refusal | None:
         if group == self.group:
             return None
-        return Refusal(ResponseCode.UNKNOWN_GROUP, f"this member serves group {self.group!r}, not {group!r}")
+        return Refusal(
+            ResponseCode.UNKNOWN_GROUP, f"this member serves group {_shown(self.group)}, not {_shown(group)}"
+        )
 
     def _other_member(self, what: str, member_id: str | None) -> Refusal | None:
         if member_id is None or member_id not in self.members:
-            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"{what} {member_id!r} is not a member of {self.group!r}")
+            return Refusal(
+                ResponseCode.UNKNOWN_MEMBER, f"{what} {_shown(member_id)} is not a member of {_shown(self.group)}"
+            )
         if member_id == self.self_id:
-            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"{what} {member_id!r} is this member itself")
+            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"{what} {_shown(member_id)} is this member itself")
         return None
 
     def client_target(self, group: str, remote_id: str) -> Refusal | None:
@@ -171,7 +191,9 @@ class RequestValidator:
         if group and group != self.group:
             return self._group(group)
         if remote_id and remote_id != self.self_id:
-            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"this member is {self.self_id!r}, not {remote_id!r}")
+            return Refusal(
+                ResponseCode.UNKNOWN_MEMBER, f"this member is {_shown(self.self_id)}, not {_shown(remote_id)}"
+            )
         return None
 
     # -- the Peer service
@@ -197,7 +219,8 @@ class RequestValidator:
             role = "candidate" if isinstance(request, VoteRequest) else "leader"
             return Refusal(
                 ResponseCode.UNEXPECTED_MEMBER,
-                f"{request.local_id!r} speaks for {role} {request.leader_id!r}: a member speaks only for itself",
+                f"{_shown(request.local_id)} speaks for {role} {_shown(request.leader_id)}: "
+                "a member speaks only for itself",
             )
         if (bad_id := _identity(request)) is not None:
             return bad_id
@@ -217,11 +240,15 @@ class RequestValidator:
     def _peer_transfer(self, request: LeadershipTransferRequest) -> Refusal | None:
         """The leader (sender) asks this member to take over."""
         if request.transfer_id != request.local_id:
-            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"transfer_id {request.transfer_id!r} is not the sender")
+            return Refusal(
+                ResponseCode.UNEXPECTED_MEMBER, f"transfer_id {_shown(request.transfer_id)} is not the sender"
+            )
         if request.transferee_id != self.self_id:
-            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"transferee {request.transferee_id!r} is not this member")
+            return Refusal(
+                ResponseCode.UNEXPECTED_MEMBER, f"transferee {_shown(request.transferee_id)} is not this member"
+            )
         if request.leader_id is not None and request.leader_id != request.local_id:
-            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"leader {request.leader_id!r} is not the sender")
+            return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"leader {_shown(request.leader_id)} is not the sender")
         return _within("take_leadership_ledger_index", request.take_leadership_ledger_index, -1, MAX_INDEX)
 
     def _push(self, req: PushEntryRequest) -> Refusal | None:
@@ -351,10 +378,14 @@ class RequestValidator:
         if not request.transferee_id:
             return _unexpected("transferee_id is empty")
         if request.transferee_id not in self.members:
-            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"transferee {request.transferee_id!r} is not a member")
+            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"transferee {_shown(request.transferee_id)} is not a member")
         if request.transfer_id and request.transfer_id not in self.members:
-            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"transfer_id {request.transfer_id!r} is not a member")
+            return Refusal(ResponseCode.UNKNOWN_MEMBER, f"transfer_id {_shown(request.transfer_id)} is not a member")
         return _within("term", request.term, 0, MAX_TERM) if request.term else None
+
+
+MAX_LOGGED_REASON = 400
+"""The longest reason a refusal's log line carries (the rest is cut)."""
 
 
 class RefusalLog:
@@ -390,6 +421,7 @@ class RefusalLog:
                 for stale in sorted(self._last, key=lambda k: self._last[k][0])[:2048]:
                     del self._last[stale]
         more = f" ({suppressed} more like it not logged)" if suppressed else ""
+        reason = refusal.reason[:MAX_LOGGED_REASON] + ("..." if len(refusal.reason) > MAX_LOGGED_REASON else "")
         log.warning(
             "%s refused %s from %s: %s (%d) %s%s",
             self.self_id,
@@ -397,7 +429,7 @@ class RefusalLog:
             peer,
             refusal.code.name,
             int(refusal.code),
-            refusal.reason,
+            reason,
             more,
         )
 

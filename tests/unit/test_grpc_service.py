@@ -4,6 +4,7 @@ on real loopback servers."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import queue
 import socket
 import threading
@@ -881,3 +882,27 @@ def test_install_streams_have_slots_and_one_that_stalls_is_cancelled(node: FakeN
         release.set()
         channel.close()
         srv.stop(0)
+
+
+def test_a_megabyte_of_id_or_group_is_not_echoed_into_answers_or_the_log(
+    channel: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A caller's group or member id of any length is refused; the answer and the log
+    line repeat at most 64 characters of it (they carried all of it: 8 MiB of Vote
+    answer and log line)."""
+    huge = "z" * (1 << 20)
+    caplog.set_level(logging.WARNING, logger="dledger.transport.validate")
+    vote = pb_grpc.PeerStub(channel).Vote(
+        pb.VoteRequest(group="g", remote_id="n0", local_id=huge, term=1), timeout=WAIT_S
+    )
+    assert vote.code == ResponseCode.UNKNOWN_MEMBER and vote.remote_id == huge[:64]
+    meta = pb_grpc.LedgerStub(channel).Metadata(pb.MetadataRequest(group=huge), timeout=WAIT_S)
+    assert meta.code == ResponseCode.UNKNOWN_GROUP
+    assert meta.message == f"this member serves group 'g', not '{huge[:64]}' (+{len(huge) - 64} chars)"
+    transfer = pb_grpc.LedgerStub(channel).LeadershipTransfer(
+        pb.LeadershipTransferRequest(transferee_id=huge, local_id=huge), timeout=WAIT_S
+    )
+    assert transfer.code == ResponseCode.UNKNOWN_MEMBER and len(transfer.message) < 200
+    assert len(transfer.remote_id) == 64
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines and max(map(len, lines)) < 600
