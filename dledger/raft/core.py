@@ -393,6 +393,9 @@ class RaftCore:
         if term_out_of_range(req):
             reply(ResponseCode.UNEXPECTED_ARGUMENT)
             return answer
+        if req.term > member.current_term:  # the asker knows a later term: this leader was deposed
+            reply(ResponseCode.NOT_LEADER)
+            return answer
         try:
             read = self.reads.read(now_ms)
         except DLedgerError as exc:

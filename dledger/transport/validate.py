@@ -214,7 +214,10 @@ class RequestValidator:
         if isinstance(request, LeadershipTransferRequest):
             return self._peer_transfer(request)
         if not isinstance(request, (VoteRequest, HeartBeatRequest, PushEntryRequest, InstallSnapshotRequest)):
-            return None  # ReadIndex: the base fields only
+            # ReadIndex: addressed to the leader, which this member may be; no other
+            if request.leader_id not in (None, "", self.self_id):
+                return Refusal(ResponseCode.UNEXPECTED_MEMBER, f"leader {_shown(request.leader_id)} is not this member")
+            return None
         if request.leader_id != request.local_id:
             role = "candidate" if isinstance(request, VoteRequest) else "leader"
             return Refusal(

@@ -204,3 +204,7 @@ def test_a_follower_gets_its_read_index_from_the_leader() -> None:
         ReadIndexRequest(group="g", local_id="x9", remote_id=leader, term=term), c.now
     )
     assert stranger.result(0).code == ResponseCode.UNKNOWN_MEMBER
+    later = c.members[leader].driver.deliver(  # the asker knows a later term: this leader was deposed
+        ReadIndexRequest(group="g", local_id=follower, remote_id=leader, term=term + 5), c.now
+    )
+    assert later.result(0).code == ResponseCode.NOT_LEADER

@@ -19,6 +19,7 @@ from dledger.raft.messages import (
     LeadershipTransferRequest,
     PushEntryRequest,
     PushType,
+    ReadIndexRequest,
     VoteRequest,
 )
 from dledger.transport import validate
@@ -189,3 +190,11 @@ def test_guard_turns_an_escaping_exception_into_internal(caplog: pytest.LogCaptu
     with pytest.raises(RuntimeError):
         guard_unary("Ledger.Get", aborting)(b"", context)
     assert context.code() == grpc.StatusCode.INVALID_ARGUMENT and not caplog.records
+
+
+def test_a_read_index_request_names_no_leader_but_this_member(v: RequestValidator) -> None:
+    ask = {"group": "g", "remote_id": "n0", "local_id": "n1", "term": 3}
+    assert v.peer_request(ReadIndexRequest(**ask), 3) is None  # as a follower sends it
+    assert v.peer_request(ReadIndexRequest(**ask, leader_id="n0"), 3) is None
+    for leader in ("bogus", "n2"):
+        assert code(v.peer_request(ReadIndexRequest(**ask, leader_id=leader), 3)) == R.UNEXPECTED_MEMBER
