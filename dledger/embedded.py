@@ -22,6 +22,7 @@ wrote is only opened read-only (its commit state is never changed).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -47,6 +48,8 @@ from dledger.store import (
 from dledger.store.checkpoint import load_checkpoint
 from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE
 from dledger.timeindex import search_store
+
+logger = logging.getLogger(__name__)
 
 _CLOSED_REFUSES = (
     *("append", "append_encoded", "append_many", "append_noop", "append_record", "append_records"),
@@ -199,8 +202,9 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     Args:
         path: the node directory; created when missing. A storeBaseDir holding exactly
             one `dledger-*` directory is accepted too.
-        config: store options (segment sizes, flush mode, CRCs, warm-ahead...). When
-            omitted, an existing store's segment sizes are read off its files.
+        config: store options (segment sizes, flush mode, CRCs, warm-ahead...). The
+            segment sizes of an existing store are its own, read off its files: a
+            config's sizes apply to a new store.
 
     Returns:
         The open log. Its `term` starts at the last entry's term (at least 1).
@@ -217,8 +221,7 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     """
     _check_open_args(path, config)
     node_dir = resolve_node_dir(path)
-    if config is None:
-        config = sized_config(node_dir)
+    config = sized_config(node_dir) if config is None else _store_sized(node_dir, config)
     foreign = _foreign_store(node_dir)
     if foreign:
         if not config.read_only:
@@ -228,13 +231,7 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
                 "Open it read-only with open_log(path, StoreConfig(read_only=True)), or serve it with "
                 "`dledger server`",
             )
-        data_size, index_size = infer_segment_sizes(node_dir)  # an existing store's own sizes
-        sized = replace(
-            config,
-            data_file_size=data_size or config.data_file_size,
-            index_file_size=index_size or config.index_file_size,
-        )
-        return MmapLogStore.open(node_dir, sized)  # committed as its checkpoint says
+        return MmapLogStore.open(node_dir, config)  # committed as its checkpoint says
     created = not holds_store(node_dir)
     cls = SyncLocalLog if config.flush_mode == "sync" else LocalLog
     log = cls(node_dir, config)
@@ -247,6 +244,21 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     log.term = max(1, log.end_term)
     log._start_pass_threads()
     return log
+
+
+def _store_sized(node_dir: Path, config: StoreConfig) -> StoreConfig:
+    """`config` with the segment sizes of the store in `node_dir`, where it has files
+    (a store's segments all have one size, fixed when it was made)."""
+    data_size, index_size = infer_segment_sizes(node_dir)
+    sized = replace(
+        config,
+        data_file_size=data_size or config.data_file_size,
+        index_file_size=index_size or config.index_file_size,
+    )
+    if sized != config:
+        sizes = sized.data_file_size, sized.index_file_size
+        logger.info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
+    return sized
 
 
 def _check_open_args(path: object, config: object) -> None:

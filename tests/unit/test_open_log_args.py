@@ -1,5 +1,6 @@
 """`open_log` refuses what it must not take for a path or a config: an empty path (it
-would make the current directory a store), None, and a dict given for a StoreConfig."""
+would make the current directory a store), None, and a dict given for a StoreConfig; and
+an existing log keeps its own segment sizes."""
 
 from __future__ import annotations
 
@@ -44,3 +45,18 @@ def test_a_dict_config_is_a_type_error_naming_store_config(tmp_path: Path) -> No
     assert not node.exists()  # refused before anything was created
     with dledger.open_log(node, StoreConfig(**options)) as log:  # what the message suggests works
         assert log.config.data_file_size == 4096
+
+
+@pytest.mark.parametrize("options", [{"read_only": True}, {"flush_mode": "sync"}, {"data_file_size": 1 << 20}])
+def test_an_existing_log_keeps_its_segment_sizes_whatever_a_config_says(
+    tmp_path: Path, options: dict[str, Any]
+) -> None:
+    """A config made for other options (read-only, sync) carries the default segment
+    sizes; an existing log is opened with its own (before, its healthy segments were
+    reported as corrupt: 'segment is 65536 bytes, the configured size is 1073741824')."""
+    small = StoreConfig(data_file_size=1 << 16, index_file_size=32 * 1024)
+    with dledger.open_log(tmp_path / "log", small) as log:
+        log.append_many([b"x" * 100] * 1000)  # a few segments
+    with dledger.open_log(tmp_path / "log", StoreConfig(**options)) as log:
+        assert (log.end_index, log.get(999).body) == (999, b"x" * 100)
+        assert (log.config.data_file_size, log.config.index_file_size) == (1 << 16, 32 * 1024)
