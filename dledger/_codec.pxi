@@ -101,3 +101,12 @@ cdef tuple _unit_tuple(const unsigned char *p):
     return (dl_get32(p + DL_IDX_OFF_MAGIC), dl_get64(p + DL_IDX_OFF_POS),
             dl_get32(p + DL_IDX_OFF_SIZE), dl_get64(p + DL_IDX_OFF_INDEX),
             dl_get64(p + DL_IDX_OFF_TERM))
+
+
+cdef inline long long _whole(object value) except? -1:
+    """An index, count, size or timestamp given to the public API, as a C integer: an
+    int or what has `__index__` (numpy integers); a float or a str is a TypeError, as in
+    Python's own indexing (a C-typed argument converts 1.9 to 1 silently)."""
+    if PyLong_CheckExact(value):
+        return value
+    return PyNumber_Index(value)

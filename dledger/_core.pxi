@@ -369,18 +369,19 @@ cdef class LogCore:
     # -- read path (the reads themselves are in _core_read.pxi)
 
     @cython.binding(False)
-    def get(self, long long idx) -> Entry:
+    def get(self, idx) -> Entry:
         """The entry at `idx` (raises DLedgerError INDEX_OUT_OF_RANGE outside the log)."""
+        cdef long long at = _whole(idx)
         if not self.exclusive:
-            return _read(self, idx, True)  # under the GIL alone: see get_body
+            return _read(self, at, True)  # under the GIL alone: see get_body
         self._lock()
         try:
-            return _read(self, idx, True)
+            return _read(self, at, True)
         finally:
             self._unlock()
 
     @cython.binding(False)
-    def get_body(self, long long idx) -> bytes:
+    def get_body(self, idx) -> bytes:
         """The body of the entry at `idx` (the fastest single read).
 
         Reads without the lock unless a multi-step change holds it: the caller holds the
@@ -388,23 +389,25 @@ cdef class LogCore:
         tables or the bytes of entries up to `end_index` either holds the GIL throughout
         (appends publish an entry by moving `end_index` once its bytes are written; their
         GIL-free copies write past it) or runs between `_acquire` and `_release`."""
+        cdef long long at = _whole(idx)
         if not self.exclusive:
-            return _read(self, idx, False)
+            return _read(self, at, False)
         self._lock()
         try:
-            return _read(self, idx, False)
+            return _read(self, at, False)
         finally:
             self._unlock()
 
-    def term_at(self, long long idx) -> int:
+    def term_at(self, idx) -> int:
         """Term of the entry at `idx`, read from its index unit."""
+        cdef long long at = _whole(idx)
         self._lock()
         try:
-            if idx < self.begin_index or idx > self.end_index or self.begin_index < 0:
-                raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, "index %d outside [%d, %d]" % (idx, self.begin_index, self.end_index))
-            u = self.index.at(idx * DL_INDEX_UNIT, DL_INDEX_UNIT)
+            if at < self.begin_index or at > self.end_index or self.begin_index < 0:
+                raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, "index %d outside [%d, %d]" % (at, self.begin_index, self.end_index))
+            u = self.index.at(at * DL_INDEX_UNIT, DL_INDEX_UNIT)
             if u == NULL:
-                raise DLedgerError(ResponseCode.DISK_ERROR, "index unit %d is not mapped" % idx)
+                raise DLedgerError(ResponseCode.DISK_ERROR, "index unit %d is not mapped" % at)
             return dl_get64(u + DL_IDX_OFF_TERM)
         finally:
             self._unlock()
@@ -419,7 +422,7 @@ cdef class LogCore:
         finally:
             self._unlock()
 
-    def read_columns(self, long long from_index, long long max_count, long long max_bytes) -> tuple:
+    def read_columns(self, from_index, max_count, max_bytes) -> tuple:
         """Column-wise batch from `from_index`: (count, index, term, pos, offsets, bodies,
         magic) where index/term/pos are native int64 bytearrays, offsets native int32 with
         count+1 values (Arrow's binary layout), bodies one bytearray and magic native
@@ -428,18 +431,18 @@ cdef class LogCore:
         range)."""
         self._lock()
         try:
-            return _read_columns(self, from_index, max_count, max_bytes)
+            return _read_columns(self, _whole(from_index), _whole(max_count), _whole(max_bytes))
         finally:
             self._unlock()
 
-    def read_records(self, long long from_index, long long max_count, long long max_bytes) -> tuple:
+    def read_records(self, from_index, max_count, max_bytes) -> tuple:
         """The entries `read_columns` would return, with their record columns instead of
         their bodies: (count, index, term, pos, magic, record columns as `split_records`
         returns them), the fields copied straight from the data file (no bodies column
         in between). ValueError names a record entry whose body is not a valid record."""
         self._lock()
         try:
-            return _read_records(self, from_index, max_count, max_bytes)
+            return _read_records(self, _whole(from_index), _whole(max_count), _whole(max_bytes))
         finally:
             self._unlock()
 

@@ -23,7 +23,7 @@ cdef inline Py_ssize_t _put_varint(unsigned char *p, Py_ssize_t v) noexcept nogi
     return i + 1
 
 
-def encode_record(bytes value not None, key, long long timestamp, headers=()) -> bytes:
+def encode_record(bytes value not None, key, timestamp, headers=()) -> bytes:
     """Encode a record body: version 1, `timestamp` (ms, >= 0), `key` (bytes or None),
     `headers` (a sequence of (str, bytes) pairs; repeats allowed, order kept) and
     `value`. ValueError when a field breaks a limit, TypeError for a wrong type."""
@@ -32,8 +32,9 @@ def encode_record(bytes value not None, key, long long timestamp, headers=()) ->
     cdef tuple hs = tuple(headers)
     cdef list hkeys = []
     cdef unsigned char *p
-    if timestamp < 0:
-        raise ValueError("record timestamp must be >= 0, got %d" % timestamp)
+    cdef long long stamp = _whole(timestamp)
+    if stamp < 0:
+        raise ValueError("record timestamp must be >= 0, got %d" % stamp)
     if key is not None:
         if type(key) is not bytes:
             raise TypeError("record key must be bytes or None, not %s" % type(key).__name__)
@@ -61,7 +62,7 @@ def encode_record(bytes value not None, key, long long timestamp, headers=()) ->
     out = PyBytes_FromStringAndSize(NULL, size)
     p = <unsigned char *>PyBytes_AS_STRING(out)
     p[0] = DL_REC_VERSION
-    dl_put64(p + 1, timestamp)
+    dl_put64(p + 1, stamp)
     at = REC_FIXED
     at += _put_varint(p + at, klen + 1 if key is not None else 0)
     if klen:

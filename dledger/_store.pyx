@@ -27,6 +27,8 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_FromStringAndSize, PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.mem cimport PyMem_Malloc, PyMem_Realloc, PyMem_Free
+from cpython.long cimport PyLong_CheckExact
+from cpython.number cimport PyNumber_Index
 from libc.string cimport memcpy, memset, memmove
 from libc.stdint cimport int32_t, int64_t, uint32_t
 

@@ -7,6 +7,7 @@ The recovery walks are in `dledger._store_py_scan`.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import struct
 import threading
@@ -334,6 +335,7 @@ class LogCore:
 
     def get(self, idx: int) -> Entry:
         """The entry at `idx` (raises DLedgerError INDEX_OUT_OF_RANGE outside the log)."""
+        idx = operator.index(idx)
         with self._lock_obj:
             view, at, pos, size = self._locate(idx)
             magic, _, _, term, _, _, _, crc, _ = HEADER.unpack_from(view, at)
@@ -341,12 +343,14 @@ class LogCore:
 
     def get_body(self, idx: int) -> bytes:
         """The body of the entry at `idx`."""
+        idx = operator.index(idx)
         with self._lock_obj:
             view, at, _, size = self._locate(idx)
             return bytes(view[at + HEADER_SIZE : at + size])
 
     def term_at(self, idx: int) -> int:
         """Term of the entry at `idx`, read from its index unit."""
+        idx = operator.index(idx)
         with self._lock_obj:
             if idx < self.begin_index or idx > self.end_index or self.begin_index < 0:
                 raise DLedgerError(
@@ -376,6 +380,7 @@ class LogCore:
     def read_columns(self, from_index: int, max_count: int, max_bytes: int) -> tuple[Any, ...]:
         """Column-wise batch: (count, index, term, pos, offsets, bodies, magic) as in the
         compiled twin."""
+        from_index, max_count, max_bytes = map(operator.index, (from_index, max_count, max_bytes))
         with self._lock_obj:
             if max_count <= 0 or from_index > self.end_index:
                 return (0, bytearray(), bytearray(), bytearray(), bytearray(4), bytearray(), bytearray())

@@ -7,6 +7,7 @@ word (tests/property/test_records.py).
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -178,6 +179,7 @@ def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iter
     when a field breaks a limit, TypeError for a wrong type."""
     if type(value) is not bytes:
         raise TypeError(f"Argument 'value' has incorrect type (expected bytes, got {type(value).__name__})")
+    timestamp = operator.index(timestamp)
     if timestamp >= 1 << 63:
         raise OverflowError("Python int too large to convert to C long")
     if timestamp < 0:

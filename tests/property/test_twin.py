@@ -267,3 +267,29 @@ def test_read_records_names_a_bad_record_by_its_index_in_both_cores() -> None:
             h.core.read_records(0, 10, 1 << 20)
         assert (h.state(), h.image()) == before
         assert h.core.read_records(0, 1, 1 << 20)[0] == 1
+
+
+@pytest.mark.parametrize("bad", [1.0, 1.9, "1", None])
+def test_both_refuse_an_index_count_or_timestamp_that_is_not_whole(bad: Any) -> None:
+    """A C-typed argument converted 1.9 to 1 (`get(1.9)` read entry 1, a record's
+    timestamp 1.5 was stored as 1); both twins take ints and what has `__index__`
+    (numpy integers, bool) and refuse the rest with TypeError, as Python's indexing does."""
+    import numpy as np
+
+    for mod in (impl, _store_py):
+        h = Harness(mod)
+        h.core.append_many([b"a", b"b", b"c"])
+        assert h.core.get(np.int64(1)).body == h.core.get_body(True) == b"b"
+        assert h.core.term_at(np.int32(2)) == 1 and h.core.read_columns(np.int64(0), 2, 100)[0] == 2
+        core = h.core
+        calls = (
+            (core.get, (bad,)),
+            (core.get_body, (bad,)),
+            (core.term_at, (bad,)),
+            (core.read_columns, (0, bad, 100)),
+            (core.read_records, (bad, 1, 100)),
+            (mod.encode_record, (b"v", None, bad)),
+        )
+        for call, args in calls:
+            with pytest.raises(TypeError):
+                call(*args)
