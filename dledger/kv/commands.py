@@ -39,6 +39,9 @@ MAGIC = 0x4B
 VERSION = 1
 MAX_KEY_SIZE = 64 * 1024
 """The longest key a command may hold (values are bounded only by the entry size)."""
+MAX_VARINT = (1 << 70) - 1
+"""The largest number a message may carry (a scan limit, a count): what a varint of at
+most 10 bytes holds, the most `decode_command` and `decode_answer` read."""
 
 _T_PUT, _T_GET, _T_DELETE, _T_CAS, _T_LEN, _T_SCAN = 0x01, 0x02, 0x03, 0x04, 0x05, 0x06
 _T_OK, _T_VALUE, _T_NOT_FOUND, _T_CAS_FAILED, _T_COUNT, _T_PAIRS, _T_ERROR = 0x81, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87
@@ -146,6 +149,8 @@ Answer = Ok | Value | NotFound | CasFailed | Count | Pairs | Error
 def _varint(n: int) -> bytes:
     if n < 0:
         raise ValueError(f"cannot encode a negative length {n}")
+    if n > MAX_VARINT:
+        raise ValueError(f"cannot encode {n}: above 2^70 - 1, the most a 10-byte varint holds")
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -154,12 +159,25 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def _string(data: bytes) -> bytes:
+def _string(data: bytes, name: str) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"{name} must be bytes, not {type(data).__name__}")
     return _varint(len(data)) + bytes(data)
 
 
-def _optional(data: bytes | None) -> bytes:
-    return b"\x00" if data is None else b"\x01" + _string(data)
+def _optional(data: bytes | None, name: str) -> bytes:
+    return b"\x00" if data is None else b"\x01" + _string(data, name)
+
+
+def _limit(limit: int) -> bytes:
+    """A scan limit's varint (TypeError: not an int; ValueError: out of range)."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"scan limit must be an int, not {type(limit).__name__}")
+    if limit < 0:
+        raise ValueError(f"scan limit {limit} is negative")
+    if limit > MAX_VARINT:
+        raise ValueError(f"scan limit {limit} is above MAX_VARINT (2^70 - 1), the most decode_command reads back")
+    return _varint(limit)
 
 
 def _header(tag: int) -> bytes:
@@ -170,26 +188,29 @@ def encode_command(command: Command) -> bytes:
     """The bytes of a command (a log entry body, or a query request).
 
     Raises:
-        ValueError: a key longer than `MAX_KEY_SIZE` or a negative scan limit.
-        TypeError: not a command.
+        ValueError: a key longer than `MAX_KEY_SIZE`, or a scan limit not in
+            0..`MAX_VARINT` (what `decode_command` reads back).
+        TypeError: not a command, a field that is not bytes, a scan limit not an int.
     """
     key = getattr(command, "key", b"")
+    key_field = _string(key, "key")
     if len(key) > MAX_KEY_SIZE:
         raise ValueError(f"key of {len(key)} bytes is longer than {MAX_KEY_SIZE}")
     if isinstance(command, Put):
-        return _header(_T_PUT) + _string(command.key) + _string(command.value)
+        return _header(_T_PUT) + key_field + _string(command.value, "value")
     if isinstance(command, Get):
-        return _header(_T_GET) + _string(command.key)
+        return _header(_T_GET) + key_field
     if isinstance(command, Delete):
-        return _header(_T_DELETE) + _string(command.key)
+        return _header(_T_DELETE) + key_field
     if isinstance(command, Cas):
-        return _header(_T_CAS) + _string(command.key) + _optional(command.expected) + _string(command.new)
+        return _header(_T_CAS) + key_field + _optional(command.expected, "expected") + _string(command.new, "new")
     if isinstance(command, Len):
         return _header(_T_LEN)
     if isinstance(command, Scan):
+        prefix = _string(command.prefix, "prefix")
         if len(command.prefix) > MAX_KEY_SIZE:
             raise ValueError(f"prefix of {len(command.prefix)} bytes is longer than {MAX_KEY_SIZE}")
-        return _header(_T_SCAN) + _string(command.prefix) + _varint(command.limit)
+        return _header(_T_SCAN) + prefix + _limit(command.limit)
     raise TypeError(f"not a key-value command: {command!r}")
 
 
@@ -202,18 +223,18 @@ def encode_answer(answer: Answer) -> bytes:
     if isinstance(answer, Ok):
         return _header(_T_OK)
     if isinstance(answer, Value):
-        return _header(_T_VALUE) + _string(answer.value)
+        return _header(_T_VALUE) + _string(answer.value, "value")
     if isinstance(answer, NotFound):
         return _header(_T_NOT_FOUND)
     if isinstance(answer, CasFailed):
-        return _header(_T_CAS_FAILED) + _optional(answer.current)
+        return _header(_T_CAS_FAILED) + _optional(answer.current, "current")
     if isinstance(answer, Count):
         return _header(_T_COUNT) + _varint(answer.n)
     if isinstance(answer, Pairs):
-        body = b"".join(_string(k) + _string(v) for k, v in answer.items)
+        body = b"".join(_string(k, "key") + _string(v, "value") for k, v in answer.items)
         return _header(_T_PAIRS) + _varint(len(answer.items)) + body
     if isinstance(answer, Error):
-        return _header(_T_ERROR) + _string(answer.message.encode("utf-8"))
+        return _header(_T_ERROR) + _string(answer.message.encode("utf-8"), "message")
     raise TypeError(f"not a key-value answer: {answer!r}")
 
 
@@ -221,6 +242,8 @@ class _Reader:
     """Strict field reader over one message."""
 
     def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"a {what} must be bytes, not {type(data).__name__}")
         self.data = bytes(data)
         self.pos = 0
         self.what = what
@@ -287,6 +310,7 @@ def decode_command(data: bytes | bytearray | memoryview) -> Command:
 
     Raises:
         ValueError: the bytes are not exactly one valid command (see the module docstring).
+        TypeError: `data` is not bytes, bytearray or memoryview.
     """
     reader = _Reader(data, "key-value command")
     tag = reader.header()
@@ -317,6 +341,7 @@ def decode_answer(data: bytes | bytearray | memoryview) -> Answer:
 
     Raises:
         ValueError: the bytes are not exactly one valid answer (see the module docstring).
+        TypeError: `data` is not bytes, bytearray or memoryview.
     """
     reader = _Reader(data, "key-value answer")
     tag = reader.header()
@@ -371,6 +396,7 @@ def cas(key: bytes, expected: bytes | None, new: bytes) -> bytes:
 
 __all__ = [
     "MAX_KEY_SIZE",
+    "MAX_VARINT",
     "WRITES",
     "Answer",
     "Cas",

@@ -139,7 +139,10 @@ class KVStateMachine:
     def query(self, request: bytes) -> bytes:
         """Answer a read (GET, LEN or SCAN) from the current state (what the Query RPC
         calls, from any thread). Writes are refused with an `Error` answer: they go
-        through the log. Bad bytes get an `Error` answer, never an exception."""
+        through the log. Bad bytes, or a request that is not bytes at all, get an
+        `Error` answer, never an exception."""
+        if not isinstance(request, bytes | bytearray | memoryview):
+            return encode_answer(Error(f"a query request must be bytes, not {type(request).__name__}"))
         try:
             command = decode_command(request)
         except ValueError as exc:

@@ -102,6 +102,40 @@ def test_encoding_refuses_what_it_cannot_write() -> None:
         c.encode_answer(c.Put(b"k", b"v"))  # type: ignore[arg-type]
 
 
+def test_a_scan_limit_encodes_only_when_decode_reads_it_back() -> None:
+    """The decoders read varints of at most 10 bytes: the largest limit that encodes is
+    the largest that decodes (2^70 encoded fine and was refused by every member)."""
+    largest = c.encode_command(c.Scan(b"p", c.MAX_VARINT))
+    assert c.decode_command(largest) == c.Scan(b"p", (1 << 70) - 1)
+    with pytest.raises(ValueError, match="MAX_VARINT"):
+        c.encode_command(c.Scan(b"", 1 << 70))
+    with pytest.raises(ValueError, match="cannot encode"):
+        c.encode_answer(c.Count(1 << 70))
+    with pytest.raises(TypeError, match="scan limit must be an int, not float"):
+        c.encode_command(c.Scan(b"", 1.5))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("command", "name"),
+    [
+        (c.Put("k", b"v"), "key"),  # type: ignore[arg-type]
+        (c.Put(b"k", None), "value"),  # type: ignore[arg-type]
+        (c.Cas(b"k", "old", b"new"), "expected"),  # type: ignore[arg-type]
+        (c.Scan(None, 1), "prefix"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_field_that_is_not_bytes_is_a_type_error_naming_it(command: c.Command, name: str) -> None:
+    with pytest.raises(TypeError, match=f"^{name} must be bytes"):
+        c.encode_command(command)
+
+
+def test_decoding_what_is_not_bytes_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="must be bytes, not str"):
+        c.decode_command("K\x01\x05")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be bytes, not int"):
+        c.decode_answer(5)  # type: ignore[arg-type]
+
+
 @settings(max_examples=400)
 @given(st.binary(max_size=64))
 def test_garbage_never_crashes_the_decoders(data: bytes) -> None:

@@ -106,6 +106,14 @@ def test_query_reads_the_current_state_and_refuses_writes_and_garbage() -> None:
     assert machine.get(b"a/1") == b"x"
 
 
+@pytest.mark.parametrize("request_", ["K\x01\x05", None, 5, [75, 1, 5]])
+def test_a_query_that_is_not_bytes_gets_an_error_answer_not_an_exception(request_: object) -> None:
+    machine, _log = _machine(c.put(b"a", b"x"))
+    answer = c.decode_answer(machine.query(request_))  # type: ignore[arg-type]
+    assert answer == c.Error(f"a query request must be bytes, not {type(request_).__name__}")
+    assert c.decode_answer(machine.query(bytearray(c.encode_command(c.Len())))) == c.Count(1)
+
+
 def test_reads_in_the_log_are_answered_and_change_nothing() -> None:
     machine, log = _machine(c.put(b"k", b"v"))
     assert log.apply(c.get(b"k"), c.encode_command(c.Len())) == [c.Value(b"v"), c.Count(1)]
