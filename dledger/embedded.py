@@ -23,6 +23,7 @@ wrote is only opened read-only (its commit state is never changed).
 from __future__ import annotations
 
 import logging
+import operator
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -33,7 +34,7 @@ from typing import NoReturn
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_RECORD
-from dledger.record import Header, Record, encode_record, record_of, with_records
+from dledger.record import Header, Record, encode_record, encode_record_objects, record_of, with_records
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.store import (
     MmapLogStore,
@@ -95,8 +96,12 @@ class _LocalLogBase(MmapLogStore):
         index down); a negative index is refused, not taken for "every entry".
 
         Raises:
+            TypeError: `from_index` is not a whole number (int or a numpy integer).
             ValueError: `from_index` < 0.
         """
+        if isinstance(from_index, bool) or not hasattr(from_index, "__index__"):
+            raise TypeError(f"truncate: from_index must be an int, not {type(from_index).__name__}")
+        from_index = operator.index(from_index)
         if from_index < 0:
             raise ValueError(f"cannot truncate from index {from_index}: indexes start at 0")
         super().truncate(from_index)
@@ -127,9 +132,8 @@ class _LocalLogBase(MmapLogStore):
     def append_records(self, records: Sequence[Record]) -> int:
         """Append records (their value, key, timestamp and headers; a None timestamp is
         now) as consecutive entries, all or none; returns the first index (errors:
-        `append_record`)."""
-        bodies = [encode_record(r.value, r.key, r.timestamp, r.headers) for r in records]
-        return int(self.append_many(bodies, MAGIC_RECORD))
+        `append_record`; TypeError when `records` is not a sequence of Records)."""
+        return int(self.append_many(encode_record_objects(records, "append_records"), MAGIC_RECORD))
 
     def read_columns(  # type: ignore[override]
         self, from_index: int, max_count: int, max_bytes: int, records: bool = False

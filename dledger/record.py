@@ -50,6 +50,7 @@ __all__ = [
     "Record",
     "decode_record",
     "encode_record",
+    "encode_record_objects",
     "encode_records",
     "now_ms",
     "check_append",
@@ -108,10 +109,40 @@ def encode_record(
     """Encode a record body (`timestamp` None: now).
 
     Raises:
-        ValueError: a field over its limit, or a negative timestamp.
+        ValueError: a field over its limit, a negative timestamp, or a header key that
+            is not valid Unicode text (a lone surrogate such as '\\udc80' has no UTF-8).
         TypeError: value or key not bytes, a header not a (str, bytes) pair.
     """
-    return impl.encode_record(value, key, now_ms() if timestamp is None else timestamp, headers)
+    try:
+        return impl.encode_record(value, key, now_ms() if timestamp is None else timestamp, headers)
+    except UnicodeEncodeError as exc:  # only a header key is text
+        raise ValueError(
+            f"header key {exc.object!r} is not valid UTF-8 text ({exc.reason} at position {exc.start})"
+        ) from None
+
+
+def encode_record_objects(records: Iterable[Record], method: str) -> list[bytes]:
+    """The bodies of `records` (their value, key, timestamp (None: now) and headers),
+    for `method`'s messages.
+
+    Raises:
+        TypeError: `records` is not an iterable of Records (a bare Record, bytes or
+            str included), or an item has no record fields (`records[i]` named).
+        ValueError / TypeError: a field over its limit or of the wrong type (see
+            `encode_record`).
+    """
+    if isinstance(records, Record | bytes | bytearray | str) or not isinstance(records, Iterable):
+        raise TypeError(f"{method}: records must be a sequence of Record objects, not {type(records).__name__}")
+    records = records if isinstance(records, list | tuple) else list(records)
+    try:
+        return [encode_record(r.value, r.key, r.timestamp, r.headers) for r in records]
+    except AttributeError:  # an item without a record's fields (raised by nothing else here)
+        for n, item in enumerate(records):
+            if not all(hasattr(item, name) for name in ("value", "key", "timestamp", "headers")):
+                raise TypeError(
+                    f"{method}: records[{n}] must be a Record (dledger.record.Record), not {type(item).__name__}"
+                ) from None
+        raise
 
 
 def encode_records(
