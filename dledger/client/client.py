@@ -162,6 +162,7 @@ class DLedgerClient(RecordMethods):
             with the same retry rules. False: one RPC per call.
 
     Raises:
+        TypeError: `peers` or `group` is not a str.
         dledger.config.ConfigError: `peers` cannot be parsed.
         dledger.security.TlsError: a TLS file cannot be read.
         ValueError: a token without TLS.

@@ -88,6 +88,7 @@ class Members:
             needs `tls`, usually `TlsConfig.ca_only`).
 
     Raises:
+        TypeError: `peers` or `group` is not a str.
         dledger.config.ConfigError: `peers` cannot be parsed.
         ValueError: `timeout_s` is not positive, or a token without TLS.
         dledger.security.TlsError: a TLS file cannot be read, or the key is not the
@@ -103,6 +104,10 @@ class Members:
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
+        if not isinstance(peers, str):
+            raise TypeError(f"peers must be a str such as 'n0-host:port;n1-host:port', not {type(peers).__name__}")
+        if not isinstance(group, str):
+            raise TypeError(f"group must be a str (the Raft group name), not {type(group).__name__}")
         self.timeout_s = checked_timeout(timeout_s, "timeout_s")
         if token is not None and tls is None:
             raise ValueError("a bearer token is only sent over TLS: give tls=TlsConfig.ca_only(<CA file>)")

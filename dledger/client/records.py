@@ -16,7 +16,7 @@ from dledger.client.policy import IndeterminateError
 from dledger.client.types import AppendResult, ProducerStamp
 from dledger.clock import Clock
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
-from dledger.record import Header, Record, encode_record, record_of
+from dledger.record import Header, Record, encode_record, encode_record_objects, record_of
 from dledger.transport.convert import pb
 
 RESEND_PAUSE_MS = 50
@@ -76,13 +76,14 @@ class RecordMethods:
         until the client's timeout.
 
         Raises:
+            TypeError: `records` is not a sequence of Records (nothing was sent).
             DLedgerError: also OUT_OF_ORDER_SEQUENCE (a gap before first_seq),
                 PRODUCER_FENCED (an older epoch) and UNKNOWN_PRODUCER (first_seq > 0 for
                 a producer the leader does not know, e.g. after it expired).
         """
-        if not records:
+        bodies = encode_record_objects(records, "append_records")
+        if not bodies:
             raise ValueError("nothing to append: records is empty")
-        bodies = [encode_record(r.value, r.key, r.timestamp, r.headers) for r in records]
         return self.append_record_bodies(bodies, stamp=stamp)
 
     def append_record_bodies(self, bodies: Sequence[bytes], *, stamp: ProducerStamp | None = None) -> AppendResult:
