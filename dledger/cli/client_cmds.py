@@ -24,6 +24,7 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
+from dledger.cli.append_tally import AppendTally
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted, stdin_binary
 from dledger.cli.progress import progress
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
@@ -134,12 +135,6 @@ def _requests(
     return batches(generated_bodies(count, body_size), batch_size)
 
 
-def _appended(appended: int, first: int, last: int) -> str:
-    if appended == 0:
-        return "nothing was appended"
-    return f"{appended} entries were appended at indexes {first}..{last}"
-
-
 @click.command(cls=GuardedCommand, context_settings=CONTEXT)
 @click.argument("body", required=False)
 @click.option("-d", "--data", help="The body to append (DLedger's option; same as BODY).")
@@ -191,7 +186,9 @@ def append(
     carries the lines already there, up to --batch-size. Other bodies go in batches of
     --batch-size per request (fewer when they would exceed the member's 16 MiB a
     request); each batch gets consecutive indexes. Ctrl-C stops and
-    reports how many entries were appended (exit 130). Examples:
+    reports how many entries were appended (exit 130): a first Ctrl-C waits for the
+    answer to the request in flight (at most --timeout), a second one stops at once
+    (that request's outcome is then unknown). Examples:
 
     \b
       dledger append hello
@@ -217,38 +214,28 @@ def append(
     if body_size is not None and (body is not None or files):
         raise click.UsageError("--body-size goes with generated bodies (--count without BODY or --file)")
     spec = record_spec(key, headers, timestamp)
-    first = last = -1
-    appended = in_flight = 0
+    tally = AppendTally()
     long_run = count if count is not None and count > batch_size and not as_json else None
     with open_client(peers, group, timeout_s) as client, progress(long_run, "appending") as advance:
         try:
             for batch, magic in record_batches(_requests(body, files, count or 1, body_size, batch_size), spec):
-                in_flight = len(batch)
                 try:
-                    # Ctrl-C waits for the request's answer (at most --timeout), so that the
-                    # report after it says what the request did instead of "unknown"
-                    with DeferredCtrlC():
-                        result = client.append_batch(batch, magic)
-                        in_flight = 0
-                        first = result.first_index if first < 0 else first
-                        last = result.last_index
-                        appended += result.count
-                        advance(result.count)
+                    tally.send(client, batch, magic, advance)  # Ctrl-C: see dledger.cli.append_tally
                 except DLedgerError as exc:
-                    if not appended:
+                    if not tally.appended:
                         raise
-                    fail(f"{exc}; before it, {_appended(appended, first, last)}")
+                    fail(f"{exc}; before it, {tally.done()}")
         except KeyboardInterrupt:
-            unknown = f"; the outcome of the last request ({in_flight} entries) is unknown" if in_flight else ""
-            interrupted(_appended(appended, first, last) + unknown)
-    if appended == 0:
+            interrupted(tally.report())
+    if tally.appended == 0:
         fail("nothing to append: stdin was empty")
+    first, last = tally.first, tally.last
     if as_json:
-        click.echo(json.dumps({"first_index": first, "last_index": last, "count": appended}))
-    elif appended == 1:
+        click.echo(json.dumps({"first_index": first, "last_index": last, "count": tally.appended}))
+    elif tally.appended == 1:
         click.echo(f"appended at index {first}")
     else:
-        click.echo(f"appended {appended} entries at indexes {first}..{last}")
+        click.echo(f"appended {tally.appended} entries at indexes {first}..{last}")
 
 
 # ----------------------------------------------------------------------------- get

@@ -15,6 +15,7 @@ import io
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, BinaryIO, NoReturn, cast
 
 import click
@@ -60,6 +61,24 @@ def interrupted(message: str | None = None) -> NoReturn:
     """Print `interrupted` (`interrupted: <message>`) on stderr and exit 130 (Ctrl-C)."""
     click.echo("interrupted" + (f": {one_line(message)}" if message else ""), err=True)
     sys.exit(EXIT_INTERRUPTED)
+
+
+_end_process: Callable[[int], NoReturn] = os._exit
+"""How `interrupted_now` ends the process (tests replace it)."""
+
+
+def interrupted_now(message: str) -> NoReturn:
+    """Print `interrupted: <message>` on stderr and end the process at once with 130,
+    without unwinding: what a second Ctrl-C does while a call that must not be cut is in
+    flight (closing the client would wait for the call, see
+    `dledger.client.interrupts`). Called from a signal handler: a failing write (the
+    main thread was writing the same stream) does not stop the exit."""
+    with contextlib.suppress(Exception):
+        click.echo(f"interrupted: {one_line(message)}", err=True)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    _end_process(EXIT_INTERRUPTED)
 
 
 def _describe(exc: BaseException) -> str:
@@ -188,5 +207,6 @@ __all__ = [
     "GuardedGroup",
     "fail",
     "interrupted",
+    "interrupted_now",
     "stdin_binary",
 ]
