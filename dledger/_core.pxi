@@ -5,7 +5,7 @@
 # _core_follow.pxi, the recovery walks in _core_scan.pxi.
 # Uses the C declarations of _store.pxd, the codecs of _codec.pxi and `MappedTable`.
 
-cdef int _check_append_magic(LogCore core, int magic) except -1:
+cdef int _check_append_magic(LogCore core, long long magic) except -1:
     """`append_many`'s magic: normal, or record unless records are off (java_compat)."""
     if magic == DL_MAGIC_RECORD:
         if not core.allow_records:
@@ -313,7 +313,7 @@ cdef class LogCore:
         finally:
             self._unlock()
 
-    def append_many(self, bodies, int magic=DL_MAGIC_NORMAL) -> int:
+    def append_many(self, bodies, magic=DL_MAGIC_NORMAL) -> int:
         """Append several bodies as consecutive entries of `magic` (1 normal, 16
         record: every body must then be a valid record body); returns the first index
         (or the next index when `bodies` is empty)."""
@@ -321,15 +321,17 @@ cdef class LogCore:
         cdef Py_ssize_t i, k = len(items)
         cdef long long first
         cdef RecView r
-        cdef int err
+        cdef int err, kind
+        cdef long long asked = _whole(magic)
         self._check_writable()
-        _check_append_magic(self, magic)
+        _check_append_magic(self, asked)
+        kind = <int>asked
         for i in range(k):
             b = items[i]
             if type(b) is not bytes:
                 raise TypeError("bodies must be bytes")
             self._check_size(DL_HEADER_SIZE + PyBytes_GET_SIZE(b))
-            if magic == DL_MAGIC_RECORD:
+            if kind == DL_MAGIC_RECORD:
                 err = _rec_parse(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), &r)
                 if err:
                     raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "body %d: %s (nothing was appended)"
@@ -340,7 +342,7 @@ cdef class LogCore:
             try:
                 for i in range(k):
                     b = items[i]
-                    self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), magic)
+                    self._append_one(<const unsigned char *>PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b), kind)
             finally:
                 _flush_stage(self)
             return first

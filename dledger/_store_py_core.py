@@ -239,6 +239,7 @@ class LogCore:
         """Append several bodies as consecutive entries of `magic` (1 normal, 16 record:
         every body must then be a valid record body); returns the first index."""
         items = tuple(bodies)
+        magic = operator.index(magic)
         self._check_writable()
         check_append_magic(magic, self.allow_records)
         for i, b in enumerate(items):

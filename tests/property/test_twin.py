@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dledger import _store_py
 from dledger._native import impl
-from dledger.codes import DLedgerError
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import MAGIC_RECORD, ScanResult
 from dledger.record import stamp_record_body
 from tests.property.strategies import DATA_SEG, INDEX_SEG, bodies, ops
@@ -289,7 +289,11 @@ def test_both_refuse_an_index_count_or_timestamp_that_is_not_whole(bad: Any) -> 
             (core.read_columns, (0, bad, 100)),
             (core.read_records, (bad, 1, 100)),
             (mod.encode_record, (b"v", None, bad)),
+            (core.append_many, ([b"d"], bad)),
         )
         for call, args in calls:
             with pytest.raises(TypeError):
                 call(*args)
+        with pytest.raises(DLedgerError) as wide:  # past a C int: refused as any other magic
+            core.append_many([b"d"], 2**40)
+        assert wide.value.code == ResponseCode.UNEXPECTED_ARGUMENT and core.end_index == 2
