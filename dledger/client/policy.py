@@ -53,7 +53,8 @@ class IndeterminateError(DLedgerError):
 
     def __init__(self, code: ResponseCode | int, message: str = "") -> None:
         super().__init__(code, message)
-        self.message = f"{self.message} (outcome unknown: it may or may not have been appended)"
+        if "outcome is unknown" not in self.message:  # the leader may have said so already
+            self.message = f"{self.message} (outcome unknown: it may or may not have been appended)"
         self.args = (f"{self.code.name} ({int(self.code)}): {self.message}",)
 
 

@@ -107,6 +107,8 @@ def test_indeterminate_error_is_a_dledger_error_saying_the_outcome_is_unknown() 
     assert error.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
     assert "outcome unknown" in str(error)
     assert str(error).startswith("WAIT_QUORUM_ACK_TIMEOUT (502)")
+    said = IndeterminateError(ResponseCode.TERM_CHANGED, "x; the outcome is unknown: the entries may still commit")
+    assert said.message == "x; the outcome is unknown: the entries may still commit"  # not said twice
 
 
 def test_backoff_grows_is_capped_and_stops_at_the_deadline() -> None:
