@@ -23,6 +23,20 @@ cdef inline Py_ssize_t _put_varint(unsigned char *p, Py_ssize_t v) noexcept nogi
     return i + 1
 
 
+cdef long long _REC_MAX_STAMP = 9223372036854775  # dledger.entry.MAX_TIMESTAMP_MS (ms in an int64 of microseconds)
+
+
+cdef inline int _check_timestamp(long long stamp, Py_ssize_t row) except -1:
+    """A timestamp to encode: in [0, MAX_TIMESTAMP_MS] (row >= 0: named in the message)."""
+    if 0 <= stamp <= _REC_MAX_STAMP:
+        return 0
+    where = "row %d: " % row if row >= 0 else ""
+    if stamp < 0:
+        raise ValueError("%srecord timestamp must be >= 0, got %d" % (where, stamp))
+    raise ValueError("%srecord timestamp %d ms is past the last one a timestamp column holds, %d (year 294247)"
+                     % (where, stamp, _REC_MAX_STAMP))
+
+
 def encode_record(bytes value not None, key, timestamp, headers=()) -> bytes:
     """Encode a record body: version 1, `timestamp` (ms, >= 0), `key` (bytes or None),
     `headers` (a sequence of (str, bytes) pairs; repeats allowed, order kept) and
@@ -33,8 +47,7 @@ def encode_record(bytes value not None, key, timestamp, headers=()) -> bytes:
     cdef list hkeys = []
     cdef unsigned char *p
     cdef long long stamp = _whole(timestamp)
-    if stamp < 0:
-        raise ValueError("record timestamp must be >= 0, got %d" % stamp)
+    _check_timestamp(stamp, -1)
     if key is not None:
         if type(key) is not bytes:
             raise TypeError("record key must be bytes or None, not %s" % type(key).__name__)
@@ -135,13 +148,12 @@ def encode_records(Py_ssize_t count, value_offsets, values, key_offsets, keys, k
             if bufs[5].len < count * 8:
                 raise ValueError("encode_records: timestamps shorter than %d rows" % count)
             ts = <const int64_t *>bufs[5].buf
-        if now < 0 and ts == NULL:
-            raise ValueError("record timestamp must be >= 0, got %d" % now)
+        if ts == NULL:
+            _check_timestamp(now, -1)
         for k in range(count):
             if ts != NULL:
                 stamp = ts[k]
-                if stamp < 0:
-                    raise ValueError("row %d: record timestamp must be >= 0, got %d" % (k, stamp))
+                _check_timestamp(stamp, k)
             has_key = koff != NULL and (kval == NULL or kval[k] != 0)
             klen = koff[k + 1] - koff[k] if has_key else 0
             if klen > DL_REC_MAX_KEY:

@@ -22,6 +22,7 @@ from dledger.entry import (
     MAX_RECORD_HEADERS,
     MAX_RECORD_KEY,
     MAX_STAMP_COUNT,
+    MAX_TIMESTAMP_MS,
     RECORD_STAMP_SIZE,
     RECORD_STAMPED,
     RECORD_VERSION,
@@ -173,6 +174,18 @@ def _error(bad: _Bad, n: int) -> ValueError:
     return ValueError(f"bad record body ({n} bytes): {_ERRORS[bad.code]} at byte {bad.at}")
 
 
+def _check_timestamp(stamp: int, row: int) -> None:
+    """A timestamp to encode: in [0, MAX_TIMESTAMP_MS] (row >= 0: named in the message)."""
+    where = f"row {row}: " if row >= 0 else ""
+    if stamp < 0:
+        raise ValueError(f"{where}record timestamp must be >= 0, got {stamp}")
+    if stamp > MAX_TIMESTAMP_MS:
+        raise ValueError(
+            f"{where}record timestamp {stamp} ms is past the last one a timestamp column holds, "
+            f"{MAX_TIMESTAMP_MS} (year 294247)"
+        )
+
+
 def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iterable[Header] = ()) -> bytes:
     """Encode a record body: version 1, `timestamp` (ms, >= 0), `key` (bytes or None),
     `headers` ((str, bytes) pairs; repeats allowed, order kept) and `value`. ValueError
@@ -182,8 +195,7 @@ def encode_record(value: bytes, key: bytes | None, timestamp: int, headers: Iter
     timestamp = operator.index(timestamp)
     if timestamp >= 1 << 63:
         raise OverflowError("Python int too large to convert to C long")
-    if timestamp < 0:
-        raise ValueError(f"record timestamp must be >= 0, got {timestamp}")
+    _check_timestamp(timestamp, -1)
     out = bytearray((RECORD_VERSION,)) + _TS.pack(timestamp)
     if key is not None:
         if type(key) is not bytes:
@@ -254,12 +266,11 @@ def encode_records(
         if len(ts) < count:
             raise ValueError(f"encode_records: timestamps shorter than {count} rows")
         stamps = [int(t) for t in ts[:count]]
-    elif now < 0:
-        raise ValueError(f"record timestamp must be >= 0, got {now}")
+    else:
+        _check_timestamp(now, -1)
     out = []
     for k, (value, key, stamp) in enumerate(zip(_split(voff, vals, count), row_keys, stamps, strict=True)):
-        if stamp < 0:
-            raise ValueError(f"row {k}: record timestamp must be >= 0, got {stamp}")
+        _check_timestamp(stamp, k)
         if key is not None and len(key) > MAX_RECORD_KEY:
             raise ValueError(f"row {k}: record key is {len(key)} bytes, over the limit of {MAX_RECORD_KEY}")
         out.append(encode_record(value, key, stamp))

@@ -21,6 +21,7 @@ RECORD_STAMPED = 2  # the first byte of a stamped record body (leader-written, s
 RECORD_STAMP_SIZE = 36  # producer id, epoch, first seq (int64 each), count (uint32), append time (int64)
 MAX_STAMP_COUNT = 65536  # records one stamp covers
 MAX_RECORD_KEY = 65536  # key bytes
+MAX_TIMESTAMP_MS = 9_223_372_036_854_775  # a record timestamp: the most an int64 of microseconds holds (Spark)
 MAX_RECORD_HEADERS = 1024  # headers per record
 MAX_HEADER_KEY = 1024  # UTF-8 bytes of one header key
 

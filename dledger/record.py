@@ -8,8 +8,9 @@ header stores no time, so there is no append time to report).
 
 Limits, checked on encode and decode: a key of at most `MAX_RECORD_KEY` (65,536) bytes,
 at most `MAX_RECORD_HEADERS` (1,024) headers, header keys of at most `MAX_HEADER_KEY`
-(1,024) UTF-8 bytes, a timestamp in milliseconds >= 0; the whole body must fit an entry
-(4 MiB with the 48-byte header).
+(1,024) UTF-8 bytes, a timestamp in milliseconds >= 0 (and on encode at most
+`MAX_TIMESTAMP_MS`, the last millisecond an int64 of microseconds holds: Spark's
+timestamps); the whole body must fit an entry (4 MiB with the 48-byte header).
 
 Stamped records (version 2): the leader of an idempotent request stamps its first
 record with the producer's id, epoch, first sequence number, the request's record count
@@ -35,6 +36,7 @@ from dledger.entry import (
     MAX_RECORD_HEADERS,
     MAX_RECORD_KEY,
     MAX_STAMP_COUNT,
+    MAX_TIMESTAMP_MS,
     RECORD_STAMP_SIZE,
     RECORD_STAMPED,
     RECORD_VERSION,
@@ -45,6 +47,7 @@ __all__ = [
     "MAX_HEADER_KEY",
     "MAX_RECORD_HEADERS",
     "MAX_RECORD_KEY",
+    "MAX_TIMESTAMP_MS",
     "STAMP_SIZE",
     "Header",
     "Record",

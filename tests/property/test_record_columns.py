@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from dledger import _store_py
 from dledger._native import impl
+from dledger.entry import MAX_TIMESTAMP_MS
 
 pytestmark = pytest.mark.property
 
@@ -25,7 +26,7 @@ MODULES = (impl, _store_py)
 NOW = 1_700_000_000_000
 
 rows = st.lists(
-    st.tuples(st.binary(max_size=150), st.none() | st.binary(max_size=30), st.integers(0, 2**63 - 1)),
+    st.tuples(st.binary(max_size=150), st.none() | st.binary(max_size=30), st.integers(0, MAX_TIMESTAMP_MS)),
     max_size=40,
 )
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from dledger import _store_py
 from dledger._native import impl
-from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_RECORD
+from dledger.entry import MAGIC_NOOP, MAGIC_NORMAL, MAGIC_RECORD, MAX_TIMESTAMP_MS
 from dledger.record import record_stamp, stamp_record_body
 
 pytestmark = pytest.mark.property
@@ -27,7 +27,7 @@ MODULES = (impl, _store_py)
 
 keys = st.none() | st.binary(max_size=40)
 headers = st.lists(st.tuples(st.text(max_size=12), st.binary(max_size=30)), max_size=6)
-stamps = st.integers(min_value=0, max_value=2**63 - 1)
+stamps = st.integers(min_value=0, max_value=MAX_TIMESTAMP_MS)
 records = st.tuples(st.binary(max_size=200), keys, stamps, headers)
 
 

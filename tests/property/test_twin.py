@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dledger import _store_py
 from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import MAGIC_RECORD, ScanResult
+from dledger.entry import MAGIC_RECORD, MAX_TIMESTAMP_MS, ScanResult
 from dledger.record import stamp_record_body
 from tests.property.strategies import DATA_SEG, INDEX_SEG, bodies, ops
 
@@ -204,7 +204,7 @@ record_rows = st.lists(
             st.just("record"),
             st.binary(max_size=150),
             st.none() | st.binary(max_size=200),  # keys of 127+ bytes take a 2-byte length
-            st.integers(0, 2**63 - 1),
+            st.integers(0, MAX_TIMESTAMP_MS),
             st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=20)), max_size=3),
             st.booleans(),  # stamped (version 2)
         ),
@@ -297,3 +297,22 @@ def test_both_refuse_an_index_count_or_timestamp_that_is_not_whole(bad: Any) -> 
         with pytest.raises(DLedgerError) as wide:  # past a C int: refused as any other magic
             core.append_many([b"d"], 2**40)
         assert wide.value.code == ResponseCode.UNEXPECTED_ARGUMENT and core.end_index == 2
+
+
+def test_both_refuse_a_timestamp_no_timestamp_column_holds() -> None:
+    """A record's timestamp (ms) is at most MAX_TIMESTAMP_MS, what an int64 of
+    microseconds (Spark's timestamps) holds: past it a Spark read wrapped it around."""
+    import numpy as np
+
+    from dledger.entry import MAX_TIMESTAMP_MS
+
+    offsets = np.array([0, 1, 2], dtype=np.int32).tobytes()
+    for mod in (impl, _store_py):
+        assert mod.decode_record(mod.encode_record(b"v", None, MAX_TIMESTAMP_MS))[0] == MAX_TIMESTAMP_MS
+        with pytest.raises(ValueError, match="past the last one a timestamp column holds"):
+            mod.encode_record(b"v", None, MAX_TIMESTAMP_MS + 1)
+        stamps = np.array([1, MAX_TIMESTAMP_MS + 1], dtype=np.int64).tobytes()
+        with pytest.raises(ValueError, match="row 1: record timestamp"):
+            mod.encode_records(2, offsets, b"ab", b"", b"", b"", stamps, 0)
+        with pytest.raises(ValueError, match="past the last one"):
+            mod.encode_records(2, offsets, b"ab", b"", b"", b"", b"", MAX_TIMESTAMP_MS + 1)
