@@ -12,8 +12,15 @@ from typing import Any, TypeVar
 import click
 
 from dledger.cli.append_input import batches
-from dledger.cli.errors import INT64_MAX
-from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, MAX_HEADER_KEY, MAX_RECORD_HEADERS, MAX_RECORD_KEY, Entry
+from dledger.entry import (
+    MAGIC_NORMAL,
+    MAGIC_RECORD,
+    MAX_HEADER_KEY,
+    MAX_RECORD_HEADERS,
+    MAX_RECORD_KEY,
+    MAX_TIMESTAMP_MS,
+    Entry,
+)
 from dledger.record import Record, encode_record, record_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,7 +30,7 @@ def record_options(fn: F) -> F:
     """--key, --header (repeatable) and --timestamp of `dledger append`."""
     fn = click.option(
         "--timestamp",
-        type=click.IntRange(0, INT64_MAX),
+        type=click.IntRange(0, MAX_TIMESTAMP_MS),
         help="Event time of the records in ms since the epoch (with --key/--header; default: now).",
     )(fn)
     fn = click.option(
