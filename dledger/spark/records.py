@@ -21,6 +21,13 @@ from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import encode_record, encode_records, now_ms
 from dledger.spark.write_schema import WriteColumns
 
+MAX_TIMESTAMP_MS = 9_223_372_036_854_775
+"""The latest event time (ms since the epoch) a Spark timestamp can hold: Spark's are int64
+microseconds, so a later millisecond (past the year 294247) has no Spark value. The same
+value as `dledger.record.MAX_TIMESTAMP_MS`, the latest a record may be encoded with (kept
+here too while that limit is being added there)."""
+_INT64_MAX = (1 << 63) - 1
+
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
 """Columns read from the record fields (`body` is the same data as `value`)."""
 
@@ -39,6 +46,8 @@ def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
         )
     if column == "timestamp":
         per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}.get(arrow_type.unit)
+        if per_ms:
+            _check_representable(batch, _INT64_MAX // per_ms, arrow_type.unit)
         values = cols.timestamps * per_ms if per_ms else cols.timestamps // 1000  # -1 rows are null anyway
         return pa.Array.from_buffers(arrow_type, n, [pa.py_buffer(cols.timestamp_valid), pa.py_buffer(values)])
     if column == "headers":
@@ -55,6 +64,26 @@ def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
         pairs = pa.StructArray.from_arrays([keys, values], fields=list(struct_type))
         return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(cols.header_offsets)], children=[pairs])
     raise ValueError(f"{column} is not a record column")
+
+
+def _check_representable(batch: ColumnBatch, limit_ms: int, unit: str) -> None:
+    """Refuse a batch holding an event time past `limit_ms` (one that `unit` cannot hold
+    in int64: multiplied, it would wrap around to a wrong time).
+
+    Raises:
+        ValueError: naming the first such entry's index, its time and the limit.
+    """
+    cols = batch.records
+    assert cols is not None
+    over = cols.timestamps > limit_ms
+    if not over.any():
+        return
+    k = int(np.argmax(over))
+    raise ValueError(
+        f"entry {int(batch.index[k])} has event timestamp {int(cols.timestamps[k])} ms, past the latest the "
+        f"timestamp column can hold ({limit_ms} ms since the epoch: Spark's timestamps are {unit} in a long); "
+        "read it with a schema without the timestamp column"
+    )
 
 
 # -- writes
@@ -78,36 +107,89 @@ def _binary_buffers(array: Any) -> tuple[Any, Any]:
     return memoryview(offsets).cast("B")[start : start + (len(array) + 1) * 4], data if data is not None else b""
 
 
-def _millis(array: Any, now: int) -> Any:
+def _millis(array: Any, now: int, name: str, first_row: int) -> Any:
     """Event times in ms since the epoch (native int64; a null: `now`): a timestamp
     column of any unit, sub-millisecond precision cut off (Spark's are microseconds), or
-    a long column of ms."""
-    millis = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()  # a timestamp: in its own unit
-    if pa.types.is_timestamp(array.type) and array.type.unit != "ms":
-        millis = millis * 1000 if array.type.unit == "s" else millis // {"us": 1000, "ns": 1_000_000}[array.type.unit]
+    a long column of ms.
+
+    Raises:
+        ValueError: a time past MAX_TIMESTAMP_MS, naming column `name` and the row
+            (`first_row` is the row number of the batch's first row).
+    """
+    raw = pc.fill_null(array.cast(pa.int64()), 0).to_numpy()  # a timestamp: in its own unit
+    unit = array.type.unit if pa.types.is_timestamp(array.type) else "ms"
+    if unit in ("s", "ms"):  # microseconds and nanoseconds cannot be that late
+        per_ms = 1000 if unit == "s" else 1
+        over = raw > MAX_TIMESTAMP_MS // per_ms
+        if over.any():
+            k = int(np.argmax(over))
+            raise ValueError(
+                f"column {name}, row {first_row + k}: timestamp {int(raw[k]) * per_ms} ms is past the latest a "
+                f"record may carry ({MAX_TIMESTAMP_MS} ms since the epoch: Spark's timestamps are microseconds in "
+                "a long)"
+            )
+        millis = raw * per_ms
+    else:
+        millis = raw // {"us": 1000, "ns": 1_000_000}[unit]
     millis = np.ascontiguousarray(millis, dtype=np.int64)
     if array.null_count:
         millis[np.asarray(array.is_null())] = now
     return millis
 
 
-def _headers_of(pairs: Any) -> list[tuple[str, bytes]]:
-    hs = [(h["key"], h["value"] if h["value"] is not None else b"") for h in pairs or ()]
-    if any(name is None for name, _ in hs):
-        raise ValueError("a header key must not be null")
-    return hs
+def _header_key(raw: Any, name: str, row: int) -> str:
+    if raw is None:
+        raise ValueError(f"column {name}, row {row}: a header key must not be null")
+    try:
+        return str(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"column {name}, row {row}: header key {raw!r} is not valid UTF-8 ({exc.reason})") from None
 
 
-def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) -> tuple[list[bytes], int]:
+def _headers_of(pairs: Any, name: str, row: int) -> list[tuple[str, bytes]]:
+    """One row's headers from a list of {key: bytes, value: bytes} (keys as raw bytes,
+    so that one that is not UTF-8 is refused here, naming its row).
+
+    Raises:
+        ValueError: a null header, a null or non-UTF-8 key, or a null value.
+    """
+    out: list[tuple[str, bytes]] = []
+    for j, pair in enumerate(pairs or ()):
+        if pair is None:
+            raise ValueError(f"column {name}, row {row}: header {j} is null (give a key and a value)")
+        key = _header_key(pair["key"], name, row)
+        if pair["value"] is None:
+            raise ValueError(
+                f"column {name}, row {row}: header {key!r} has a null value; a record's header value cannot be "
+                "null (Kafka's can): write an empty value or leave the header out"
+            )
+        out.append((key, pair["value"]))
+    return out
+
+
+def _raw_headers(column: Any) -> list[Any]:
+    """The headers column as Python lists, keys as bytes (not decoded by Arrow, which
+    raises a bare UnicodeDecodeError on a key that is not UTF-8)."""
+    pair_type = column.type.value_type
+    raw = {pa.string(): pa.binary(), pa.large_string(): pa.large_binary()}
+    fields = [pa.field(f.name, raw.get(f.type, f.type)) for f in pair_type]
+    return list(column.cast(pa.list_(pa.struct(fields))).to_pylist())
+
+
+def bodies_of_rows(
+    batch: Any, columns: WriteColumns, as_records: bool = False, first_row: int = 0
+) -> tuple[list[bytes], int]:
     """The entry bodies of an Arrow record batch and their magic: the values as plain
     bodies, or record bodies when the write has key/timestamp/headers columns (a null
     key: no key; a null timestamp: now; null headers: none) or `as_records` is set
     (exactly-once writes: the idempotent producer numbers records; a value alone is
     then a record with no key, no headers and the write time). Rows without headers are
-    encoded by the compiled hot path, with no Python work per row.
+    encoded by the compiled hot path, with no Python work per row. `first_row`: the row
+    number of the batch's first row, for error messages.
 
     Raises:
-        ValueError: a null value, a negative timestamp or a field over its limit.
+        ValueError: a null value, a negative or too late timestamp, a bad header (null,
+            a null or non-UTF-8 key, a null value) or a field over its limit.
     """
     values = batch.column(columns.value)
     if values.null_count:
@@ -118,7 +200,7 @@ def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) 
         return values.to_pylist(), MAGIC_NORMAL
     now = now_ms()
     if columns.headers >= 0:
-        return _bodies_with_headers(batch, columns, values, now), MAGIC_RECORD
+        return _bodies_with_headers(batch, columns, values, now, first_row), MAGIC_RECORD
     key_offsets: Any = b""
     keys: Any = b""
     key_valid: Any = b""
@@ -127,18 +209,24 @@ def bodies_of_rows(batch: Any, columns: WriteColumns, as_records: bool = False) 
         key_offsets, keys = _binary_buffers(key_column)
         if key_column.null_count:
             key_valid = np.asarray(key_column.is_valid()).view(np.uint8)
-    stamps: Any = _millis(batch.column(columns.timestamp), now) if columns.timestamp >= 0 else b""
+    stamps: Any = _stamps(batch, columns, now, first_row) if columns.timestamp >= 0 else b""
     bodies = encode_records(n, *_binary_buffers(values), key_offsets, keys, key_valid, stamps, now)
     return bodies, MAGIC_RECORD
 
 
-def _bodies_with_headers(batch: Any, columns: WriteColumns, values: Any, now: int) -> list[bytes]:
+def _stamps(batch: Any, columns: WriteColumns, now: int, first_row: int) -> Any:
+    name = batch.schema.field(columns.timestamp).name
+    return _millis(batch.column(columns.timestamp), now, name, first_row)
+
+
+def _bodies_with_headers(batch: Any, columns: WriteColumns, values: Any, now: int, first_row: int) -> list[bytes]:
     """Record bodies of rows with a headers column (one `encode_record` per row)."""
     n = len(values)
     keys = _binary(batch.column(columns.key)).to_pylist() if columns.key >= 0 else [None] * n
-    stamps = _millis(batch.column(columns.timestamp), now).tolist() if columns.timestamp >= 0 else [now] * n
-    headers = batch.column(columns.headers).to_pylist()
+    stamps = _stamps(batch, columns, now, first_row).tolist() if columns.timestamp >= 0 else [now] * n
+    name = batch.schema.field(columns.headers).name
+    headers = _raw_headers(batch.column(columns.headers))
     return [
-        encode_record(value, key, stamp, _headers_of(pairs))
-        for value, key, stamp, pairs in zip(values.to_pylist(), keys, stamps, headers, strict=True)
+        encode_record(value, key, stamp, _headers_of(pairs, name, first_row + k))
+        for k, (value, key, stamp, pairs) in enumerate(zip(values.to_pylist(), keys, stamps, headers, strict=True))
     ]

@@ -120,7 +120,7 @@ def write_task(
     client = factory(options.target.peers or "", options.target.group, options.rpc_timeout_ms / 1000)
     try:
         if options.exactly_once:
-            chunks = (bodies_of_rows(batch, columns, as_records=True)[0] for batch in rows)
+            chunks = _bodies(rows, columns, ids.partition, as_records=True)
             stamped = cast(StampedClient, client)
             pid, epoch = ids.producer_id(), ids.epoch
             out = send_numbered(stamped, chunks, options.batch_entries, options.batch_bytes, pid, epoch)
@@ -128,11 +128,29 @@ def write_task(
                 out.first, out.last, out.rows, ids.partition, ids.attempt, out.appended, out.runs, exactly_once=True
             )
         magic = MAGIC_RECORD if columns.records else MAGIC_NORMAL
-        bodies = (bodies_of_rows(b, columns)[0] for b in rows)
+        bodies = _bodies(rows, columns, ids.partition, as_records=False)
         done = append_all(client, bodies, options.batch_entries, options.batch_bytes, magic)
         return AppendedMessage(done.first, done.last, done.count, ids.partition, ids.attempt, done.count)
     finally:
         close_client(client)
+
+
+def _bodies(rows: Iterator[Any], columns: WriteColumns, partition: int, as_records: bool) -> Iterator[list[bytes]]:
+    """The bodies of a task's Arrow record batches (`bodies_of_rows`), rows numbered from
+    0 in the partition.
+
+    Raises:
+        ValueError: a row that cannot be written, naming the partition (and the column
+            and row where the encoding knows them); the task fails with it.
+    """
+    first_row = 0
+    for batch in rows:
+        try:
+            bodies = bodies_of_rows(batch, columns, as_records, first_row)[0]
+        except ValueError as exc:
+            raise ValueError(f"dledger write, partition {partition}: {exc}") from None
+        first_row += batch.num_rows
+        yield bodies
 
 
 def _job_epoch() -> int:

@@ -16,9 +16,10 @@ if importlib.util.find_spec("pyarrow") is None:  # as tests/spark/conftest.py: r
 
 import pyarrow as pa
 
+import dledger.entry
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import decode_record, now_ms
-from dledger.spark.records import bodies_of_rows
+from dledger.spark.records import MAX_TIMESTAMP_MS, bodies_of_rows
 from dledger.spark.write_schema import HEADERS_TYPE, write_columns_of
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -36,7 +37,7 @@ def test_record_columns_write_record_bodies() -> None:
             pa.array([b"k", None]),
             pa.array([b"v1", b"v2"]),
             pa.array([when, None], pa.timestamp("us", tz="UTC")),
-            pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": None}], None], HEADERS),
+            pa.array([[{"key": "h", "value": b"1"}, {"key": "h", "value": b""}], None], HEADERS),
         ],
         names=["key", "value", "timestamp", "headers"],
     )
@@ -138,3 +139,49 @@ def test_an_empty_batch_writes_nothing() -> None:
     batch = pa.record_batch([pa.array([], pa.binary()), pa.array([], pa.binary())], names=["value", "key"])
     assert bodies_of_rows(batch, write_columns_of([("value", "binary")])) == ([], MAGIC_NORMAL)
     assert bodies_of_rows(batch, write_columns_of([("value", "binary"), ("key", "binary")])) == ([], MAGIC_RECORD)
+
+
+def _bad_key_headers() -> pa.Array:
+    """Row 0 without headers, row 1 with a header whose key is the byte C3 (not UTF-8)."""
+    keys = pa.Array.from_buffers(
+        pa.string(), 1, [None, pa.py_buffer(bytes([0, 0, 0, 0, 1, 0, 0, 0])), pa.py_buffer(b"\xc3")]
+    )
+    pairs = pa.StructArray.from_arrays([keys, pa.array([b"x"])], fields=list(HEADERS.value_type))
+    return pa.ListArray.from_arrays(pa.array([0, 0, 1], pa.int32()), pairs, type=HEADERS)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        (_bad_key_headers(), r"column headers, row 11: header key b'\\xc3' is not valid UTF-8"),
+        (pa.array([[], [{"key": "a", "value": b"1"}, None]], HEADERS), "column headers, row 11: header 1 is null"),
+        (
+            pa.array([[], [{"key": "trace", "value": None}]], HEADERS),
+            "column headers, row 11: header 'trace' has a null value; a record's header value cannot be null",
+        ),
+    ],
+)
+def test_bad_headers_name_the_column_and_row(headers: pa.Array, message: str) -> None:
+    """A header key that is not UTF-8 (was a bare UnicodeDecodeError), a null header (was
+    a TypeError) and a null header value (was written as an empty value)."""
+    batch = pa.record_batch([pa.array([b"v0", b"v1"]), headers], names=["value", "headers"])
+    columns = write_columns_of([("value", "binary"), ("headers", HEADERS_TYPE)])
+    with pytest.raises(ValueError, match=message):
+        bodies_of_rows(batch, columns, first_row=10)
+
+
+def test_a_long_timestamp_past_what_spark_holds_names_the_column_and_row() -> None:
+    assert MAX_TIMESTAMP_MS == 2**63 // 1000 == getattr(dledger.entry, "MAX_TIMESTAMP_MS", MAX_TIMESTAMP_MS)
+    ok = pa.record_batch([pa.array([b"v"]), pa.array([MAX_TIMESTAMP_MS], pa.int64())], names=["value", "timestamp"])
+    columns = write_columns_of([("value", "binary"), ("timestamp", "bigint")])
+    assert decode_record(bodies_of_rows(ok, columns)[0][0])[0] == MAX_TIMESTAMP_MS
+    for late in (MAX_TIMESTAMP_MS + 1, 10**16, 2**63 - 1):
+        batch = pa.record_batch([pa.array([b"v", b"w"]), pa.array([1, late], pa.int64())], names=["value", "timestamp"])
+        with pytest.raises(ValueError, match=rf"column timestamp, row 6: timestamp {late} ms is past the latest"):
+            bodies_of_rows(batch, columns, first_row=5)
+    seconds = pa.record_batch(
+        [pa.array([b"v"]), pa.array([MAX_TIMESTAMP_MS // 1000 + 1], pa.timestamp("s"))], names=["value", "timestamp"]
+    )
+    # not wrapped around by the conversion to ms
+    with pytest.raises(ValueError, match="column timestamp, row 0: timestamp 9223372036855000 ms is past"):
+        bodies_of_rows(seconds, write_columns_of([("value", "binary"), ("timestamp", "timestamp")]))
