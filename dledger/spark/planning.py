@@ -180,6 +180,36 @@ def next_end(start: int, latest: int, max_rows: int | None, target: int | None) 
     return max(start, end)
 
 
+def behind_checkpoint(start: int, latest: int, fail_on_data_loss: bool) -> int:
+    """The end of a stream's next micro-batch when the log now ends before the stream's
+    position (`latest`, committed + 1, below the checkpointed `start`): the log was
+    replaced, or restored from an older copy, since the checkpoint was written. Kafka's
+    "offset was changed from X to Y, some data may have been missed": with
+    `fail_on_data_loss` false the stream goes on from the log's end, `latest` (an empty
+    micro-batch moves it there; entries below it in a new log are not read), with a
+    WARNING log line.
+
+    Raises:
+        DataLossError: when `fail_on_data_loss` is true.
+    """
+    if fail_on_data_loss:
+        raise DataLossError(
+            f"the stream's checkpoint is at index {start} but the log now ends at committed index {latest - 1}: "
+            "it was replaced, or restored from an older copy, since the checkpoint was written, and entries may "
+            f"have been missed; set failOnDataLoss=false to go on from its end (index {latest}), or use a new "
+            "checkpointLocation to read it again from the start"
+        )
+    log.warning(
+        "the stream's checkpoint is at index %d but the log now ends at committed index %d (replaced, or "
+        "restored from an older copy): some data may have been missed; failOnDataLoss=false: going on from "
+        "index %d",
+        start,
+        latest - 1,
+        latest,
+    )
+    return latest
+
+
 def admit(available: int, min_rows: int | None, waited_ms: float, max_delay_ms: int) -> bool:
     """Admission control (Kafka's `minOffsetsPerTrigger` / `maxTriggerDelay`): may a
     micro-batch of `available` entries start, `waited_ms` after the last one did?

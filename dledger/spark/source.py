@@ -60,6 +60,7 @@ from dledger.spark.planning import (
     IndexRange,
     LogBounds,
     admit,
+    behind_checkpoint,
     check_data_loss,
     make_offset,
     next_end,
@@ -224,6 +225,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client: LedgerClient | None = None  # driver side only, created lazily
         self._last_trigger = self.clock()
         self._planned_end: int | None = None
+        self._initial: int | None = None  # the start initialOffset gave (may wait past the end)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -268,15 +270,20 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """startingIndex resolved: earliest, latest (default) or a number; or the first
         record at or after startingTimestamp (committed + 1 when none is)."""
+        offset = make_offset(self.group, self._initial_index())
+        self._initial = offset["index"]
+        return offset
+
+    def _initial_index(self) -> int:
         starting_timestamp = self.plan.options.starting_timestamp
         if starting_timestamp is None:
-            return make_offset(self.group, resolve_start(self.plan.options.starting, self._bounds()))
+            return resolve_start(self.plan.options.starting, self._bounds())
         if self.plan.node_dir is not None:
             with open_store(self.plan.node_dir_path) as store:
-                return make_offset(self.group, search_store(store, starting_timestamp).index)
+                return search_store(store, starting_timestamp).index
         view = self._view()
         assert self._client is not None
-        return make_offset(self.group, index_at_time(self._client, view, starting_timestamp))
+        return index_at_time(self._client, view, starting_timestamp)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """maxEntriesPerTrigger as ReadMaxRows, else everything available."""
@@ -289,9 +296,14 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next micro-batch (committed + 1, capped by the limit), or
-        `start` while admission control holds the batch back."""
+        `start` while admission control holds the batch back. A log that now ends before a
+        checkpointed `start` is data loss (`behind_checkpoint`); a new stream's
+        startingIndex past the end waits for the log to get there."""
         first = offset_index(start, self.group)
         latest = self._latest()
+        if latest < first and first != self._initial:
+            self._planned_end = behind_checkpoint(first, latest, self.plan.options.fail_on_data_loss)
+            return make_offset(self.group, latest)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(first, latest, max_rows, self._target)
         min_rows = None if self._target is not None else self.plan.options.min_entries_per_trigger
