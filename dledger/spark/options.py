@@ -7,12 +7,23 @@ case-insensitive (Spark lower-cases them); values are strings, as Spark passes t
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dledger.config import MAX_BODIES_PER_APPEND
+from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND
+from dledger.spark.option_values import (
+    MAX_ABORT_WAIT_MS,
+    MAX_FETCH_BYTES,
+    MAX_FETCH_ENTRIES,
+    MAX_PARTITIONS,
+    MAX_TIMEOUT_MS,
+    check_known,
+    index_option,
+    parse_bool,
+    parse_duration_ms,
+    parse_int,
+)
 from dledger.spark.target import TARGET_OPTIONS, OptionError, Target, lower_keys, parse_target
 
 COLUMNS: dict[str, str] = {
@@ -75,8 +86,6 @@ Start = int | Literal["earliest", "latest"]
 
 # -- option tables (name as users write it, lower-cased key Spark passes)
 
-SPARK_OPTIONS = ("checkpointLocation",)
-"""Options Spark itself passes to a source or sink (accepted, not used)."""
 READ_OPTIONS = (
     "startingIndex",
     "endingIndex",
@@ -182,68 +191,17 @@ class WriteOptions:
 # -- helpers
 
 
-def _check_known(opts: Mapping[str, str], allowed: Sequence[str], what: str) -> None:
-    names = {name.lower(): name for name in (*allowed, *SPARK_OPTIONS)}
-    unknown = sorted(k for k in opts if k not in names)
-    if unknown:
-        raise OptionError(
-            f"unknown option(s) for a dledger {what}: {', '.join(unknown)}; valid options: {', '.join(allowed)}"
-        )
-
-
-def parse_int(opts: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int | None = None) -> int:
-    """Integer option `name` (minimum..maximum), or `default` when absent."""
-    raw = opts.get(name.lower())
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise OptionError(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise OptionError(f"option {name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise OptionError(f"option {name} must be <= {maximum} (a member's limit per request), got {value}")
-    return value
-
-
-_DURATION_UNITS_MS = {
-    "ms": 1,
-    "s": 1000,
-    "sec": 1000,
-    "second": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "minute": 60_000,
-    "h": 3_600_000,
-    "hour": 3_600_000,
-    "d": 86_400_000,
-    "day": 86_400_000,
-}
-_DURATION = re.compile(r"^(\d+)\s*([a-z]*)$")
-
-
-def parse_duration_ms(opts: Mapping[str, str], name: str, default: int) -> int:
-    """A duration option (`15m`, `30s`, `500ms`, `2 minutes`, `1h`; a bare number is
-    milliseconds) in ms, at least 1, or `default` when absent."""
-    raw = opts.get(name.lower())
-    if raw is None or raw.strip() == "":
-        return default
-    match = _DURATION.match(raw.strip().lower())
-    unit = match.group(2) or "ms" if match else ""
-    if unit not in _DURATION_UNITS_MS and unit.endswith("s"):
-        unit = unit[:-1]  # seconds, minutes, hours, days, mins, secs
-    if match is None or unit not in _DURATION_UNITS_MS or int(match.group(1)) < 1:
-        raise OptionError(f"option {name} must be a positive duration such as 15m, 30s or 500ms, got {raw!r}")
-    return int(match.group(1)) * _DURATION_UNITS_MS[unit]
-
-
 def _parse_either(opts: Mapping[str, str], names: Sequence[str]) -> int | None:
     """An integer option that has an alias (ours and Kafka's name), None when absent."""
     given = [name for name in names if name.lower() in opts]
     if len(given) > 1:
         raise OptionError(f"options {' and '.join(given)} mean the same: give one")
     return parse_int(opts, given[0], 0) if given else None
+
+
+def _check_read_names(opts: Mapping[str, str]) -> None:
+    """At load(), before the mode is known: names valid for a batch read or a stream."""
+    check_known(opts, TARGET_OPTIONS + READ_OPTIONS, "read", STREAM_OPTIONS)
 
 
 def check_options_at_load(options: Mapping[str, str]) -> None:
@@ -262,24 +220,14 @@ def check_options_at_load(options: Mapping[str, str]) -> None:
         raise OptionError(
             f"option {ending_given[0]} is for batch reads and {stream_given[0]} for streams: a read cannot have both"
         )
+    _check_read_names(opts)
     parse_read_options(opts, streaming=not ending_given)
-
-
-def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    """Boolean option `name` ("true"/"false", any case), or `default` when absent."""
-    raw = opts.get(name.lower())
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise OptionError(f"option {name} must be true or false, got {raw!r}")
-    return value == "true"
 
 
 def parse_start(raw: str | None, streaming: bool) -> Start:
     """`startingIndex`: "earliest", "latest" (streaming only) or a non-negative number.
     Defaults: earliest for batch reads, latest for streams (as Kafka's startingOffsets)."""
-    if raw is None or raw.strip() == "":
+    if raw is None:
         return "latest" if streaming else "earliest"
     value = raw.strip().lower()
     if value == "earliest":
@@ -288,26 +236,14 @@ def parse_start(raw: str | None, streaming: bool) -> Start:
         if not streaming:
             raise OptionError("startingIndex=latest is for streaming reads only (a batch read would be empty)")
         return "latest"
-    try:
-        index = int(value)
-    except ValueError:
-        raise OptionError(f"option startingIndex must be earliest, latest or an index, got {raw!r}") from None
-    if index < 0:
-        raise OptionError(f"option startingIndex must be >= 0, got {index}")
-    return index
+    return index_option("startingIndex", raw, "earliest, latest or an index")
 
 
 def parse_end(raw: str | None) -> int | Literal["latest"]:
     """`endingIndex` (batch only, exclusive): "latest" (default) or a non-negative number."""
-    if raw is None or raw.strip() == "" or raw.strip().lower() == "latest":
+    if raw is None or raw.strip().lower() == "latest":
         return "latest"
-    try:
-        index = int(raw.strip())
-    except ValueError:
-        raise OptionError(f"option endingIndex must be latest or an index, got {raw!r}") from None
-    if index < 0:
-        raise OptionError(f"option endingIndex must be >= 0, got {index}")
-    return index
+    return index_option("endingIndex", raw, "latest or an index")
 
 
 def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
@@ -330,9 +266,9 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         for name in BATCH_ONLY_OPTIONS:
             if name.lower() in opts:
                 raise OptionError(f"option {name} is for batch reads only (a stream has no end)")
-    _check_known(opts, allowed, "stream" if streaming else "read")
+    check_known(opts, allowed, "stream" if streaming else "read")
     target = parse_target(opts)
-    read_from = opts.get("readfrom", "any").strip().lower() or "any"
+    read_from = opts.get("readfrom", "any").strip().lower()
     if read_from not in ("leader", "follower", "any"):
         raise OptionError(f"option readFrom must be leader, follower or any, got {opts['readfrom']!r}")
     max_per_trigger = _parse_either(opts, MAX_PER_TRIGGER_OPTIONS)
@@ -343,20 +279,23 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         )
     if "maxtriggerdelay" in opts and min_per_trigger is None:
         raise OptionError("option maxTriggerDelay needs minEntriesPerTrigger (it bounds how long a batch may wait)")
-    min_parts = parse_int(opts, "minPartitions", 0) if "minpartitions" in opts else None
-    return ReadOptions(
+    min_parts = parse_int(opts, "minPartitions", 0, maximum=MAX_PARTITIONS, why="Spark's limit")
+    member = "a member's limit per batch"
+    parsed = ReadOptions(
         target=target,
         starting=parse_start(opts.get("startingindex"), streaming),
         ending=parse_end(opts.get("endingindex")),
         fail_on_data_loss=parse_bool(opts, "failOnDataLoss", True),
-        min_partitions=min_parts,
+        min_partitions=min_parts if "minpartitions" in opts else None,
         max_partition_bytes=parse_int(opts, "maxPartitionBytes", DEFAULT_MAX_PARTITION_BYTES),
         entries_per_partition=parse_int(opts, "entriesPerPartition", DEFAULT_ENTRIES_PER_PARTITION),
         read_from=read_from,  # type: ignore[arg-type]
-        fetch_max_bytes=parse_int(opts, "fetchMaxBytes", DEFAULT_FETCH_MAX_BYTES),
-        fetch_max_entries=parse_int(opts, "fetchMaxEntries", DEFAULT_FETCH_MAX_ENTRIES),
-        rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
-        connect_timeout_ms=parse_int(opts, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
+        fetch_max_bytes=parse_int(opts, "fetchMaxBytes", DEFAULT_FETCH_MAX_BYTES, maximum=MAX_FETCH_BYTES, why=member),
+        fetch_max_entries=parse_int(
+            opts, "fetchMaxEntries", DEFAULT_FETCH_MAX_ENTRIES, maximum=MAX_FETCH_ENTRIES, why=member
+        ),
+        rpc_timeout_ms=_timeout_ms(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        connect_timeout_ms=_timeout_ms(opts, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
         max_entries_per_trigger=max_per_trigger,
         min_entries_per_trigger=min_per_trigger,
         max_trigger_delay_ms=parse_duration_ms(opts, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
@@ -364,6 +303,24 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         starting_timestamp=_parse_timestamp(opts, "startingIndex", "startingTimestamp"),
         ending_timestamp=_parse_timestamp(opts, "endingIndex", "endingTimestamp"),
     )
+    _check_order(parsed)
+    return parsed
+
+
+def _timeout_ms(opts: Mapping[str, str], name: str, default: int) -> int:
+    return parse_int(opts, name, default, maximum=MAX_TIMEOUT_MS, why="the client's longest timeout, 1e6 s")
+
+
+def _check_order(opts: ReadOptions) -> None:
+    """A batch read's end must not come before its start (both indexes, or both times)."""
+    if isinstance(opts.starting, int) and isinstance(opts.ending, int) and opts.ending < opts.starting:
+        raise OptionError(
+            f"option endingIndex ({opts.ending}) is before startingIndex ({opts.starting}): the end is exclusive "
+            "and must be at or after the start"
+        )
+    start, end = opts.starting_timestamp, opts.ending_timestamp
+    if start is not None and end is not None and end < start:
+        raise OptionError(f"option endingTimestamp ({end}) is before startingTimestamp ({start})")
 
 
 def _parse_timestamp(opts: Mapping[str, str], index_name: str, name: str) -> int | None:
@@ -390,7 +347,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool, streaming: 
             "(outputMode('append') for streams)"
         )
     opts = lower_keys(options)
-    _check_known(opts, TARGET_OPTIONS + WRITE_OPTIONS, "write")
+    check_known(opts, TARGET_OPTIONS + WRITE_OPTIONS, "write")
     target = parse_target(opts)
     if not target.is_live:
         raise OptionError(
@@ -398,13 +355,14 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool, streaming: 
             "not a store directory (use dledger.open_log to write a local log)"
         )
     exactly_once = parse_bool(opts, "exactlyOnce", True)
+    member = "a member's limit per request"
     return WriteOptions(
         target=target,
-        batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, maximum=MAX_BODIES_PER_APPEND),
-        batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES),
-        rpc_timeout_ms=parse_int(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, 1, MAX_BODIES_PER_APPEND, member),
+        batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES, maximum=MAX_APPEND_BYTES, why=member),
+        rpc_timeout_ms=_timeout_ms(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
         exactly_once=exactly_once,
-        abort_wait_ms=parse_int(opts, "abortWaitMs", DEFAULT_ABORT_WAIT_MS, minimum=0),
+        abort_wait_ms=parse_int(opts, "abortWaitMs", DEFAULT_ABORT_WAIT_MS, 0, MAX_ABORT_WAIT_MS, "10 minutes"),
         writer_name=_writer_name(opts, exactly_once, streaming),
     )
 
