@@ -18,14 +18,10 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from dledger.columns import ColumnBatch
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.record import encode_record, encode_records, now_ms
+from dledger.record import MAX_TIMESTAMP_MS, encode_record, encode_records, now_ms
 from dledger.spark.write_schema import WriteColumns
 
-MAX_TIMESTAMP_MS = 9_223_372_036_854_775
-"""The latest event time (ms since the epoch) a Spark timestamp can hold: Spark's are int64
-microseconds, so a later millisecond (past the year 294247) has no Spark value. The same
-value as `dledger.record.MAX_TIMESTAMP_MS`, the latest a record may be encoded with (kept
-here too while that limit is being added there)."""
+__all__ = ["MAX_TIMESTAMP_MS", "RECORD_COLUMNS", "bodies_of_rows", "record_array"]
 _INT64_MAX = (1 << 63) - 1
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
