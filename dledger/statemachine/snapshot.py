@@ -31,14 +31,13 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.statemachine.snapshot_files import (
     DATA_FILE,
     INSTALL_TMP_DIR,
-    META_FILE,
     SNAPSHOT_DIR,
     TMP_DIR,
     DamagedSnapshotError,
     Snapshot,
-    SnapshotMeta,
     file_ops,
     publish,
+    read_meta,
     remove_tree,
     snapshot_index,
     verify,
@@ -234,7 +233,7 @@ class SnapshotStore:
         directory = self.root / f"snapshot_{index}"
         seen = _file_identity(directory / DATA_FILE)
         if seen is not None and self._checked.get(index) == seen:
-            return Snapshot(directory, SnapshotMeta.from_json((directory / META_FILE).read_bytes()))
+            return Snapshot(directory, read_meta(directory))
         snapshot = verify(directory, index)
         if seen is not None:
             self._checked[index] = seen

@@ -19,6 +19,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,14 +119,62 @@ def _meta_crc(fields: dict[str, Any]) -> int:
 
 def data_checksum(path: Path) -> tuple[int, int]:
     """(CRC-32, size) of a file, read in 1 MiB pieces."""
+    with open(path, "rb", buffering=0) as fh:
+        return _checksum(fh)
+
+
+def _checksum(fh: io.RawIOBase) -> tuple[int, int]:
     crc, size = 0, 0
     buffer = bytearray(_READ_CHUNK)
     view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as fh:
-        while n := fh.readinto(buffer):
-            crc = crc32(view[:n], crc)
-            size += n
+    while n := fh.readinto(buffer):
+        crc = crc32(view[:n], crc)
+        size += n
     return crc, size
+
+
+def open_regular(path: Path) -> io.FileIO:
+    """`path` open for reading, refused unless it is a regular file (after symlinks).
+
+    The file is opened with O_NONBLOCK and checked with fstat before anything is read:
+    a FIFO, a socket or a device in a snapshot's place never blocks the caller.
+
+    Raises:
+        DamagedSnapshotError: it exists but is not a regular file.
+        OSError: it cannot be opened (FileNotFoundError when missing).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise DamagedSnapshotError(f"{path.name} is not a regular file ({_file_kind(mode)})")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return io.FileIO(fd, "rb", closefd=True)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
+def read_meta(directory: Path) -> SnapshotMeta:
+    """Parse `directory/snapshot_meta`, read only when it is a regular file.
+
+    Raises:
+        DamagedSnapshotError: missing, not a regular file, or not a valid meta.
+        OSError: it cannot be read.
+    """
+    try:
+        with open_regular(directory / META_FILE) as fh:
+            raw = fh.readall()
+    except FileNotFoundError:
+        raise DamagedSnapshotError(f"no {META_FILE}") from None
+    return SnapshotMeta.from_json(raw)
 
 
 def drop_cached(fd: int, start: int, end: int) -> None:
@@ -226,27 +275,23 @@ def snapshot_index(name: str) -> int | None:
 
 def verify(directory: Path, index: int) -> Snapshot:
     """Check a `snapshot_<index>` directory: meta parses, names `index`, and `data`
-    matches its checksum (or, for a Java meta, exists).
+    matches its checksum (or, for a Java meta, exists). Either file being something else
+    than a regular file (a FIFO, a directory, a device) is damage: it is never read.
 
     Raises:
         DamagedSnapshotError: why it must not be loaded.
     """
-    try:
-        raw = (directory / META_FILE).read_bytes()
-    except FileNotFoundError:
-        raise DamagedSnapshotError(f"no {META_FILE}") from None
-    meta = SnapshotMeta.from_json(raw)
+    meta = read_meta(directory)
     if meta.last_included_index != index:
         raise DamagedSnapshotError(f"{META_FILE} says lastIncludedIndex {meta.last_included_index}")
-    data = directory / DATA_FILE
     try:
-        if not meta.verified:
-            if not data.is_file():
-                raise FileNotFoundError(data)
-            return Snapshot(directory, meta)
-        if data.stat().st_size != meta.size:
-            raise DamagedSnapshotError(f"{DATA_FILE} has {data.stat().st_size} bytes, {META_FILE} says {meta.size}")
-        crc, _size = data_checksum(data)
+        with open_regular(directory / DATA_FILE) as fh:
+            if not meta.verified:
+                return Snapshot(directory, meta)
+            size = os.fstat(fh.fileno()).st_size
+            if size != meta.size:
+                raise DamagedSnapshotError(f"{DATA_FILE} has {size} bytes, {META_FILE} says {meta.size}")
+            crc, _size = _checksum(fh)
     except FileNotFoundError:
         raise DamagedSnapshotError(f"no {DATA_FILE}") from None
     if crc != meta.crc32:
