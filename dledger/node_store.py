@@ -15,6 +15,7 @@ from dledger.node_status import NodeStatus
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore, TermStore
+from dledger.store.layout import holds_store
 from dledger.store.membership import (
     NodeIdentity,
     RejoinMarker,
@@ -51,8 +52,17 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
         return MemoryLogStore()
     cfg = config.store
     as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
+    log_lost = _log_lost(Path(config.default_path))
     store = MmapLogStore(config.default_path, as_sync, repair=repair)
     store.appends_wait = cfg.flush_mode == "sync"
+    if log_lost:
+        write_rejoin(store.node_dir, RejoinMarker(-1, "its log is gone (no data, index or checkpoint): it catches up"))
+        log.warning(
+            "%s: the store has this member's identity but no log (its data, index and checkpoint are gone): "
+            "it holds its vote until a leader brought it back (if every member lost its log, remove their "
+            "identity files to found the group anew)",
+            config.self_id,
+        )
     marker = mark_repaired(store, "repaired: a damaged tail was cut") if repair else None
     if marker is not None:
         log.warning(
@@ -63,6 +73,15 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
             marker.catch_up_index,
         )
     return store
+
+
+def _log_lost(node_dir: Path) -> bool:
+    """Whether the store in `node_dir` lost its log but kept the member's identity: an
+    identity is written once a member started, and a store writes its checkpoint when
+    it is made, so no data, index or checkpoint beside an identity means they were lost
+    (a wiped data directory, a restore without them): the member may have acknowledged
+    entries it no longer holds, and must catch up before its vote counts again."""
+    return load_identity(node_dir) is not None and load_rejoin(node_dir) is None and not holds_store(node_dir)
 
 
 @dataclass(slots=True)

@@ -186,13 +186,18 @@ class Recovery:
             self._drop_all_blank_first_segments()
         table = data.table
         if table.count == 0:
-            if 0 <= self.committed_index <= self.checkpoint_end_index:
+            lost = 0 <= self.committed_index <= self.checkpoint_end_index
+            if lost and not self.may_cut_committed:
                 raise CorruptStoreError(
                     str(data.directory), 0, f"no data segments, but entries up to {self.committed_index} are committed"
                 )
             if not index.read_only:
                 index.drop_all()
             core._set_state(-1, -1, -1, 0)
+            if lost:  # repair: the log is gone, the member catches up (a rejoin)
+                log.warning("repair: no data segments: committed entries up to %d are lost here", self.committed_index)
+                self.cut_committed = True
+                return RecoveryReport(-1, -1, -1, 0, impl.STOP_NO_SEGMENT, str(data.directory), 0, -1)
             return RecoveryReport(-1, -1, -1, 0, impl.STOP_END, "", -1, -1)
         k = self._start_segment()
         start = table.first_offset + k * table.file_size
