@@ -119,9 +119,7 @@ class _StatusCollector(Collector):
             family.add_metric(values, value)
             return family
 
-        yield gauge(
-            "dledger_entries_count", "entries in the local log (end - begin + 1)", s.end_index - s.begin_index + 1
-        )
+        yield gauge("dledger_entries_count", "entries in the local log (end - begin + 1; 0 when empty)", _entries(s))
         yield gauge("dledger_role", "0 candidate, 1 follower, 2 leader", ROLE_CODES.get(s.role, -1))
         yield gauge("dledger_term", "current term", s.term)
         yield gauge("dledger_committed_index", "committed index known here", s.committed_index)
@@ -136,6 +134,14 @@ class _StatusCollector(Collector):
         for peer, match in s.peer_match.items():
             lag.add_metric([*values, peer], s.end_index - match)
         yield lag
+
+
+def _entries(status: NodeStatus) -> int:
+    """How many entries the local log holds: none when it is empty (begin -1), whether
+    fresh (end -1) or compacted to its end (end at the last entry dropped)."""
+    if status.begin_index < 0 or status.end_index < status.begin_index:
+        return 0
+    return status.end_index - status.begin_index + 1
 
 
 class _CertificateCollector(Collector):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 
 from dledger.metrics import NodeMetrics
+from dledger.node_status import NodeStatus
 
 
 def test_replicate_observations_go_to_each_peers_own_series() -> None:
@@ -20,3 +22,17 @@ def test_replicate_observations_go_to_each_peers_own_series() -> None:
     assert f"dledger_replicate_entry_batch_count_sum{{{n1}}} 3.0" in text
     assert f"dledger_replicate_entry_latency_count{{{n2}}} 1.0" in text
     assert f"dledger_replicate_entry_batch_count_sum{{{n2}}} 5.0" in text
+
+
+@pytest.mark.parametrize(
+    ("begin", "end", "count"),
+    [(-1, -1, 0), (-1, 12292, 0), (0, 0, 1), (0, 41, 42), (12293, 12300, 8)],
+)
+def test_entries_count_is_zero_for_an_empty_log(begin: int, end: int, count: int) -> None:
+    """A fresh log (begin -1, end -1) and one compacted to its end (begin -1, end at the
+    last entry dropped) hold no entry."""
+    metrics = NodeMetrics("g", "n0")
+    status = NodeStatus("g", "n0", "FOLLOWER", 3, None, {}, begin, end, 3 if end >= 0 else -1, end, end)
+    metrics.watch(lambda: status)
+    text = generate_latest(metrics.registry).decode()
+    assert f'dledger_entries_count{{group="g",self_id="n0"}} {float(count)}' in text
