@@ -23,15 +23,16 @@ def resolve_factory(name: str) -> Callable[[], Any]:
 
     Raises:
         ConfigError: a malformed or unknown name, a module that cannot be imported (any
-            exception while importing it), or no callable of that name in it.
+            exception while importing it, SystemExit included; KeyboardInterrupt goes
+            through), or no callable of that name in it.
     """
     check_state_machine_name(name)
     target = BUILTIN.get(name, name)
     module_name, _, attribute = target.partition(":")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise ConfigError(f"state machine {name!r}: cannot import {module_name}: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise ConfigError(f"state machine {name!r}: cannot import {module_name}: {_describe(exc)}") from None
     factory: Any = module
     for part in attribute.split("."):
         factory = getattr(factory, part, None)
@@ -44,17 +45,25 @@ def load_state_machine(name: str) -> StateMachine:
     """A new state machine from NAME (`kv` or `package.module:factory`).
 
     Raises:
-        ConfigError: see `resolve_factory`; also a factory that raised, or returned
-            something without `on_apply`.
+        ConfigError: see `resolve_factory`; also a factory that raised (SystemExit
+            included), or returned something without `on_apply`.
     """
     factory = resolve_factory(name)
     try:
         machine = factory()
-    except Exception as exc:
-        raise ConfigError(f"state machine {name!r}: the factory failed: {type(exc).__name__}: {exc}") from None
+    except (Exception, SystemExit) as exc:
+        raise ConfigError(f"state machine {name!r}: the factory failed: {_describe(exc)}") from None
     if not isinstance(machine, StateMachine):
         raise ConfigError(f"state machine {name!r}: the factory returned {type(machine).__name__}, without on_apply")
     return machine
+
+
+def _describe(exc: BaseException) -> str:
+    """What went wrong, for the error line: a `sys.exit()` in user code is named as one
+    (not let through: it would end the server with its status and no message)."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 __all__ = ["BUILTIN", "load_state_machine", "resolve_factory"]

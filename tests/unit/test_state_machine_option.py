@@ -37,6 +37,16 @@ def not_a_machine():
     return 42
 
 not_callable = 7
+
+def exiting():
+    raise SystemExit(0)
+
+def exiting_bare():
+    import sys
+    sys.exit()
+
+def interrupted():
+    raise KeyboardInterrupt
 """
 
 
@@ -44,8 +54,9 @@ not_callable = 7
 def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "user_machines.py").write_text(USER_MODULE)
     (tmp_path / "bad_import.py").write_text("raise ImportError('a dependency is missing')\n")
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("user_machines", "bad_import"):
+    for name in ("user_machines", "bad_import", "exits_on_import"):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
@@ -71,12 +82,34 @@ def test_kv_and_user_factories_load(user_modules: None) -> None:
         ("user_machines:not_callable", "has no callable not_callable"),
         ("user_machines:broken", "the factory failed: RuntimeError: no database"),
         ("user_machines:not_a_machine", "the factory returned int, without on_apply"),
+        ("user_machines:exiting", "the factory failed: it called sys.exit(0)"),
+        ("user_machines:exiting_bare", "the factory failed: it called sys.exit(None)"),
+        ("exits_on_import:make", "cannot import exits_on_import: it called sys.exit(3)"),
     ],
 )
 def test_bad_names_are_config_errors(user_modules: None, name: str, message: str) -> None:
     with pytest.raises(ConfigError, match="state machine") as info:
         load_state_machine(name)
     assert message in str(info.value)
+
+
+def test_a_keyboard_interrupt_in_the_factory_goes_through(user_modules: None) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        load_state_machine("user_machines:interrupted")
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("user_machines:exiting", "it called sys.exit(0)"), ("exits_on_import:make", "it called sys.exit(3)")],
+)
+def test_a_machine_calling_sys_exit_is_a_one_line_usage_error(
+    user_modules: None, started: list[dict[str, Any]], name: str, message: str
+) -> None:
+    """Not a silent exit with the status the user code chose (0 looked like success)."""
+    result = CliRunner().invoke(main, ["server", "--state-machine", name])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1 and message in result.stderr
+    assert started == []
 
 
 def test_the_config_checks_the_form_of_the_name() -> None:
