@@ -178,6 +178,24 @@ class Recovery:
             else:
                 return
 
+    def _no_data(self) -> RecoveryReport:
+        """A store without data segments: empty, or (repair only) a log whose data is
+        gone although its checkpoint says entries were committed (the member rejoins)."""
+        data, index = self.data, self.index
+        lost = 0 <= self.committed_index <= self.checkpoint_end_index
+        if lost and not self.may_cut_committed:
+            raise CorruptStoreError(
+                str(data.directory), 0, f"no data segments, but entries up to {self.committed_index} are committed"
+            )
+        if not index.read_only:
+            index.drop_all()
+        self.core._set_state(-1, -1, -1, 0)
+        if lost:
+            log.warning("repair: no data segments: committed entries up to %d are lost here", self.committed_index)
+            self.cut_committed = True
+            return RecoveryReport(-1, -1, -1, 0, impl.STOP_NO_SEGMENT, str(data.directory), 0, -1)
+        return RecoveryReport(-1, -1, -1, 0, impl.STOP_END, "", -1, -1)
+
     def run(self) -> RecoveryReport:
         """Recover and set the core's state; returns what was found."""
         core = self.core
@@ -186,19 +204,7 @@ class Recovery:
             self._drop_all_blank_first_segments()
         table = data.table
         if table.count == 0:
-            lost = 0 <= self.committed_index <= self.checkpoint_end_index
-            if lost and not self.may_cut_committed:
-                raise CorruptStoreError(
-                    str(data.directory), 0, f"no data segments, but entries up to {self.committed_index} are committed"
-                )
-            if not index.read_only:
-                index.drop_all()
-            core._set_state(-1, -1, -1, 0)
-            if lost:  # repair: the log is gone, the member catches up (a rejoin)
-                log.warning("repair: no data segments: committed entries up to %d are lost here", self.committed_index)
-                self.cut_committed = True
-                return RecoveryReport(-1, -1, -1, 0, impl.STOP_NO_SEGMENT, str(data.directory), 0, -1)
-            return RecoveryReport(-1, -1, -1, 0, impl.STOP_END, "", -1, -1)
+            return self._no_data()
         k = self._start_segment()
         start = table.first_offset + k * table.file_size
         if self._head_blank_is_damaged():
