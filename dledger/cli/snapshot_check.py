@@ -14,11 +14,11 @@ from dledger.statemachine.snapshot_files import (
     SNAPSHOT_DIR,
     TMP_DIR,
     DamagedSnapshotError,
+    open_regular,
     snapshot_index,
     verify,
 )
-from dledger.store import kvfile
-from dledger.store.layout import RESET_FILE
+from dledger.store import RESET_FILE
 
 
 @dataclass
@@ -117,8 +117,23 @@ def _first_live(node: Path, begin_index: int | None, end_index: int | None) -> i
         return begin_index
     if end_index is not None:
         return end_index + 1
-    before_begin = kvfile.read_int(kvfile.read(node / RESET_FILE), "beforeBeginIndex", -1)
-    return before_begin + 1 if before_begin >= 0 else None
+    before_begin = _reset_before_begin(node)
+    return before_begin + 1 if before_begin is not None and before_begin >= 0 else None
+
+
+def _reset_before_begin(node: Path) -> int | None:
+    """`beforeBeginIndex` of the node's `reset` file (the last prefix reset), None when
+    there is none or it cannot be read (only a regular file is read, never blocking)."""
+    try:
+        with open_regular(node / RESET_FILE) as fh:
+            text = fh.read(4096) or b""
+    except (OSError, DamagedSnapshotError):
+        return None
+    for line in text.decode("ascii", "replace").splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "beforeBeginIndex" and value.strip().isdigit():
+            return int(value.strip())
+    return None
 
 
 def _check_coverage(node: Path, first_live: int | None, found: SnapshotFindings, taken: bool) -> None:
