@@ -7,7 +7,11 @@
   index); `on_snapshot_save(writer)` then runs on the manager's snapshot thread while
   apply goes on, and the snapshot is committed under that index and term (retention
   of `max_reserved` snapshots is the store's). A failing capture or save drops that
-  snapshot, is logged and counted in `failures`; apply continues. After a committed
+  snapshot, is counted in `failures` and apply continues; the next attempt waits
+  (`RETRY_FIRST_MS`, doubling up to `RETRY_MAX_MS` while they keep failing: a snapshot
+  directory that cannot be written is not retried after every batch). The first failure
+  of a run is logged with its traceback, each retry that fails again with one line.
+  After a committed
   snapshot `on_saved(index, term)` runs on the snapshot thread (the node compacts its
   log there).
 - Load (`load_newest`, before the first apply): the newest snapshot that verifies and
@@ -31,6 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
+from dledger.clock import Clock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.statemachine.caller import SnapshottingStateMachine
 from dledger.statemachine.snapshot import SnapshotStore
@@ -40,6 +45,10 @@ log = logging.getLogger(__name__)
 
 COMPANION_MAGIC = b"DLCOMP01"
 _LENGTH = struct.Struct(">I")
+RETRY_FIRST_MS = 1_000
+"""After a failed capture or save, no new attempt for this long..."""
+RETRY_MAX_MS = 60_000
+"""...doubled after each further failure, up to this."""
 
 
 class SnapshotCompanion(Protocol):
@@ -76,6 +85,8 @@ class SnapshotManager:
         on_saved: called with (index, term) on the snapshot thread after each committed
             snapshot (compaction); its exceptions are logged.
         companion: state the snapshots carry beside the machine's.
+        clock: what the retry delay after a failure is measured with (a monotonic
+            clock by default).
     """
 
     def __init__(
@@ -85,8 +96,10 @@ class SnapshotManager:
         threshold: int,
         on_saved: Callable[[int, int], None] | None = None,
         companion: SnapshotCompanion | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
         self.companion = companion
         self.machine = machine
         self.threshold = threshold
@@ -96,6 +109,9 @@ class SnapshotManager:
         self.last_term = -1
         self.failures = 0
         """Snapshots dropped because a capture, a save or a commit failed."""
+        self.failing = 0
+        """Attempts that failed in a row (0 once one succeeds)."""
+        self._retry_at_ms: int | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -112,12 +128,14 @@ class SnapshotManager:
         """The apply thread's hook after each batch: capture and start a save when due."""
         if self._stopped or applied_index - self.last_index < self.threshold or self.saving:
             return
+        retry_at = self._retry_at_ms
+        if retry_at is not None and self.clock.now_ms() < retry_at:
+            return
         try:
             self.machine.on_snapshot_capture()
             image = self.companion.capture(applied_index) if self.companion is not None else None
-        except Exception:
-            self.failures += 1
-            log.exception("snapshot capture at index %d failed; snapshot dropped", applied_index)
+        except Exception as exc:
+            self._failed(f"snapshot capture at index {applied_index} failed; snapshot dropped", exc)
             return
         thread = threading.Thread(
             target=self._save, args=(applied_index, applied_term, image), name="dledger-snapshot-save", daemon=True
@@ -129,20 +147,19 @@ class SnapshotManager:
     def _save(self, index: int, term: int, image: bytes | None = None) -> None:
         try:
             writer = self.store.begin_save()
-        except Exception:
-            self.failures += 1
-            log.exception("cannot begin snapshot %d; snapshot dropped", index)
+        except Exception as exc:
+            self._failed(f"cannot begin snapshot {index}; snapshot dropped", exc)
             return
         try:
             if image is not None:
                 writer.write(COMPANION_MAGIC + _LENGTH.pack(len(image)) + image)
             self.machine.on_snapshot_save(writer)
             snapshot = writer.commit(index, term)
-        except Exception:
+        except Exception as exc:
             writer.abort()
-            self.failures += 1
-            log.exception("saving snapshot %d failed; snapshot dropped, the newest good one stays", index)
+            self._failed(f"saving snapshot {index} failed; snapshot dropped, the newest good one stays", exc)
             return
+        self._succeeded()
         self.note(snapshot.index, snapshot.term)
         log.info("snapshot %d (term %d) saved: %s", index, term, snapshot.path)
         if self.on_saved is not None:
@@ -150,6 +167,33 @@ class SnapshotManager:
                 self.on_saved(index, term)
             except Exception:
                 log.exception("after snapshot %d", index)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Count a failed attempt, log it (its traceback only for the first of a run)
+        and put the next one off (`RETRY_FIRST_MS`, doubling up to `RETRY_MAX_MS`)."""
+        with self._lock:
+            self.failures += 1
+            self.failing += 1
+            delay_ms = min(RETRY_FIRST_MS << min(self.failing - 1, 16), RETRY_MAX_MS)
+            self._retry_at_ms = self.clock.now_ms() + delay_ms
+            failing = self.failing
+        if failing == 1:
+            log.error("%s (next try in %.0f s)", what, delay_ms / 1000, exc_info=exc)
+        else:
+            log.warning(
+                "%s: %s: %s (%d failures in a row; next try in %.0f s)",
+                what,
+                type(exc).__name__,
+                exc,
+                failing,
+                delay_ms / 1000,
+            )
+
+    def _succeeded(self) -> None:
+        with self._lock:
+            failing, self.failing, self._retry_at_ms = self.failing, 0, None
+        if failing:
+            log.info("snapshot saved again after %d failed attempts", failing)
 
     def note(self, index: int, term: int) -> None:
         """Record a snapshot at (index, term) as the newest (taken, loaded or installed)."""

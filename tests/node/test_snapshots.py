@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.node import DLedgerNode
 from dledger.statemachine.snapshot_files import DATA_FILE, META_FILE, SnapshotMeta
@@ -175,6 +176,7 @@ def test_failing_save_is_dropped_and_apply_goes_on(cluster_factory: Callable[...
     assert not (node_dir(cluster, "n0") / "snapshot" / "tmp").exists()
     assert node.store.begin_index == 0  # nothing compacted
     sm.fail_save = False
+    manager.clock = ManualClock(1 << 62)  # the retry delay after a failure has passed (it is 1 s)
     append_values(node, range(25, 50))
     wait_until(lambda: snapshot_dirs(node_dir(cluster, "n0")) != [], what="a snapshot once saves work")
     wait_until(lambda: node.applied_index == node.store.end_index, what="apply")
