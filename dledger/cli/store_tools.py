@@ -313,8 +313,8 @@ def _inspect_snapshots(node: Path, report: Report) -> None:
     """Add what the node's snapshots look like: each one checked against its checksum."""
     from dledger.cli.snapshot_check import inspect_snapshots
 
-    begin = report.facts.get("begin_index")
-    found = inspect_snapshots(node, begin if isinstance(begin, int) else None)
+    begin, end = report.facts.get("begin_index"), report.facts.get("end_index")
+    found = inspect_snapshots(node, *(v if isinstance(v, int) else None for v in (begin, end)))
     report.facts.update(found.summary())
     report.notes += found.notes
     report.problems += found.problems
