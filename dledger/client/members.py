@@ -302,7 +302,7 @@ class Members:
                 if answered_ever:
                     raise DLedgerError(ResponseCode.NOT_LEADER, f"no leader known to {', '.join(answered_ever)}")
                 if refused:
-                    raise _refused(refused, "; others did not answer: " + "; ".join(errors))
+                    raise _refused(refused, "; others did not answer: " + "; ".join(sorted(errors)))
                 raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered: " + "; ".join(errors))
 
     def _probe(self, timeout_s: float) -> tuple[Target | None, list[str], list[str], list[tuple[str, int, str]]]:

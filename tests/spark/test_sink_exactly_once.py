@@ -143,7 +143,7 @@ def test_writer_name_is_checked_when_the_write_is_made() -> None:
     for options, streaming, words in (
         (base, True, "writerName is for batch writes"),
         ({**base, "exactlyOnce": "false"}, False, "producers of exactly-once writes"),
-        ({**base, "writerName": " "}, False, "1 to 256 printable characters"),
+        ({**base, "writerName": " "}, False, "option writerName is empty"),
         ({**base, "writerName": "x" * 257}, False, "1 to 256 printable characters"),
         ({**base, "writerName": "a\nb"}, False, "1 to 256 printable characters"),
     ):
