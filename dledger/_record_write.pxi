@@ -23,7 +23,7 @@ cdef inline Py_ssize_t _put_varint(unsigned char *p, Py_ssize_t v) noexcept nogi
     return i + 1
 
 
-cdef long long _REC_MAX_STAMP = 9223372036854775  # dledger.entry.MAX_TIMESTAMP_MS (ms in an int64 of microseconds)
+cdef long long _REC_MAX_STAMP = MAX_TIMESTAMP_MS  # ms: the most an int64 of microseconds holds
 
 
 cdef inline int _check_timestamp(long long stamp, Py_ssize_t row) except -1:

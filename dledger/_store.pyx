@@ -38,7 +38,7 @@ import errno
 import os
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.entry import Entry, ScanResult
+from dledger.entry import MAX_TIMESTAMP_MS, Entry, ScanResult
 
 COMPILED = True
 dl_crc_init()

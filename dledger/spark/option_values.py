@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from dledger.config_bounds import INT64_MAX
 from dledger.spark.target import TARGET_OPTIONS, OptionError
 
 SPARK_OPTIONS = ("checkpointLocation",)
-"""Options Spark itself passes to a source or sink (accepted, not used)."""
-
-MAX_INT64 = (1 << 63) - 1
-"""The largest index, timestamp or count an option may give (a long, as Spark's and the
+"""Options Spark itself passes to a source or sink (accepted, not used). The largest
+index, timestamp or count an option may give is INT64_MAX (a long, as Spark's and the
 log's)."""
 MAX_FETCH_BYTES = 32 << 20
 """`fetchMaxBytes`: a member's limit per ReadCommitted batch (`ServiceLimits.max_batch_bytes`
@@ -53,7 +52,7 @@ _INTEGER = re.compile(r"-?[0-9]+")
 
 
 def parse_int(
-    opts: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int = MAX_INT64, why: str = ""
+    opts: Mapping[str, str], name: str, default: int, minimum: int = 1, maximum: int = INT64_MAX, why: str = ""
 ) -> int:
     """Integer option `name` (minimum..maximum: plain decimal digits, `why` says where the
     maximum comes from), or `default` when absent."""
@@ -113,10 +112,10 @@ def parse_bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def index_option(name: str, raw: str, what: str) -> int:
-    """An index option's number: decimal digits, 0..MAX_INT64."""
+    """An index option's number: decimal digits, 0..INT64_MAX."""
     if not _INTEGER.fullmatch(raw.strip()):
         raise OptionError(f"option {name} must be {what} (decimal digits), got {raw!r}")
     index = int(raw.strip())
-    if not 0 <= index <= MAX_INT64:
-        raise OptionError(f"option {name} must be >= 0 and <= {MAX_INT64}, got {index}")
+    if not 0 <= index <= INT64_MAX:
+        raise OptionError(f"option {name} must be >= 0 and <= {INT64_MAX}, got {index}")
     return index

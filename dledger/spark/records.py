@@ -17,12 +17,12 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from dledger.columns import ColumnBatch
+from dledger.config_bounds import INT64_MAX
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import MAX_TIMESTAMP_MS, encode_record, encode_records, now_ms
 from dledger.spark.write_schema import WriteColumns
 
 __all__ = ["MAX_TIMESTAMP_MS", "RECORD_COLUMNS", "bodies_of_rows", "record_array"]
-_INT64_MAX = (1 << 63) - 1
 
 RECORD_COLUMNS = ("key", "value", "timestamp", "headers")
 """Columns read from the record fields (`body` is the same data as `value`)."""
@@ -43,7 +43,7 @@ def record_array(batch: ColumnBatch, column: str, arrow_type: Any) -> Any:
     if column == "timestamp":
         per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}.get(arrow_type.unit)
         if per_ms:
-            _check_representable(batch, _INT64_MAX // per_ms, arrow_type.unit)
+            _check_representable(batch, INT64_MAX // per_ms, arrow_type.unit)
         values = cols.timestamps * per_ms if per_ms else cols.timestamps // 1000  # -1 rows are null anyway
         return pa.Array.from_buffers(arrow_type, n, [pa.py_buffer(cols.timestamp_valid), pa.py_buffer(values)])
     if column == "headers":
