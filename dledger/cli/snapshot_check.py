@@ -14,7 +14,6 @@ from dledger.statemachine.snapshot_files import (
     SNAPSHOT_DIR,
     TMP_DIR,
     DamagedSnapshotError,
-    open_regular,
     snapshot_index,
     verify,
 )
@@ -71,7 +70,7 @@ def inspect_snapshots(node: Path, begin_index: int | None = None, end_index: int
             found.problems.append(f"cannot read {root}: {exc.strerror or exc}")
             return found
         taken = _verify_all(root, entries, found)
-    _check_coverage(node, _first_live(node, begin_index, end_index), found, taken)
+    _check_coverage(node, _first_live(begin_index, end_index), found, taken)
     return found
 
 
@@ -110,30 +109,12 @@ def _verify_all(root: Path, entries: list[os.DirEntry[str]], found: SnapshotFind
     return taken
 
 
-def _first_live(node: Path, begin_index: int | None, end_index: int | None) -> int | None:
+def _first_live(begin_index: int | None, end_index: int | None) -> int | None:
     """The log's first live index as a starting member computes it (an empty log: after
     its end, which is past the last reset), None when unknown."""
     if begin_index is None or begin_index >= 0:
         return begin_index
-    if end_index is not None:
-        return end_index + 1
-    before_begin = _reset_before_begin(node)
-    return before_begin + 1 if before_begin is not None and before_begin >= 0 else None
-
-
-def _reset_before_begin(node: Path) -> int | None:
-    """`beforeBeginIndex` of the node's `reset` file (the last prefix reset), None when
-    there is none or it cannot be read (only a regular file is read, never blocking)."""
-    try:
-        with open_regular(node / RESET_FILE) as fh:
-            text = fh.read(4096) or b""
-    except (OSError, DamagedSnapshotError):
-        return None
-    for line in text.decode("ascii", "replace").splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "beforeBeginIndex" and value.strip().isdigit():
-            return int(value.strip())
-    return None
+    return end_index + 1 if end_index is not None else None
 
 
 def _check_coverage(node: Path, first_live: int | None, found: SnapshotFindings, taken: bool) -> None:

@@ -180,18 +180,25 @@ def test_a_damaged_checkpoint_takes_the_same_repair_path(cluster_factory: Factor
     assert load_rejoin(node_dir) is None
 
 
-def test_a_member_whose_log_files_are_gone_but_identity_kept_rejoins(cluster_factory: Factory) -> None:
-    """Only the log was lost (data, index and checkpoint; the identity, the term and the
-    snapshots stay): before, the member started as if nothing happened and its empty log
-    voted for anyone, so a candidate without acknowledged entries could lead. Now it
-    holds its vote (a rejoin) until a leader brought it back."""
-    cluster = cluster_factory()
+def _lose_segments(cluster: NodeCluster) -> tuple[int, str, Path]:
+    """Fill the log, stop a follower and delete its data and index segments; returns
+    the last index filled, the follower and its directory."""
     last = _fill(cluster, 20)
     victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
     cluster.stop(victim)
     node_dir = cluster.base / f"dledger-{victim}"
     for name in ("data", "index"):
         shutil.rmtree(node_dir / name)
+    return last, victim, node_dir
+
+
+def test_a_member_whose_log_files_are_gone_but_identity_kept_rejoins(cluster_factory: Factory) -> None:
+    """Only the log was lost (data, index and checkpoint; the identity, the term and the
+    snapshots stay): before, the member started as if nothing happened and its empty log
+    voted for anyone, so a candidate without acknowledged entries could lead. Now it
+    holds its vote (a rejoin) until a leader brought it back."""
+    cluster = cluster_factory()
+    last, victim, node_dir = _lose_segments(cluster)
     for name in ("checkpoint", "checkpoint.bak"):
         (node_dir / name).unlink(missing_ok=True)
     node = cluster.start(victim)  # not told `existing`: the identity tells
@@ -207,12 +214,7 @@ def test_repair_of_a_store_whose_data_is_gone_rejoins(cluster_factory: Factory) 
     and repair (which could not cut an empty log before: the hint was a dead end) starts
     the member empty, holding its vote until it caught up to what it had committed."""
     cluster = cluster_factory()
-    last = _fill(cluster, 20)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
-    for name in ("data", "index"):
-        shutil.rmtree(node_dir / name)
+    last, victim, node_dir = _lose_segments(cluster)
     with pytest.raises(CorruptStoreError, match="no data segments, but entries up to"):
         cluster.start(victim)
     node = cluster.start(victim, repair=True)
