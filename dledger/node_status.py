@@ -19,7 +19,7 @@ class NodeStatus:
         applied_index: the last index applied to the state machine (-1 without one).
         peer_match: on the leader, each member's match index in the current term.
         vote_hold: "" when the member votes freely, else why it holds its vote
-            ("unclean", "rejoin" or "floor": see dledger.raft.vote_hold).
+            ("unclean", "rejoin", "founding" or "floor": see dledger.raft.vote_hold).
         snapshot_index: lastIncludedIndex of the member's newest snapshot (-1: none).
         producers: idempotent producers in the member's committed producer table (the
             leader refuses new ones at `max_producers`).

@@ -110,8 +110,13 @@ class Membership:
             self.identity = replace(self.identity, group_id=group_id)
             write_identity(node_dir, self.identity)
 
+        def exists() -> None:  # a founding member learned that its group exists: it rejoins
+            self.rejoin = RejoinMarker(-1, "started with an empty store as a founding member of an existing group")
+            write_rejoin(node_dir, self.rejoin)
+
         elector.on_rejoined = rejoined
         elector.on_group_id = adopt
+        elector.on_group_exists = exists
 
 
 def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
@@ -119,8 +124,11 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
     `config.initial_cluster_state`:
 
     - a store with an identity is that member, whatever the state says;
-    - no identity and `new` (or a store written before identities existed): the member
-      founds the group, with the group id every founding member derives alike;
+    - no identity and `new`: the member founds the group, with the group id every
+      founding member derives alike; with an empty store in a group of several it may
+      also be a member that lost its whole directory, so it asks its peers first (the
+      `rejoin` marker, written first, marked `founding`: see dledger.raft.vote_hold);
+      a store written before identities existed founds at once;
     - no identity and `existing` with an empty store: the disk was lost (or the member
       is new to a running group): a new incarnation that adopts its first leader's group
       id and holds its vote until it caught up (the `rejoin` marker, written first).
@@ -151,6 +159,9 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
         )
     else:
         identity = NodeIdentity(derived, config.self_id, new_incarnation(), config.group)
+        if empty and len(config.peer_map) > 1:
+            rejoin = RejoinMarker(-1, "a founding member: asks its peers whether the group exists", founding=True)
+            write_rejoin(node_dir, rejoin)
     write_identity(node_dir, identity)
     return Membership(identity, rejoin)
 
@@ -180,6 +191,7 @@ def member_core(
         rng,
         unclean_restart=unclean,
         rejoin_index=rejoin.catch_up_index if rejoin is not None else None,
+        founding=rejoin is not None and rejoin.founding,
         group_id=membership.identity.group_id,
         incarnation=membership.identity.incarnation,
     )

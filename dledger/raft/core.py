@@ -64,6 +64,8 @@ class RaftCore:
             dledger.store.membership) and holds its vote, without time limit, until it
             caught up with a leader and its committed index reached this (-1: no floor);
             None when it lost nothing.
+        founding: with `rejoin_index`: the member has an empty store and was told to
+            found its group; it asks the members first (see dledger.raft.vote_hold).
         group_id: the group's id ("" while a joining member has not heard a leader).
         incarnation: this member's incarnation.
     """
@@ -76,6 +78,7 @@ class RaftCore:
         rng: random.Random,
         unclean_restart: bool = False,
         rejoin_index: int | None = None,
+        founding: bool = False,
         group_id: str = "",
         incarnation: str = "",
     ) -> None:
@@ -85,7 +88,12 @@ class RaftCore:
         self.member_state.group_id, self.member_state.incarnation = group_id, incarnation
         # with async flush, entries acknowledged before an unclean shutdown may be gone
         self.elector = LeaderElector(
-            config, self.member_state, rng, unclean_restart and config.store.flush_mode == "async", rejoin_index
+            config,
+            self.member_state,
+            rng,
+            unclean_restart and config.store.flush_mode == "async",
+            rejoin_index,
+            founding,
         )
         self.quorum = QuorumAckChecker(config, self.member_state)
         self.latest_snapshot: tuple[int, int] | None = None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from typing import Literal
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
@@ -58,6 +59,7 @@ class LeaderElector(LeaderHeartbeats):
         rng: random.Random,
         unclean_restart: bool = False,
         rejoin_index: int | None = None,
+        founding: bool = False,
     ) -> None:
         self.config = config
         self.member_state = member_state
@@ -85,12 +87,17 @@ class LeaderElector(LeaderHeartbeats):
         self.no_lead_term = member_state.current_term if restarted_candidate else -1
         group = len(member_state.peer_map) > 1  # a single member has nobody to catch up with
         if rejoin_index is not None and group:
-            self.vote_hold = VoteHold(active=True, max_ms=0, kind="rejoin", min_index=rejoin_index)
+            kind: Literal["rejoin", "founding"] = "founding" if founding else "rejoin"
+            self.vote_hold = VoteHold(active=True, max_ms=0, kind=kind, min_index=rejoin_index)
         else:
             hold = unclean_restart and group and config.max_vote_hold_ms > 0
             self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
         self.on_rejoined: Callable[[], None] | None = None
-        """Called once when a rejoin hold ends (the shell removes the `rejoin` marker)."""
+        """Called once when a rejoin or founding hold ends (the shell removes the `rejoin`
+        marker)."""
+        self.on_group_exists: Callable[[], None] | None = None
+        """Called when a founding member learns that its group exists: it rejoins (the
+        shell keeps the `rejoin` marker, as a rejoin's)."""
         self.on_group_id: Callable[[str], None] | None = None
         """Called when a joining member adopts its leader's group id (the shell persists it)."""
 
@@ -310,7 +317,7 @@ class LeaderElector(LeaderHeartbeats):
                 member.leader_id,
                 member.committed_index,
             )
-            if hold.kind == "rejoin" and self.on_rejoined is not None:
+            if hold.kind != "unclean" and self.on_rejoined is not None:
                 self.on_rejoined()
         elif hold.expired:
             log.warning(
@@ -429,11 +436,17 @@ class LeaderElector(LeaderHeartbeats):
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
 
     def _parse_probe(self, rnd: VoteRound, now_ms: int) -> None:
-        """The log ends a holding member asked for: with every member's, the floor
-        replaces the hold (see vote_hold); the member with the highest log end may then
-        stand at once."""
+        """The log ends a holding member asked for (see vote_hold): a founding member
+        learns whether its group exists; with every member's, the floor replaces an
+        unclean hold, and the member with the highest log end may then stand at once."""
         member = self.member_state
-        if len(rnd.ends) == len(member.peer_map):
+        if self.vote_hold.kind == "founding":
+            quorum = member.is_quorum(len(rnd.ends))
+            outcome = self.vote_hold.on_founding_answers(member.self_id, rnd.ends, rnd.leaders, quorum)
+            callback = {"exists": self.on_group_exists, "founded": self.on_rejoined}.get(outcome)
+            if callback is not None:
+                callback()
+        elif len(rnd.ends) == len(member.peer_map):
             self.vote_hold.on_log_ends(list(rnd.ends.values()))
             log.info(
                 "%s: every member reported its log end: votes again, for logs at least %s (term, index)",

@@ -41,6 +41,27 @@ member that lost E and one member without E are a quorum, and the third, which h
 might not have answered. A rejoin hold does not end this way: its term and vote were lost
 with the disk.
 
+**A founding member asks first.** A member started with an empty store and `new`
+(`--initial-cluster-state`, the default) is either founding its group or a member that
+lost its whole directory, its identity too, and was started as if the group were new.
+The second must rejoin, or its lost vote and log could elect a member without what it
+had acknowledged (two leaders in one term, acknowledged entries truncated). So it holds
+too (`kind="founding"`, persisted by the `rejoin` marker) and asks every member for its
+log end, as above, until either:
+
+- an answer shows that the group exists: a member with an entry in its log, or one that
+  follows or is a leader. The hold becomes a rejoin hold (and stays one across
+  restarts), which a leader ends once it brought the member up to date; or
+- a quorum, itself included, answered and none of them has an entry or a leader: the
+  group is being founded, and the member votes and stands. Founding members answer
+  each other so while they hold (their logs are empty, they know no leader).
+
+A term above 0 is not evidence: founding members raise their terms while they elect the
+first leader. A group that elected leaders but never wrote an entry, and whose only
+member knowing the live leader does not answer, is founded again by a wiped member and a
+quorum of empty ones: no entry was acknowledged there to lose. Like a rejoin hold, a
+founding hold also ends by catching up with a leader it follows.
+
 When a majority went down together and one of them never comes back, the members that
 are back may all be holding, without every member's answer; the unclean hold therefore
 ends after `max_ms` in any case, accepting what async flush can lose in that case (see
@@ -49,8 +70,11 @@ docs/SIMULATION.md).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Literal
+
+log = logging.getLogger(__name__)
 
 LogEnd = tuple[int, int]
 """(term of the last entry, index of the last entry): Raft's log order."""
@@ -64,15 +88,15 @@ class VoteHold:
         active: whether the member holds its vote now.
         max_ms: the longest an unclean hold lasts, counted from the first `release`
             call (a rejoin hold has no limit).
-        kind: "unclean" (an unclean restart with async flush) or "rejoin" (a lost or
-            repaired disk).
+        kind: "unclean" (an unclean restart with async flush), "rejoin" (a lost or
+            repaired disk) or "founding" (an empty store told `new`: it asks first).
         min_index: a rejoin also waits until the committed index reaches this (the
             committed index the member had recorded before it lost data; -1: none).
     """
 
     active: bool
     max_ms: int
-    kind: Literal["unclean", "rejoin"] = "unclean"
+    kind: Literal["unclean", "rejoin", "founding"] = "unclean"
     min_index: int = -1
     deadline_ms: int | None = None
     leader: tuple[str, int] | None = None
@@ -88,7 +112,8 @@ class VoteHold:
 
     @property
     def state(self) -> str:
-        """What `dledger status` shows: "" (no hold), "unclean", "rejoin" or "floor"."""
+        """What `dledger status` shows: "" (no hold), "unclean", "rejoin", "founding" or
+        "floor"."""
         if self.active:
             return self.kind
         return "floor" if self.floor is not None else ""
@@ -96,7 +121,7 @@ class VoteHold:
     @property
     def wants_log_ends(self) -> bool:
         """Whether a round asking every member for its log end could end the hold."""
-        return self.active and self.kind == "unclean"
+        return self.active and self.kind != "rejoin"
 
     def on_leader(self, leader_id: str, term: int, leader_end_index: int) -> None:
         """A heartbeat from `leader_id` in `term` that this member accepted; the first one
@@ -111,6 +136,34 @@ class VoteHold:
         if self.wants_log_ends and ends:
             self.floor = max(ends)
             self.active = False
+
+    def on_founding_answers(
+        self, self_id: str, ends: dict[str, LogEnd], leaders: dict[str, str], quorum: bool
+    ) -> Literal["exists", "founded", ""]:
+        """The answers of a founding member's log-end round (see the module docstring):
+        `ends` by member (itself included), the leader each answer named, and whether a
+        quorum answered. Returns "exists" (the hold became a rejoin hold), "founded" (it
+        ended) or "" (not decided: too few answers)."""
+        if not (self.active and self.kind == "founding"):
+            return ""
+        entries = [f"{peer} holds entries up to {index}" for peer, (_, index) in sorted(ends.items()) if index >= 0]
+        evidence = entries + [f"{peer} knows leader {leader}" for peer, leader in sorted(leaders.items())]
+        if evidence:
+            self.kind = "rejoin"
+            # entries: it lost its disk or joins late; a leader alone: the others founded first
+            log.log(
+                logging.WARNING if entries else logging.INFO,
+                "%s: started with an empty store to found its group, but the group exists (%s): joins it, and "
+                "votes once a leader brought it up to date",
+                self_id,
+                "; ".join(evidence),
+            )
+            return "exists"
+        if not quorum:
+            return ""
+        self.active = False
+        log.info("%s: %d members answered, none with an entry or a leader: founds the group", self_id, len(ends))
+        return "founded"
 
     def release(self, now_ms: int, committed_index: int, leader_id: str | None, term: int) -> bool:
         """Whether the hold is still on, ending it (and any floor) when the member caught

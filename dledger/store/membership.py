@@ -12,7 +12,10 @@ was replaced is a new incarnation of the same member id.
 The `rejoin` marker is written before a member that lost data (an empty store told
 `existing`, or a store cut by `--repair`) runs, and removed once it has caught up; while
 it exists the Raft core holds the member's vote (`dledger.raft.vote_hold`), across any
-number of restarts. Java DLedger ignores both files.
+number of restarts. A member of a group of several started with an empty store and told
+`new` writes it too, marked `founding`: it may be a member that lost its whole directory,
+so it asks its peers first; the marker goes when they show that the group is being
+founded, and loses its `founding` mark when they show that the group exists. Java DLedger ignores both files.
 """
 
 from __future__ import annotations
@@ -84,10 +87,13 @@ class RejoinMarker:
             reaches this (the committed index it had recorded before it lost data; -1
             when unknown); and in any case until it caught up with a leader.
         reason: why the member is rejoining (for operators and logs).
+        founding: the member was started with an empty store to found its group: it
+            holds until it learned whether the group exists (dledger.raft.vote_hold).
     """
 
     catch_up_index: int
     reason: str
+    founding: bool = False
 
 
 def load_identity(node_dir: str | os.PathLike[str]) -> NodeIdentity | None:
@@ -122,13 +128,19 @@ def load_rejoin(node_dir: str | os.PathLike[str]) -> RejoinMarker | None:
     values = kvfile.read(Path(node_dir) / REJOIN_FILE)
     if values is None:
         return None
-    return RejoinMarker(kvfile.read_int(values, "catchUpIndex", -1), kvfile.read_str(values, "reason"))
+    return RejoinMarker(
+        kvfile.read_int(values, "catchUpIndex", -1),
+        kvfile.read_str(values, "reason"),
+        kvfile.read_str(values, "founding") == "true",
+    )
 
 
 def write_rejoin(node_dir: str | os.PathLike[str], marker: RejoinMarker) -> None:
     """Write the marker durably (before the member runs): it then holds its vote."""
     Path(node_dir).mkdir(parents=True, exist_ok=True)
     values = {"catchUpIndex": str(marker.catch_up_index), "reason": marker.reason}
+    if marker.founding:
+        values["founding"] = "true"
     kvfile.write_atomic(Path(node_dir) / REJOIN_FILE, values)
 
 

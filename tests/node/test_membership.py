@@ -45,7 +45,11 @@ def test_founding_members_write_one_group_id(cluster_factory: Factory) -> None:
     ids = {load_identity(cluster.base / f"dledger-{n}") for n in cluster.ids}
     assert {i.group_id for i in ids if i} == {derive_group_id("g", cluster.ids)}
     assert len({i.incarnation for i in ids if i}) == 3
-    assert all(load_rejoin(cluster.base / f"dledger-{n}") is None for n in cluster.ids)
+    # each asked the others first (a `founding` marker); it goes once founded or caught up
+    wait_until(
+        lambda: all(load_rejoin(cluster.base / f"dledger-{n}") is None for n in cluster.ids),
+        what="the founding markers to go",
+    )
 
 
 def test_a_member_that_lost_its_disk_rejoins_without_voting_until_caught_up(cluster_factory: Factory) -> None:
@@ -65,6 +69,50 @@ def test_a_member_that_lost_its_disk_rejoins_without_voting_until_caught_up(clus
     assert old is not None and new is not None
     assert new.group_id == old.group_id and new.incarnation != old.incarnation  # adopted from the leader
     assert [e.body for e in node.get(0, last + 1)] == [e.body for e in cluster.leader().get(0, last + 1)]
+
+
+def test_a_member_that_lost_its_whole_directory_and_is_started_new_rejoins(cluster_factory: Factory) -> None:
+    """Identity gone too, and started with the default `new`: before, it founded again
+    and voted with an empty log. It asks its peers first, finds their entries, and
+    rejoins."""
+    cluster = cluster_factory()
+    last = _fill(cluster, 20)
+    leader = cluster.leader().config.self_id
+    victim = next(n for n in cluster.ids if n != leader)
+    node_dir = cluster.base / f"dledger-{victim}"
+    cluster.stop(victim)
+    shutil.rmtree(node_dir)
+    cluster.net.isolate(victim, [leader])  # it hears the other follower only, which holds the entries
+    node = cluster.start(victim)  # initial_cluster_state "new"
+    assert node.config.initial_cluster_state == "new"
+    wait_until(lambda: node.status().vote_hold == "rejoin", what="the member to find its group")
+    marker = load_rejoin(node_dir)
+    assert marker is not None and not marker.founding  # a restart now starts it as a rejoin
+    cluster.net.heal()
+    _caught_up(cluster, node, last)
+    assert load_rejoin(node_dir) is None and node.status().vote_hold == ""
+    assert [e.body for e in node.get(0, last + 1)] == [e.body for e in cluster.leader().get(0, last + 1)]
+
+
+def test_a_founding_member_that_found_its_group_existing_still_holds_after_a_restart(
+    cluster_factory: Factory,
+) -> None:
+    cluster = cluster_factory()
+    _fill(cluster, 3)
+    leader = cluster.leader()
+    victim = next(n for n in cluster.ids if n != leader.config.self_id)
+    node_dir = cluster.base / f"dledger-{victim}"
+    cluster.stop(victim)
+    shutil.rmtree(node_dir)
+    cluster.net.isolate(victim, [n for n in cluster.ids if n != victim])  # nobody answers it
+    node = cluster.start(victim)
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.founding and node.status().vote_hold == "founding"
+    cluster.stop(victim)
+    cluster.net.heal()
+    node = cluster.start(victim)
+    wait_until(lambda: (m := load_rejoin(node_dir)) is None or not m.founding, what="the group found to exist")
+    _caught_up(cluster, node, leader.status().end_index)
 
 
 def test_a_rejoining_member_still_holds_after_a_restart(cluster_factory: Factory) -> None:

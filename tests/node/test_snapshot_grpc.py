@@ -192,9 +192,15 @@ def reached(group: GrpcGroup, target: str, offset: int) -> bool:
 
 @pytest.fixture
 def quiet(group: GrpcGroup) -> tuple[DLedgerNode, str]:
-    """The leader and a follower that follows it."""
+    """The leader, in a term above 0 (a test forges a term below it), and a follower
+    that follows it."""
     leader = group.leader()
     append(leader, range(3))
+    if leader.status().term == 0:  # DLedger's first round stands in term 0
+        other = next(i for i in group.ids if i != leader.config.self_id)
+        wait_until(lambda: group.node(other).status().vote_hold == "", what="a member that votes")
+        leader.leadership_transfer(other).result(10)
+        leader = group.leader()
     target = next(i for i in group.ids if i != leader.config.self_id)
     follower = group.node(target)
     wait_until(

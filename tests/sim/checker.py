@@ -472,7 +472,6 @@ def _hold_covers(hold: VoteHold, term: int, index: int) -> bool:
 
 def _will_rejoin(node: SimNode) -> bool:
     """A member that is down after losing its disk (or with its rejoin marker): it comes
-    back holding its vote until it caught up."""
-    if (node.dir / REJOIN_FILE).exists():
-        return True
-    return node.config.initial_cluster_state == "existing" and not (node.dir / IDENTITY_FILE).exists()
+    back holding its vote until it caught up (told `existing`), or until it asked whether
+    its group exists (told `new`: then it finds the group and rejoins)."""
+    return (node.dir / REJOIN_FILE).exists() or not (node.dir / IDENTITY_FILE).exists()

@@ -260,7 +260,7 @@ class LostDisk(Episode):
                 sim._take_down(self.leader, power_loss=False, restart_in=rng.choice((500, 1500, 3000)))
             if wiped.up:
                 sim._take_down(wiped, power_loss=False, restart_in=rng.choice((0, 50, 200)))
-            wiped.wipe()
+            wiped.wipe(rng.choice(("existing", "new")))
             sim.net.heal()
             self.next_phase(4000)
             return True

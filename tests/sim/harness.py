@@ -243,7 +243,8 @@ class SimNode:
         self.down_verified = self.verified
         self.down_agree = self.agree
         assert self.driver is not None
-        self.down_holding = self.driver.core.elector.vote_hold.active
+        # holding, or voting only for logs that reach a floor: after the (unclean) restart it holds again
+        self.down_holding = self.driver.core.elector.vote_hold.pending
         self.down_log = {}
         for i in range(max(self.verified + 1, store.begin_index, 0), store.end_index + 1):
             try:
@@ -265,20 +266,21 @@ class SimNode:
                 sim.stats.unsynced_bytes_lost += report.dirty_bytes - report.kept_bytes
         self.disk.crashed = self.disk.crash_armed = False
 
-    def wipe(self) -> None:
+    def wipe(self, state: str = "existing") -> None:
         """While down, the member loses its disk: it comes back with an empty directory,
-        told that its group exists (`--initial-cluster-state existing`)."""
+        told that its group exists (`--initial-cluster-state existing`), or started as
+        if the group were new (`state="new"`: it must find out by asking)."""
         assert self.store is None, "wipe a member that is down"
         unregister_disk(self.disk)
         shutil.rmtree(self.dir)
         self.disk = NodeDisk(self.dir)
         register_disk(self.disk)
-        self.config.initial_cluster_state = "existing"
+        self.config.initial_cluster_state = state
         self.down_verified, self.down_log, self.loss_window = -1, {}, None
         self.down_agree, self.down_holding = -1, False  # it keeps nothing across this restart
         self.max_term = 0  # its term and vote went with the disk
         self.new_disk = True
-        self.sim.log(f"{self.node_id} lost its disk")
+        self.sim.log(f"{self.node_id} lost its disk (restarts {state})")
 
     def flush_if_due(self, now: int) -> None:
         """What the store's flush thread does (`_flush_once`), on simulated time."""

@@ -84,8 +84,8 @@ class PowerMember(SimMember):
 
         store.write_checkpoint = checkpoint_unless_dead  # type: ignore[method-assign]
 
-    def wipe(self) -> None:
-        super().wipe()
+    def wipe(self, state: str = "existing") -> None:
+        super().wipe(state)
         unregister_disk(self.disk)
         self.disk = NodeDisk(self.dir, atom=SECTOR)
         register_disk(self.disk)

@@ -217,16 +217,17 @@ class SimMember:
     def restart(self) -> None:
         sim = self.sim
         if sim.rng.random() < sim.faults.wipe and sim.others_hold_everything(self):
-            self.wipe()
+            self.wipe(sim.rng.choice(("existing", "new")))
         self.open()
 
-    def wipe(self) -> None:
-        """While down, the member loses its directory (it restarts as a new member)."""
+    def wipe(self, state: str = "existing") -> None:
+        """While down, the member loses its directory (it restarts as a new member, told
+        `existing` or, as if the group were new, `new`)."""
         shutil.rmtree(self.dir)
-        self.config.initial_cluster_state = "existing"
+        self.config.initial_cluster_state = state
         self.wiped = True
         self.sim.stats["wipes"] += 1
-        self.sim.log(f"{self.node_id} restarts wiped")
+        self.sim.log(f"{self.node_id} restarts wiped ({state})")
 
     # -- the apply pass and the snapshot thread, inline
 

@@ -24,11 +24,14 @@ def _acked(sim: Simulation, leader: SimNode, count: int) -> None:
     sim.run_until(lambda: all(op.status == "ok" for op in ops))
 
 
+@pytest.mark.parametrize("state", ["existing", "new"])
 @pytest.mark.parametrize("flush", ["async", "sync"])
-def test_a_wiped_member_does_not_elect_a_stale_one(tmp_path: Path, flush: str) -> None:
+def test_a_wiped_member_does_not_elect_a_stale_one(tmp_path: Path, flush: str, state: str) -> None:
     """Finding 1: L leads, S and W follow. S stops; L and W acknowledge more; L and W
     are killed and W's disk is lost; S and the empty W come back. Before: W voted for S,
-    which led and truncated what L and W had acknowledged once L returned."""
+    which led and truncated what L and W had acknowledged once L returned. Also when W is
+    started as if the group were new (`state="new"`): it asks first, S answers with
+    entries, and W rejoins (before, it founded again and voted for S)."""
     with settled_sim(tmp_path, flush) as sim:
         stale_leader = sim.leader()
         assert stale_leader is not None
@@ -40,12 +43,13 @@ def test_a_wiped_member_does_not_elect_a_stale_one(tmp_path: Path, flush: str) -
         leader.down(power_loss=False)
         leader.restart_at = 1 << 60  # L stays down for now
         wiped.down(power_loss=False)
-        wiped.wipe()
+        wiped.wipe(state)
         sim.net.heal()
         wiped.restart_at = sim.now  # W comes back empty; L stays down for now
         sim.run_for(VOTE_HOLD_MS + 2 * ELECTION_TIMEOUT_MS)  # longer than any unclean hold
         assert sim.leader() is None, f"a leader without the acknowledged entries: {sim.describe()}"
         assert wiped.core is not None and wiped.core.elector.vote_hold.active
+        assert wiped.core.elector.vote_hold.kind == "rejoin"  # `new` too: S's entries showed the group
         leader.restart_at = sim.now
         sim.converge()  # the checker: every acknowledged entry present, exactly once, on every member
         sim.run_for(ELECTION_TIMEOUT_MS)

@@ -1,0 +1,143 @@
+"""The founding hold (dledger.raft.vote_hold): a member started with an empty store and
+`new` asks every member for its log end before it votes or stands, since it may be a
+member that lost its whole directory. A quorum of empty answers founds the group; an
+answer with an entry or a leader turns the hold into a rejoin hold."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from dledger.config import DLedgerConfig
+from dledger.raft.elector import LeaderElector
+from dledger.raft.member_state import MemberState, MemoryTermStore
+from dledger.raft.messages import VoteRequest, VoteResponse, VoteResult
+from dledger.raft.vote_hold import VoteHold
+from dledger.store.memory import MemoryLogStore
+from tests.raft.test_hold_release import probe
+from tests.raft.test_vote_hold import HOLD_MS, PEERS3, heartbeat, vote
+
+pytestmark = pytest.mark.unit
+
+
+class Founder:
+    """n0, new and empty, holding as a founding member; what its callbacks were told."""
+
+    def __init__(self) -> None:
+        config = DLedgerConfig(group="g", self_id="n0", peers=PEERS3, max_vote_hold_ms=HOLD_MS)
+        self.member = MemberState(config, MemoryLogStore(), MemoryTermStore())
+        self.elector = LeaderElector(config, self.member, random.Random(1), rejoin_index=-1, founding=True)
+        self.calls: list[str] = []
+        self.elector.on_rejoined = lambda: self.calls.append("ended")
+        self.elector.on_group_exists = lambda: self.calls.append("exists")
+
+    def answer(
+        self,
+        request: VoteRequest,
+        end: tuple[int, int] | None,
+        now: int,
+        leader: str | None = None,
+        result: VoteResult = VoteResult.REJECT_HOLDING_AFTER_RESTART,
+    ) -> None:
+        """`request`'s addressee answers with its log end (None: it is silent)."""
+        response = None
+        if end is not None:
+            response = VoteResponse(
+                local_id=request.remote_id,
+                remote_id="n0",
+                leader_id=leader,
+                term=max(end[0], 0),
+                vote_result=result,
+                ledger_end_term=end[0],
+                ledger_end_index=end[1],
+            )
+        self.elector.on_vote_response(request.remote_id, request, response, now)
+
+    def vote(self, candidate: str, term: int, now: int) -> VoteResult:
+        """What it answers an empty candidate's vote in `term` (asked again after a tick:
+        a request of a higher term first only moves it there)."""
+        self.elector.handle_vote(vote(candidate, term, end_index=-1, end_term=-1), now)
+        self.elector.tick(now)
+        return self.elector.handle_vote(vote(candidate, term, end_index=-1, end_term=-1), now).vote_result
+
+    def stands_within(self, start: int, ms: int) -> bool:
+        """Whether it asks for real votes (not a probe) within `ms` (the first tick also
+        reads the answers of a round that ended)."""
+        for now in range(start, start + ms, 5):
+            if any(isinstance(o.request, VoteRequest) and not o.request.pre_vote for o in self.elector.tick(now)):
+                return True
+        return False
+
+
+EMPTY = (-1, -1)
+
+
+def test_a_founding_member_holds_until_it_asked() -> None:
+    founder = Founder()
+    hold = founder.elector.vote_hold
+    assert hold.active and hold.kind == "founding" and hold.state == "founding"
+    assert founder.vote("n1", 1, 0) == VoteResult.REJECT_HOLDING_AFTER_RESTART
+
+
+def test_a_quorum_of_empty_members_founds_the_group() -> None:
+    """n1 answers empty (a founder holding too), n2 has not started: n0 and n1 are a
+    quorum, and neither has an entry or a leader."""
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        founder.answer(request, EMPTY if request.remote_id == "n1" else None, 10)
+    assert founder.stands_within(2_000, 5_000)  # past the round's deadline: n2 stays silent
+    assert not founder.elector.vote_hold.pending
+    assert founder.calls == ["ended"]  # the marker goes
+    assert founder.vote("n1", 9, 7_000) == VoteResult.ACCEPT
+
+
+def test_its_own_answer_alone_is_not_a_quorum() -> None:
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        founder.answer(request, None, 10)
+    assert probe(founder.elector, 2_000)  # past the round's deadline: it asks again
+    assert founder.elector.vote_hold.active and founder.elector.vote_hold.kind == "founding"
+    assert founder.calls == []
+
+
+@pytest.mark.parametrize(
+    ("end", "leader"),
+    [((3, 41), None), (EMPTY, "n2"), ((1, 0), "n1")],
+    ids=["an entry", "a leader", "both"],
+)
+def test_an_answer_with_an_entry_or_a_leader_makes_it_rejoin(end: tuple[int, int], leader: str | None) -> None:
+    """It lost its directory (or joins late): the group exists. Before, it founded again:
+    its lost vote and empty log elected a member without what it had acknowledged."""
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        # the other one answers empty: a quorum of empty answers does not outweigh it
+        answer_end = end if request.remote_id == "n1" else EMPTY
+        founder.answer(request, answer_end, 10, leader=leader if request.remote_id == "n1" else None)
+    assert not founder.stands_within(2_000, 3 * HOLD_MS)
+    hold = founder.elector.vote_hold
+    assert hold.active and hold.kind == "rejoin" and hold.state == "rejoin"
+    assert founder.calls == ["exists"]  # the marker stays, without its founding mark
+    assert not hold.wants_log_ends  # a rejoin waits for a leader, with no time limit
+    assert founder.vote("n2", 9, 4 * HOLD_MS) == VoteResult.REJECT_HOLDING_AFTER_RESTART
+
+
+def test_a_founding_member_that_follows_a_leader_ends_its_hold_by_catching_up() -> None:
+    founder = Founder()
+    for now in (10, 20):  # the others founded first and wrote nothing (the first one moves its term)
+        founder.elector.handle_heartbeat(heartbeat("n1", 1, -1), now)
+        founder.elector.tick(now)
+    assert not founder.elector.holding_vote(21)
+    assert founder.calls == ["ended"]
+
+
+def test_the_answers_alone() -> None:
+    hold = VoteHold(active=True, max_ms=0, kind="founding")
+    assert hold.on_founding_answers("n0", {"n0": EMPTY}, {}, quorum=False) == ""
+    assert hold.active and hold.kind == "founding"
+    assert hold.on_founding_answers("n0", {"n0": EMPTY, "n1": EMPTY}, {}, quorum=True) == "founded"
+    assert not hold.pending
+    assert hold.on_founding_answers("n0", {"n0": EMPTY, "n1": (1, 0)}, {}, quorum=True) == ""  # decided once
+    rejoin = VoteHold(active=True, max_ms=0, kind="rejoin")
+    assert rejoin.on_founding_answers("n0", {"n0": EMPTY, "n1": EMPTY}, {}, quorum=True) == ""  # not founding
+    assert rejoin.active and not rejoin.wants_log_ends
