@@ -110,6 +110,10 @@ class Membership:
             self.identity = replace(self.identity, group_id=group_id)
             write_identity(node_dir, self.identity)
 
+        def saw_leader() -> None:  # durable before it answers that leader (see vote_hold)
+            self.identity = replace(self.identity, leader_seen=True)
+            write_identity(node_dir, self.identity)
+
         def exists() -> None:  # a founding member learned that its group exists: it rejoins
             self.rejoin = RejoinMarker(-1, "started with an empty store as a founding member of an existing group")
             write_rejoin(node_dir, self.rejoin)
@@ -117,6 +121,7 @@ class Membership:
         elector.on_rejoined = rejoined
         elector.on_group_id = adopt
         elector.on_group_exists = exists
+        elector.member_state.on_leader_seen = saw_leader
 
 
 def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
@@ -195,6 +200,7 @@ def member_core(
         group_id=membership.identity.group_id,
         incarnation=membership.identity.incarnation,
     )
+    core.member_state.leader_seen = membership.identity.leader_seen
     membership.bind(core.elector, store.node_dir)
     return core, membership
 

@@ -409,7 +409,7 @@ class VoteRequest(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., pre_vote: _Optional[bool] = ..., leadership_transfer: _Optional[bool] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class VoteResponse(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "vote_result", "ledger_end_index", "ledger_end_term")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "vote_result", "ledger_end_index", "ledger_end_term", "leader_seen")
     class Result(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         UNKNOWN: _ClassVar[VoteResponse.Result]
@@ -447,6 +447,7 @@ class VoteResponse(_message.Message):
     VOTE_RESULT_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     LEDGER_END_TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_SEEN_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -456,7 +457,8 @@ class VoteResponse(_message.Message):
     vote_result: VoteResponse.Result
     ledger_end_index: int
     ledger_end_term: int
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ...) -> None: ...
+    leader_seen: bool
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., leader_seen: _Optional[bool] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "group_id", "incarnation")

@@ -189,7 +189,12 @@ class LeaderElector(LeaderHeartbeats):
                 header["term"] = term
             end_term, end_index = self.own_log_end()
             return VoteResponse(
-                **header, code=code, vote_result=result, ledger_end_index=end_index, ledger_end_term=end_term
+                **header,
+                code=code,
+                vote_result=result,
+                ledger_end_index=end_index,
+                ledger_end_term=end_term,
+                leader_seen=member.leader_seen,
             )
 
         if not self_call and (bad := self.check_addressing(req)) is not None:

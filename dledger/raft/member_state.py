@@ -69,6 +69,8 @@ class MemberState:
         self.term_to_take_leadership = -1
         self.group_id = ""  # the group's id (dledger.store.membership); "" until known
         self.incarnation = ""  # this member's incarnation (a new one with every empty store)
+        self.leader_seen = False  # it has followed or been a leader (its group exists; persisted)
+        self.on_leader_seen: Callable[[], None] | None = None  # persists `leader_seen` (once)
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
 
@@ -142,6 +144,7 @@ class MemberState:
         self.role = Role.LEADER
         self.leader_id = self.self_id
         self.transferee = None
+        self._saw_leader()
 
     def change_to_follower(self, term: int, leader_id: str) -> None:
         """Follow `leader_id` in `term` (the current term)."""
@@ -152,6 +155,15 @@ class MemberState:
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.transferee = None
+        self._saw_leader()
+
+    def _saw_leader(self) -> None:
+        """The first leader it follows or is: persisted before it answers (see
+        `leader_seen`)."""
+        if not self.leader_seen:
+            self.leader_seen = True
+            if self.on_leader_seen is not None:
+                self.on_leader_seen()
 
     def change_to_candidate(self, term: int) -> None:
         """Become candidate; `term` > current only raises the known max term (the next

@@ -130,6 +130,7 @@ class VoteResponse(RequestOrResponse):
     vote_result: VoteResult = VoteResult.UNKNOWN
     ledger_end_index: int = -1
     ledger_end_term: int = -1
+    leader_seen: bool = False  # the member has followed or been a leader (its group exists)
 
 
 @dataclass(slots=True, kw_only=True)

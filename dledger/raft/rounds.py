@@ -65,15 +65,15 @@ class VoteRound(_Round[VoteRequest]):
     pre_vote: bool = False
     probe: bool = False  # a pre-vote round asked for the members' log ends (vote_hold)
     ends: dict[str, tuple[int, int]] = field(default_factory=dict)  # (term, index) by member
-    leaders: dict[str, str] = field(default_factory=dict)  # the leader each answer named
+    leaders: dict[str, str] = field(default_factory=dict)  # the leader each answer named ("": one before)
 
     def record(self, peer: str, response: VoteResponse) -> None:
         """Count one answer of `peer`."""
         result = response.vote_result
         if result != VoteResult.UNKNOWN and response.ok:
             self.ends[peer] = (response.ledger_end_term, response.ledger_end_index)
-            if response.leader_id:
-                self.leaders[peer] = response.leader_id
+            if response.leader_id or response.leader_seen:
+                self.leaders[peer] = response.leader_id or ""
         if result != VoteResult.UNKNOWN:
             self.valid_num += 1
         if result == VoteResult.ACCEPT:

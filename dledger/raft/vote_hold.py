@@ -50,17 +50,26 @@ too (`kind="founding"`, persisted by the `rejoin` marker) and asks every member 
 log end, as above, until either:
 
 - an answer shows that the group exists: a member with an entry in its log, or one that
-  follows or is a leader. The hold becomes a rejoin hold (and stays one across
-  restarts), which a leader ends once it brought the member up to date; or
-- a quorum, itself included, answered and none of them has an entry or a leader: the
-  group is being founded, and the member votes and stands. Founding members answer
-  each other so while they hold (their logs are empty, they know no leader).
+  follows, leads, or has followed or led at any time before (`leader_seen`, which every
+  member persists when it first follows or leads, before it answers that leader). The
+  hold becomes a rejoin hold (and stays one across restarts), which a leader ends once
+  it brought the member up to date; or
+- a quorum, itself included, answered and none of them shows that: the group is being
+  founded, and the member votes and stands. Founding members answer each other so while
+  they hold (their logs are empty, they have seen no leader).
+
+Why that is safe: an entry E was committed by a leader with a quorum Q1 that acknowledged
+it, each of which had seen that leader first. A founding quorum Q2 answered that none of
+its members has seen a leader. Q1 and Q2 share a member, and only a member that lost its
+disk can be in both: the asking member, if it acknowledged E before it lost its disk;
+then the rest of Q2 never heard any leader (in a group of three: the member cut off
+since before the first leader's first heartbeat), or lost its disk too. That case
+remains: a member that lost its disk and members that never heard a leader can found
+the group again (started with `existing`, the lost member never does).
 
 A term above 0 is not evidence: founding members raise their terms while they elect the
-first leader. A group that elected leaders but never wrote an entry, and whose only
-member knowing the live leader does not answer, is founded again by a wiped member and a
-quorum of empty ones: no entry was acknowledged there to lose. Like a rejoin hold, a
-founding hold also ends by catching up with a leader it follows.
+first leader (and DLedger's first leader leads term 0). Like a rejoin hold, a founding
+hold also ends by catching up with a leader it follows.
 
 When a majority went down together and one of them never comes back, the members that
 are back may all be holding, without every member's answer; the unclean hold therefore
@@ -141,13 +150,17 @@ class VoteHold:
         self, self_id: str, ends: dict[str, LogEnd], leaders: dict[str, str], quorum: bool
     ) -> Literal["exists", "founded", ""]:
         """The answers of a founding member's log-end round (see the module docstring):
-        `ends` by member (itself included), the leader each answer named, and whether a
-        quorum answered. Returns "exists" (the hold became a rejoin hold), "founded" (it
-        ended) or "" (not decided: too few answers)."""
+        `ends` by member (itself included), the leader each answer named ("": none now,
+        but it has followed or been one), and whether a quorum answered. Returns
+        "exists" (the hold became a rejoin hold), "founded" (it ended) or "" (not
+        decided: too few answers)."""
         if not (self.active and self.kind == "founding"):
             return ""
         entries = [f"{peer} holds entries up to {index}" for peer, (_, index) in sorted(ends.items()) if index >= 0]
-        evidence = entries + [f"{peer} knows leader {leader}" for peer, leader in sorted(leaders.items())]
+        evidence = entries + [
+            f"{peer} knows leader {leader}" if leader else f"{peer} has followed a leader"
+            for peer, leader in sorted(leaders.items())
+        ]
         if evidence:
             self.kind = "rejoin"
             # entries: it lost its disk or joins late; a leader alone: the others founded first

@@ -70,12 +70,15 @@ class NodeIdentity:
         member_id: the member this store belongs to.
         incarnation: this store's incarnation of that member.
         group: the group's name ("" in a file that does not say).
+        leader_seen: this incarnation has followed or been a leader: its group exists
+            (what a member that lost its disk learns from it, dledger.raft.vote_hold).
     """
 
     group_id: str
     member_id: str
     incarnation: str
     group: str = ""
+    leader_seen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +111,7 @@ def load_identity(node_dir: str | os.PathLike[str]) -> NodeIdentity | None:
         member,
         kvfile.read_str(values, "incarnation"),
         kvfile.read_str(values, "group"),
+        kvfile.read_str(values, "leaderSeen") == "true",
     )
 
 
@@ -120,6 +124,8 @@ def write_identity(node_dir: str | os.PathLike[str], identity: NodeIdentity) -> 
         "memberId": identity.member_id,
         "incarnation": identity.incarnation,
     }
+    if identity.leader_seen:
+        values["leaderSeen"] = "true"
     kvfile.write_atomic(Path(node_dir) / IDENTITY_FILE, values)
 
 

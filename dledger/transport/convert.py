@@ -83,7 +83,7 @@ _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
         "VoteRequest",
         ("ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "group_id", "incarnation"),
     ),
-    VoteResponse: ("VoteResponse", ("ledger_end_index", "ledger_end_term")),
+    VoteResponse: ("VoteResponse", ("ledger_end_index", "ledger_end_term", "leader_seen")),
     HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index", "group_id", "incarnation")),
     HeartBeatResponse: ("HeartBeatResponse", ()),
     PushEntryRequest: (

@@ -84,6 +84,7 @@ class ChaosCluster(LocalCluster):
             self.peers = ";".join(f"{m}-{network.address(m)}:{NETNS_PORT}" for m in self.members)
         self.lives = dict.fromkeys(self.members, 0)
         self.repair_next: set[str] = set()
+        self.found_next: set[str] = set()  # told `new` on their next start (an operator's slip)
 
     def _command(self, args: list[str]) -> list[str]:
         member = args[args.index("-i") + 1]
@@ -98,11 +99,13 @@ class ChaosCluster(LocalCluster):
 
     def server_args(self, member_id: str) -> list[str]:
         """The member's options, plus `--initial-cluster-state new` on its first start,
-        `existing` on later ones, and `--repair` after its store was damaged."""
+        `existing` on later ones (`new` again when `found_next` says so), and `--repair`
+        after its store was damaged."""
         args = _without_option(super().server_args(member_id), "--initial-cluster-state")  # the harness decides
         flags = server_flags()
         if "--initial-cluster-state" in flags:
-            args += ["--initial-cluster-state", "existing" if self.lives[member_id] else "new"]
+            existing = self.lives[member_id] and member_id not in self.found_next
+            args += ["--initial-cluster-state", "existing" if existing else "new"]
         if "--repair" in flags and member_id in self.repair_next:
             args.append("--repair")
         return args
@@ -136,6 +139,7 @@ class ChaosCluster(LocalCluster):
         member = super().start(member_id)
         self.lives[member_id] += 1
         self.repair_next.discard(member_id)
+        self.found_next.discard(member_id)
         return member
 
     def wait_answers(self, member_id: str, timeout_s: float = STARTUP_S) -> bool:

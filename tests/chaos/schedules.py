@@ -11,6 +11,9 @@ counts from) and leaves every member it could bring back running.
 - `wipe-rejoin` (issue 17, finding 1): 100 acks; SIGSTOP follower S; 300 more acks;
   SIGKILL leader L and follower W; delete W's node directory; SIGCONT S; start W with an
   empty store; then start L again.
+- `wipe-new`: the same, but W is started with `--initial-cluster-state new`, as if its
+  group were new (an operator's slip): it must find out from its peers that the group
+  exists, and rejoin.
 - `torn-tail` (issue 17, finding 3): SIGKILL the leader, overwrite its last data
   segment from below the checkpoint's committed entry to the end, restart it
   (`--repair` when the server has it): it must come back.
@@ -139,9 +142,10 @@ def sigstop(ctx: Context) -> None:
         ctx.cluster.resume(leader)
 
 
-def wipe_rejoin(ctx: Context) -> None:
+def wipe_rejoin(ctx: Context, state: str = "existing") -> None:
     """Issue 17, finding 1, step by step (the 300 entries L and W acknowledged while S was
-    stopped must survive S's bid for leadership with the wiped W's vote)."""
+    stopped must survive S's bid for leadership with the wiped W's vote); W is started
+    with `--initial-cluster-state` `state`."""
     if not ctx.workload.wait_acked(100, ACK_WAIT_S):
         raise ScheduleError("100 appends were not acknowledged")
     leader = ctx.leader()
@@ -152,6 +156,8 @@ def wipe_rejoin(ctx: Context) -> None:
     ctx.cluster.sigkill(leader)
     ctx.cluster.sigkill(wiped)
     ctx.cluster.wipe(wiped)
+    if state == "new":
+        ctx.cluster.found_next.add(wiped)
     ctx.cluster.resume(stale)
     ctx.cluster.restart(wiped)
     elected = ctx.cluster.wait_leader(ctx.settings.stop_s * 2)  # S may win here with W's vote (today's bug)
@@ -196,10 +202,11 @@ SCHEDULES: dict[str, Callable[[Context], None]] = {
     "double-kill": double_kill,
     "sigstop": sigstop,
     "wipe-rejoin": wipe_rejoin,
+    "wipe-new": lambda ctx: wipe_rejoin(ctx, "new"),
     "torn-tail": torn_tail,
     "partition-leader": partition_leader,
     "partition-bridge": partition_bridge,
 }
 NEEDS_NETWORK = frozenset({"partition-leader", "partition-bridge"})
-NEEDS_FLAG = {"wipe-rejoin": "--initial-cluster-state", "torn-tail": "--repair"}
+NEEDS_FLAG = {"wipe-rejoin": "--initial-cluster-state", "wipe-new": "--initial-cluster-state", "torn-tail": "--repair"}
 """Schedules that lose data or stay down on a server without these options (issue 17)."""

@@ -38,7 +38,7 @@ class Founder:
         end: tuple[int, int] | None,
         now: int,
         leader: str | None = None,
-        result: VoteResult = VoteResult.REJECT_HOLDING_AFTER_RESTART,
+        leader_seen: bool = False,
     ) -> None:
         """`request`'s addressee answers with its log end (None: it is silent)."""
         response = None
@@ -48,9 +48,10 @@ class Founder:
                 remote_id="n0",
                 leader_id=leader,
                 term=max(end[0], 0),
-                vote_result=result,
+                vote_result=VoteResult.REJECT_HOLDING_AFTER_RESTART,
                 ledger_end_term=end[0],
                 ledger_end_index=end[1],
+                leader_seen=leader_seen,
             )
         self.elector.on_vote_response(request.remote_id, request, response, now)
 
@@ -102,18 +103,23 @@ def test_its_own_answer_alone_is_not_a_quorum() -> None:
 
 
 @pytest.mark.parametrize(
-    ("end", "leader"),
-    [((3, 41), None), (EMPTY, "n2"), ((1, 0), "n1")],
-    ids=["an entry", "a leader", "both"],
+    ("end", "leader", "seen"),
+    [((3, 41), None, False), (EMPTY, "n2", False), ((1, 0), "n1", True), (EMPTY, None, True)],
+    ids=["an entry", "a leader", "both", "a leader before"],
 )
-def test_an_answer_with_an_entry_or_a_leader_makes_it_rejoin(end: tuple[int, int], leader: str | None) -> None:
+def test_an_answer_with_an_entry_or_a_leader_makes_it_rejoin(
+    end: tuple[int, int], leader: str | None, seen: bool
+) -> None:
     """It lost its directory (or joins late): the group exists. Before, it founded again:
-    its lost vote and empty log elected a member without what it had acknowledged."""
+    its lost vote and empty log elected a member without what it had acknowledged. "A
+    leader before": a member of a group that never wrote an entry, which followed a
+    leader once (`leader_seen`, persisted) and knows none now."""
     founder = Founder()
     for request in probe(founder.elector, 0):
         # the other one answers empty: a quorum of empty answers does not outweigh it
         answer_end = end if request.remote_id == "n1" else EMPTY
-        founder.answer(request, answer_end, 10, leader=leader if request.remote_id == "n1" else None)
+        n1 = request.remote_id == "n1"
+        founder.answer(request, answer_end, 10, leader=leader if n1 else None, leader_seen=seen and n1)
     assert not founder.stands_within(2_000, 3 * HOLD_MS)
     hold = founder.elector.vote_hold
     assert hold.active and hold.kind == "rejoin" and hold.state == "rejoin"
@@ -141,3 +147,18 @@ def test_the_answers_alone() -> None:
     rejoin = VoteHold(active=True, max_ms=0, kind="rejoin")
     assert rejoin.on_founding_answers("n0", {"n0": EMPTY, "n1": EMPTY}, {}, quorum=True) == ""  # not founding
     assert rejoin.active and not rejoin.wants_log_ends
+
+
+def test_a_member_remembers_that_it_followed_a_leader() -> None:
+    """`leader_seen` is set, and handed to the shell to persist, when a member first
+    follows or leads, before it answers; every vote answer carries it."""
+    founder = Founder()
+    persisted: list[bool] = []
+    founder.member.on_leader_seen = lambda: persisted.append(founder.member.leader_seen)
+    assert founder.elector.handle_vote(vote("n1", 0, end_index=-1, end_term=-1), 0).leader_seen is False
+    for now in (10, 20):
+        founder.elector.handle_heartbeat(heartbeat("n1", 1, -1), now)
+        founder.elector.tick(now)
+    founder.elector.handle_heartbeat(heartbeat("n1", 1, -1), 30)
+    assert persisted == [True]  # once
+    assert founder.elector.handle_vote(vote("n2", 1, end_index=-1, end_term=-1), 40).leader_seen is True

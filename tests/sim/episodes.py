@@ -28,7 +28,11 @@ Each phase has a deadline, so an episode that does not reach its state just ends
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from dledger.store.membership import load_identity
 
 if TYPE_CHECKING:
     from tests.sim.harness import SimNode, Simulation
@@ -233,6 +237,16 @@ class ShortLog(Episode):
         return True  # phase 1: the short logs meet, until the deadline
 
 
+def wipe_state(rng: random.Random, others: list[Path]) -> str:
+    """How a member that lost its disk is started: `existing`, or half of the time `new`
+    (an operator's slip), which the member must see through by asking the others. That
+    works when the others have heard a leader (see dledger.raft.vote_hold: a lost disk
+    and members that never heard one can found the group again), so only then."""
+    state: str = rng.choice(("existing", "new"))
+    heard = all((identity := load_identity(d)) is not None and identity.leader_seen for d in others)
+    return state if heard else "existing"
+
+
 class LostDisk(Episode):
     """See the module docstring (a member that lost its disk)."""
 
@@ -260,7 +274,7 @@ class LostDisk(Episode):
                 sim._take_down(self.leader, power_loss=False, restart_in=rng.choice((500, 1500, 3000)))
             if wiped.up:
                 sim._take_down(wiped, power_loss=False, restart_in=rng.choice((0, 50, 200)))
-            wiped.wipe(rng.choice(("existing", "new")))
+            wiped.wipe(wipe_state(rng, [n.dir for n in sim.nodes.values() if n is not wiped]))
             sim.net.heal()
             self.next_phase(4000)
             return True

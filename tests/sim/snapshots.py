@@ -57,6 +57,7 @@ from dledger.store.term_store import FileTermStore
 from dledger.transport.base import Transport
 from dledger.transport.inmem import InMemoryNetwork
 from tests.raft.cluster import FAST
+from tests.sim.episodes import wipe_state
 
 
 class SimViolation(AssertionError):
@@ -217,7 +218,7 @@ class SimMember:
     def restart(self) -> None:
         sim = self.sim
         if sim.rng.random() < sim.faults.wipe and sim.others_hold_everything(self):
-            self.wipe(sim.rng.choice(("existing", "new")))
+            self.wipe(wipe_state(sim.rng, [m.dir for m in sim.members.values() if m is not self]))
         self.open()
 
     def wipe(self, state: str = "existing") -> None:
