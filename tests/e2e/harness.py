@@ -138,9 +138,9 @@ class E2ECluster(LocalCluster):
         return found
 
     def wait_settled(self, timeout_s: float = ELECTION_S) -> dict[str, Any]:
-        """Every member's Metadata answer, once they all name the same leader and term and
+        """Every member's Metadata answer, once they all name the same leader and term,
         that leader is the only LEADER (a member that timed out during an election can be
-        a CANDIDATE for a moment after another one won)."""
+        a CANDIDATE for a moment after another one won) and no member holds its vote."""
 
         def settled() -> dict[str, Any] | None:
             answers = {m: self.metadata(m, RPC_S) for m in self.members}
@@ -148,7 +148,8 @@ class E2ECluster(LocalCluster):
                 return None
             views = {(a.leader_id, a.term) for a in answers.values()}
             roles = sorted(a.role for a in answers.values())
-            if len(views) == 1 and roles == ["FOLLOWER"] * (len(answers) - 1) + ["LEADER"]:
+            holding = any(a.vote_hold for a in answers.values())  # a new member may still catch up
+            if len(views) == 1 and roles == ["FOLLOWER"] * (len(answers) - 1) + ["LEADER"] and not holding:
                 return answers
             return None
 

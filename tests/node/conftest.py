@@ -61,6 +61,18 @@ class NodeCluster:
         self.machines: dict[str, Any] = {}
         for node_id in self.ids:
             self.start(node_id)
+        self.settle()
+
+    def settle(self, timeout_s: float = 15.0) -> None:
+        """Wait for one leader and no member holding its vote: a new group's member that
+        asked its peers last may still hold (a founding member that found a leader first
+        catches up with it; dledger.raft.vote_hold), and could not help elect another."""
+        self.leader(timeout_s)
+        wait_until(
+            lambda: all(n.status().vote_hold == "" for n in self.nodes.values()),
+            timeout_s,
+            "every member to vote freely",
+        )
 
     def config(self, node_id: str) -> DLedgerConfig:
         """The member's config: the options, those named as StoreConfig fields in its `store`."""
