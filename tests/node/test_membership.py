@@ -50,6 +50,7 @@ def test_founding_members_write_one_group_id(cluster_factory: Factory) -> None:
         lambda: all(load_rejoin(cluster.base / f"dledger-{n}") is None for n in cluster.ids),
         what="the founding markers to go",
     )
+
     # each remembers that it followed (or was) a leader: a member that lost its disk learns from it
     def all_seen() -> bool:
         identities = [load_identity(cluster.base / f"dledger-{n}") for n in cluster.ids]
