@@ -126,23 +126,32 @@ class SnapshotManager:
 
     def after_apply(self, applied_index: int, applied_term: int) -> None:
         """The apply thread's hook after each batch: capture and start a save when due."""
-        if self._stopped or applied_index - self.last_index < self.threshold or self.saving:
-            return
+        if applied_index - self.last_index >= self.threshold:
+            self.save_now(applied_index, applied_term)
+
+    def save_now(self, applied_index: int, applied_term: int) -> bool:
+        """Capture at the applied (index, term) and start a save, whatever the threshold;
+        the caller holds the caller's `apply_lock` (the apply thread after a batch, or a
+        leader whose newest snapshot turned out damaged). False when none starts: stopped,
+        a save in flight, or the pause after a failure."""
+        if self._stopped or self.saving:
+            return False
         retry_at = self._retry_at_ms
         if retry_at is not None and self.clock.now_ms() < retry_at:
-            return
+            return False
         try:
             self.machine.on_snapshot_capture()
             image = self.companion.capture(applied_index) if self.companion is not None else None
         except Exception as exc:
             self._failed(f"snapshot capture at index {applied_index} failed; snapshot dropped", exc)
-            return
+            return False
         thread = threading.Thread(
             target=self._save, args=(applied_index, applied_term, image), name="dledger-snapshot-save", daemon=True
         )
         with self._lock:
             self._thread = thread
         thread.start()
+        return True
 
     def _save(self, index: int, term: int, image: bytes | None = None) -> None:
         try:

@@ -229,6 +229,45 @@ def test_follower_behind_a_compacted_log_is_brought_back_by_install(
     assert sm.state() == machine(cluster, leader.config.self_id).state() == (sum(range(70)), 70)
 
 
+def test_a_leader_whose_newest_snapshot_is_damaged_takes_a_new_one_for_a_follower(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    """The newest snapshot that verifies ends below the leader's log (a newer one was
+    damaged on disk): it cannot bring a follower up to date. Before, the leader sent it
+    again and again (about 40 times a second) and the follower never caught up; now it
+    takes a snapshot at its applied index and sends that."""
+    cluster = cluster_factory(3, machine_factory=SumMachine, **SNAP)
+    leader = cluster.leader()
+    own = node_dir(cluster, leader.config.self_id)
+    lagging = next(i for i in cluster.ids if i != leader.config.self_id)
+
+    def two_snapshots_and_a_gap() -> bool:
+        found = snapshot_dirs(own)
+        return len(found) >= 2 and leader.store.begin_index > found[0] + 1
+
+    total = append_until(leader, two_snapshots_and_a_gap)
+    assert leader.snapshots is not None and leader.snapshots.manager is not None
+    manager = leader.snapshots.manager
+    wait_until(lambda: leader.applied_index == leader.store.end_index and not manager.saving, what="a quiet leader")
+    damaged = snapshot_dirs(own)[-1]
+    cluster.stop(lagging)
+    shutil.rmtree(node_dir(cluster, lagging))
+    data = own / "snapshot" / f"snapshot_{damaged}" / DATA_FILE
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    assert leader.snapshots.store.latest() is not None and leader.snapshots.store.latest().index < damaged
+
+    cluster.start(lagging, initial_cluster_state="existing")
+    follower = cluster.nodes[lagging]
+    wait_until(lambda: follower.applied_index >= leader.store.end_index, 30, what="the follower caught up by install")
+    sm = machine(cluster, lagging)
+    assert sm.loads and sm.loads[-1] >= leader.store.begin_index - 1
+    assert sm.state() == (sum(range(total)), total)
+    latest = leader.snapshots.store.latest()
+    assert latest is not None and latest.index >= damaged  # taken again, the damaged one replaced
+
+
 def test_reset_but_keep_some_keeps_the_last_entries_before_the_snapshot(
     cluster_factory: Callable[..., NodeCluster],
 ) -> None:

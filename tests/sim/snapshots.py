@@ -112,7 +112,7 @@ class Faults:
 
 
 class _Host:
-    """What NodeSnapshots needs of a node (see dledger.node_snapshots.SnapshotHost)."""
+    """What NodeSnapshots needs of a node (see dledger.node_snapshot_send.SnapshotHost)."""
 
     def __init__(self, member: SimMember, core: RaftCore, store: MmapLogStore, caller: StateMachineCaller) -> None:
         self.member = member

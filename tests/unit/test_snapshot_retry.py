@@ -141,3 +141,19 @@ def test_a_failing_capture_backs_off_too(tmp_path: Path, caplog: pytest.LogCaptu
     clock.advance(RETRY_FIRST_MS)
     batches(manager, 130, 30)
     assert machine.captures == 2 and len(failures_logged(caplog)) == 2
+
+
+def test_save_now_ignores_the_threshold_but_not_the_backoff(tmp_path: Path, ops: ReadOnlyDirectory) -> None:
+    """What a leader whose newest snapshot turned out damaged asks for."""
+    clock = ManualClock(5_000)
+    manager = SnapshotManager(SnapshotStore(tmp_path), Machine(), threshold=1_000, clock=clock)
+    manager.after_apply(7, 1)  # below the threshold: nothing
+    assert manager.wait_idle(30) and manager.last_index == -1
+    assert manager.save_now(7, 1)  # fails: the directory refuses it
+    assert manager.wait_idle(30) and manager.failing == 1
+    ops.refusing = False
+    assert not manager.save_now(7, 1)  # the pause after a failure holds
+    clock.advance(RETRY_FIRST_MS)
+    assert manager.save_now(7, 1)
+    assert manager.wait_idle(30) and manager.last_index == 7
+    assert SnapshotStore(tmp_path).latest() is not None
