@@ -15,7 +15,9 @@ it exists the Raft core holds the member's vote (`dledger.raft.vote_hold`), acro
 number of restarts. A member of a group of several started with an empty store and told
 `new` writes it too, marked `founding`: it may be a member that lost its whole directory,
 so it asks its peers first; the marker goes when they show that the group is being
-founded, and loses its `founding` mark when they show that the group exists. Java DLedger ignores both files.
+founded, and loses its `founding` mark when they show that the group exists. The
+identity's `leaderSeen` records that this incarnation has followed or led a leader (what
+such a member learns the group exists from). Java DLedger ignores both files.
 """
 
 from __future__ import annotations
