@@ -63,9 +63,12 @@ def base(target: str, sender: str, term: int, **extra: Any) -> dict[str, Any]:
 
 
 def stored_term(group: Group, node_id: str) -> int:
-    """The term in the member's `currterm` file (the raft layer's own format)."""
+    """The term in the member's `currterm` file (the raft layer's own format); 0 without
+    one (a member that never left term 0: DLedger's first leader may lead term 0)."""
     path = Path(group.config(node_id).default_path) / CURRTERM_FILE
-    text = path.read_text() if path.exists() else ""
+    if not path.exists():
+        return 0
+    text = path.read_text()
     for line in text.splitlines():
         key, _, value = line.partition("=")
         if key.strip() == "currTerm":
