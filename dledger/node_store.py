@@ -17,6 +17,7 @@ from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore, TermStore
 from dledger.store.layout import holds_store
 from dledger.store.membership import (
+    REJOIN_FILE,
     NodeIdentity,
     RejoinMarker,
     clear_rejoin,
@@ -150,6 +151,8 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
     rejoin = load_rejoin(node_dir)
     if identity is not None:
         _check_owner(identity, config, node_dir)
+        if rejoin is not None:
+            _log_hold(config.self_id, rejoin, node_dir)
         return Membership(identity, rejoin)
     empty = store.end_index < 0 and store.begin_index < 0
     if empty and config.initial_cluster_state == "existing":
@@ -167,6 +170,7 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
         if empty and len(config.peer_map) > 1:
             rejoin = RejoinMarker(-1, "a founding member: asks its peers whether the group exists", founding=True)
             write_rejoin(node_dir, rejoin)
+            _log_hold(config.self_id, rejoin, node_dir)
     write_identity(node_dir, identity)
     return Membership(identity, rejoin)
 
@@ -203,6 +207,24 @@ def member_core(
     core.member_state.leader_seen = membership.identity.leader_seen
     membership.bind(core.elector, store.node_dir)
     return core, membership
+
+
+def _log_hold(self_id: str, marker: RejoinMarker, node_dir: Path) -> None:
+    """Say why a member starts holding its vote (its `rejoin` marker)."""
+    if marker.founding:
+        log.info(
+            "%s: an empty store told to found its group: asks the other members whether the group exists "
+            "before it votes (it may have lost its directory)",
+            self_id,
+        )
+        return
+    log.warning(
+        "%s: rejoining (%s): holds its vote until a leader brought it up to date; if it never held data (its "
+        "first start) and no leader can come back, stop it, delete %s and start it again",
+        self_id,
+        marker.reason,
+        node_dir / REJOIN_FILE,
+    )
 
 
 def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) -> None:

@@ -194,7 +194,7 @@ class LeaderElector(LeaderHeartbeats):
                 vote_result=result,
                 ledger_end_index=end_index,
                 ledger_end_term=end_term,
-                leader_seen=member.leader_seen,
+                leader_seen=member.leader_seen or self.vote_hold.state == "rejoin",  # its group exists
             )
 
         if not self_call and (bad := self.check_addressing(req)) is not None:
@@ -313,7 +313,7 @@ class LeaderElector(LeaderHeartbeats):
         if not hold.pending:
             return False
         member = self.member_state
-        if hold.release(now_ms, member.committed_index, member.leader_id, member.current_term):
+        if hold.release(now_ms, member.committed_index, member.leader_id, member.current_term, member.is_leader):
             return True
         if hold.released:
             log.info(

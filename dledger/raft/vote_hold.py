@@ -51,7 +51,8 @@ log end, as above, until either:
 
 - an answer shows that the group exists: a member with an entry in its log, or one that
   follows, leads, or has followed or led at any time before (`leader_seen`, which every
-  member persists when it first follows or leads, before it answers that leader). The
+  member persists when it first follows or leads, before it answers that leader; a
+  member rejoining after a lost disk says so too: it was told its group exists). The
   hold becomes a rejoin hold (and stays one across restarts), which a leader ends once
   it brought the member up to date; or
 - a quorum, itself included, answered and none of them shows that: the group is being
@@ -158,7 +159,7 @@ class VoteHold:
             return ""
         entries = [f"{peer} holds entries up to {index}" for peer, (_, index) in sorted(ends.items()) if index >= 0]
         evidence = entries + [
-            f"{peer} knows leader {leader}" if leader else f"{peer} has followed a leader"
+            f"{peer} knows leader {leader}" if leader else f"{peer} has followed a leader or is rejoining"
             for peer, leader in sorted(leaders.items())
         ]
         if evidence:
@@ -167,7 +168,8 @@ class VoteHold:
             log.log(
                 logging.WARNING if entries else logging.INFO,
                 "%s: started with an empty store to found its group, but the group exists (%s): joins it, and "
-                "votes once a leader brought it up to date",
+                "votes once a leader brought it up to date (if this is its first start and no leader can come back, "
+                "stop it, delete its `rejoin` file and start it again)",
                 self_id,
                 "; ".join(evidence),
             )
@@ -178,16 +180,19 @@ class VoteHold:
         log.info("%s: %d members answered, none with an entry or a leader: founds the group", self_id, len(ends))
         return "founded"
 
-    def release(self, now_ms: int, committed_index: int, leader_id: str | None, term: int) -> bool:
+    def release(
+        self, now_ms: int, committed_index: int, leader_id: str | None, term: int, leading: bool = False
+    ) -> bool:
         """Whether the hold is still on, ending it (and any floor) when the member caught
         up with the leader it follows, or when `max_ms` passed (unclean hold only: a floor
-        whose member went away for good must not stall the group either).
-        `released` becomes True when it ends by catching up."""
+        whose member went away for good must not stall the group either). A floor also
+        ends when the member leads (`leading`): a quorum elected it, its log at least the
+        floor. `released` becomes True when it ends by catching up or leading."""
         if not self.pending:
             return False
         if self.deadline_ms is None:
             self.deadline_ms = now_ms + self.max_ms
-        caught_up = (
+        caught_up = (leading and not self.active) or (
             self.leader is not None
             and self.leader == (leader_id, term)
             and committed_index >= max(self.target_index, self.min_index)

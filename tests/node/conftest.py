@@ -64,15 +64,18 @@ class NodeCluster:
         self.settle()
 
     def settle(self, timeout_s: float = 15.0) -> None:
-        """Wait for one leader and no member holding its vote: a new group's member that
-        asked its peers last may still hold (a founding member that found a leader first
-        catches up with it; dledger.raft.vote_hold), and could not help elect another."""
+        """Wait until every member follows one leader in one term and none holds its vote:
+        a new group's member that asked its peers last may still hold (a founding member
+        that found a leader first catches up with it; dledger.raft.vote_hold), and could
+        not help elect another, or stand once before it heard the leader."""
         self.leader(timeout_s)
-        wait_until(
-            lambda: all(n.status().vote_hold == "" for n in self.nodes.values()),
-            timeout_s,
-            "every member to vote freely",
-        )
+
+        def settled() -> bool:
+            views = {(s.leader_id, s.term, s.vote_hold) for s in (n.status() for n in self.nodes.values())}
+            leader, _term, hold = next(iter(views))
+            return len(views) == 1 and leader is not None and hold == ""
+
+        wait_until(settled, timeout_s, "every member to follow one leader and vote freely")
 
     def config(self, node_id: str) -> DLedgerConfig:
         """The member's config: the options, those named as StoreConfig fields in its `store`."""

@@ -51,6 +51,17 @@ class GrpcGroup:
         self.machines: dict[str, SumMachine] = {}
         for node_id in self.ids:
             self.start(node_id)
+        self.settle()
+
+    def settle(self) -> None:
+        """Wait until every member follows one leader in one term and none holds its
+        vote (a member that founded late may stand once before it hears the leader)."""
+
+        def settled() -> bool:
+            views = {(s.leader_id, s.term, s.vote_hold) for s in (self.node(i).status() for i in self.ids)}
+            return len(views) == 1 and next(iter(views))[0] is not None and next(iter(views))[2] == ""
+
+        wait_until(settled, what="one leader that every member follows")
 
     def config(self, node_id: str, **changes: Any) -> DLedgerConfig:
         store = member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096)

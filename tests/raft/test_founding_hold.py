@@ -162,3 +162,14 @@ def test_a_member_remembers_that_it_followed_a_leader() -> None:
     founder.elector.handle_heartbeat(heartbeat("n1", 1, -1), 30)
     assert persisted == [True]  # once
     assert founder.elector.handle_vote(vote("n2", 1, end_index=-1, end_term=-1), 40).leader_seen is True
+
+
+def test_a_rejoining_member_tells_others_that_its_group_exists() -> None:
+    """Its answers say so (`leader_seen`), as a member that followed a leader does: a
+    member that lost its disk too, started with `new`, must not count it as a founder."""
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        founder.answer(request, (1, 4) if request.remote_id == "n1" else EMPTY, 10)
+    founder.elector.tick(2_000)
+    assert founder.elector.vote_hold.state == "rejoin" and not founder.member.leader_seen
+    assert founder.elector.handle_vote(vote("n2", 0, end_index=-1, end_term=-1), 2_010).leader_seen is True

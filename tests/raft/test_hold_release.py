@@ -163,3 +163,23 @@ def test_a_joining_member_adopts_its_first_leader_s_group_id() -> None:
     other.group_id = "beef"
     assert elector.handle_heartbeat(other, 1).code == ResponseCode.UNKNOWN_GROUP
     assert adopted == ["cafe"]
+
+
+def test_a_floor_ends_when_the_member_leads() -> None:
+    """A quorum elected it with its log at least the floor: it holds nothing a leader
+    could lack. Before, the floor stayed on the leader for `max_vote_hold_ms`, which
+    then logged that entries "may be lost"."""
+    elector, ms = member(entries=6)  # n0 ends at (1, 5): the highest
+    for request in probe(elector, 0):
+        answer(elector, request, (1, 3), 10)
+    now = 20
+    while not ms.is_leader:
+        assert now < 400, "n0 was not elected"
+        for o in elector.tick(now):
+            if isinstance(o.request, VoteRequest):
+                answer(elector, o.request, (1, 3), now)
+        now += 5
+    assert not elector.holding_vote(now)
+    hold = elector.vote_hold
+    assert not hold.pending and hold.released and not hold.expired
+    assert not elector.holding_vote(now + 2 * HOLD_MS) and not hold.expired
