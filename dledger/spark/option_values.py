@@ -10,9 +10,7 @@ from dledger.config_bounds import INT64_MAX
 from dledger.spark.target import TARGET_OPTIONS, OptionError
 
 SPARK_OPTIONS = ("checkpointLocation",)
-"""Options Spark itself passes to a source or sink (accepted, not used). The largest
-index, timestamp or count an option may give is INT64_MAX (a long, as Spark's and the
-log's)."""
+"""Options Spark itself passes to a source or sink (accepted, not used)."""
 MAX_FETCH_BYTES = 32 << 20
 """`fetchMaxBytes`: a member's limit per ReadCommitted batch (`ServiceLimits.max_batch_bytes`
 in dledger.transport.service_core; tests check the two agree)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 from dledger.config import DLedgerConfig, StoreConfig, member_store_config
 from dledger.entry import Entry
 from dledger.node import DLedgerNode
+from dledger.node_status import NodeStatus
 from dledger.transport.local import LocalNetwork
 
 TIMINGS: dict[str, Any] = {
@@ -35,6 +36,13 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.005)
+
+
+def settled(statuses: Iterable[NodeStatus]) -> bool:
+    """Whether these members all follow one leader in one term, none holding its vote."""
+    views = {(s.leader_id, s.term, s.vote_hold) for s in statuses}
+    leader, _term, hold = next(iter(views))
+    return len(views) == 1 and leader is not None and hold == ""
 
 
 class Recorder:
@@ -69,13 +77,11 @@ class NodeCluster:
         that found a leader first catches up with it; dledger.raft.vote_hold), and could
         not help elect another, or stand once before it heard the leader."""
         self.leader(timeout_s)
-
-        def settled() -> bool:
-            views = {(s.leader_id, s.term, s.vote_hold) for s in (n.status() for n in self.nodes.values())}
-            leader, _term, hold = next(iter(views))
-            return len(views) == 1 and leader is not None and hold == ""
-
-        wait_until(settled, timeout_s, "every member to follow one leader and vote freely")
+        wait_until(
+            lambda: settled(n.status() for n in self.nodes.values()),
+            timeout_s,
+            "every member to follow one leader and vote freely",
+        )
 
     def config(self, node_id: str) -> DLedgerConfig:
         """The member's config: the options, those named as StoreConfig fields in its `store`."""

@@ -23,7 +23,7 @@ from dledger.raft.messages import InstallSnapshotRequest
 from dledger.server import DLedgerServer
 from dledger.transport.convert import from_pb, pb_grpc, to_pb
 from dledger.transport.grpc_client import open_channel
-from tests.node.conftest import wait_until
+from tests.node.conftest import settled, wait_until
 from tests.node.snapmachine import SumMachine
 from tests.security.conftest import free_ports
 
@@ -56,12 +56,7 @@ class GrpcGroup:
     def settle(self) -> None:
         """Wait until every member follows one leader in one term and none holds its
         vote (a member that founded late may stand once before it hears the leader)."""
-
-        def settled() -> bool:
-            views = {(s.leader_id, s.term, s.vote_hold) for s in (self.node(i).status() for i in self.ids)}
-            return len(views) == 1 and next(iter(views))[0] is not None and next(iter(views))[2] == ""
-
-        wait_until(settled, what="one leader that every member follows")
+        wait_until(lambda: settled(self.node(i).status() for i in self.ids), what="one leader that all follow")
 
     def config(self, node_id: str, **changes: Any) -> DLedgerConfig:
         store = member_store_config(data_file_size=1 << 20, index_file_size=32 * 4096)
