@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from dledger.config import DLedgerConfig, member_store_config
+from dledger.entry import MAGIC_NOOP
 from dledger.server import DLedgerServer
 from dledger.transport.convert import pb, pb_grpc
 from dledger.transport.grpc_client import open_channel
@@ -215,14 +216,24 @@ class Group:
 
     def committed(self, node_id: str, upto: int) -> list[bytes]:
         """Bodies 0..upto as the member serves them (committed only)."""
-        bodies: list[bytes] = []
-        while len(bodies) <= upto:
+        return [bytes(e.body) for e in self.committed_entries(node_id, upto)]
+
+    def written(self, node_id: str, first: int, last: int) -> list[bytes]:
+        """The bodies clients wrote at indexes first..last (committed), without the NOOPs a
+        new leader may append to commit its predecessors' entries."""
+        entries = self.committed_entries(node_id, last)[first:]
+        return [bytes(e.body) for e in entries if e.magic != MAGIC_NOOP]
+
+    def committed_entries(self, node_id: str, upto: int) -> list[pb.Entry]:
+        """Entries 0..upto as the member serves them (committed only)."""
+        entries: list[pb.Entry] = []
+        while len(entries) <= upto:
             answer = self.ledger_stub(node_id).Get(
-                pb.GetRequest(group=GROUP, index=len(bodies), count=upto + 1 - len(bodies)), timeout=10
+                pb.GetRequest(group=GROUP, index=len(entries), count=upto + 1 - len(entries)), timeout=10
             )
-            assert answer.code == 200, f"get {len(bodies)} from {node_id}: {answer.code} {answer.message}"
-            bodies.extend(bytes(e.body) for e in answer.entries)
-        return bodies
+            assert answer.code == 200, f"get {len(entries)} from {node_id}: {answer.code} {answer.message}"
+            entries.extend(answer.entries)
+        return entries
 
 
 @pytest.fixture

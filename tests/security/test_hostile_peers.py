@@ -120,7 +120,8 @@ def test_heartbeat_with_int64_max_term_does_not_brick_the_group(group: Group) ->
     group.wait_leader()
     second = group.append([b"after the restart"])
     assert second > first
-    assert group.committed(group.wait_leader(), second)[first:] == [b"after the forged heartbeat", b"after the restart"]
+    # the leader after the restart may append a NOOP between them (to commit the first)
+    assert group.written(group.wait_leader(), first, second) == [b"after the forged heartbeat", b"after the restart"]
     # and it still elects: hand leadership on, then append again
     leader = group.wait_leader()
     transferee = next(m for m in group.ids if m != leader)
