@@ -42,6 +42,8 @@ class ResponseCode(IntEnum):
     PRODUCER_FENCED = 424
     UNKNOWN_PRODUCER = 425
     TOO_MANY_PRODUCERS = 426
+    # ours: the leader's log differs from entries this follower committed
+    LOG_DIVERGED = 427
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

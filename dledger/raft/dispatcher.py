@@ -50,6 +50,7 @@ from typing import TypeVar
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.quota import new_quota
+from dledger.raft.match_search import MatchSearch
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import (
     InstallSnapshotRequest,
@@ -68,6 +69,8 @@ COMMIT_PUSH_DELAY_MS = 2
 dispatcher saw it, at the earliest (see the module docstring)."""
 NOT_READY_RETRY_MS = 10
 """... after the peer answered that it does not follow this leader (yet)."""
+DIVERGED_RETRY_MS = 10_000
+"""Pause before a follower that answered LOG_DIVERGED is compared with again."""
 COALESCE_BYTES = 64 * 1024
 """A backlog below this (and below `max_push_batch_bytes`) waits for the APPEND in
 flight to be answered instead of being pushed next to it."""
@@ -147,6 +150,7 @@ class EntryDispatcher(InstallSnapshotMixin):
         self._gathering_since_ms = -1  # when the backlog began to wait for incoming appends
         self._latest_snapshot = latest_snapshot
         self.installing: tuple[int, int] | None = None  # the snapshot asked for in INSTALL_SNAPSHOT
+        self.search = MatchSearch(self.store.end_index)  # COMPARE's bounds
 
     # -- state changes
 
@@ -160,12 +164,7 @@ class EntryDispatcher(InstallSnapshotMixin):
         self._control = None
         self.installing = None
         self._held_since_ms = self._gathering_since_ms = -1
-        self._reset_search()
-
-    def _reset_search(self) -> None:
-        """Forget the COMPARE bounds: nothing proven yet about the follower's log."""
-        self._match_low = -1  # highest index proven to match (-1: the empty prefix)
-        self._mismatch_high = self.store.end_index + 1  # lowest index proven not to match
+        self.search.reset(self.store.end_index)
 
     def _clear_pending(self) -> None:
         self.pending.clear()
@@ -179,7 +178,7 @@ class EntryDispatcher(InstallSnapshotMixin):
         if state is DispatchState.APPEND:
             self.write_index = self.match_index + 1
         elif state is DispatchState.COMPARE:
-            self._reset_search()
+            self.search.reset(self.store.end_index)
 
     def _enter_install(self) -> None:
         self._change_state(DispatchState.INSTALL_SNAPSHOT)
@@ -387,6 +386,9 @@ class EntryDispatcher(InstallSnapshotMixin):
             return
         if resp is not None and resp.term > self.term:
             return  # the elector steps down on the higher term
+        if resp is not None and resp.code == ResponseCode.LOG_DIVERGED:
+            self._on_diverged(resp, now_ms)
+            return
         if req.type is PushType.APPEND:
             self._on_append(req, resp, now_ms)
             return
@@ -432,35 +434,29 @@ class EntryDispatcher(InstallSnapshotMixin):
         self.quorum.update_peer_water_mark(self.term, self.peer_id, self.match_index)
 
     def _on_compare(self, req: PushEntryRequest, resp: PushEntryResponse, now_ms: int) -> None:
-        """Search the last index where the follower matches the leader.
-
-        Log matching makes "matches at i" monotone in i, so each answer narrows
-        (match_low, mismatch_high). Only once they meet is the match point known; then
-        the follower's tail after it conflicts, and only then is it truncated. (Jumping
-        straight to the follower's hint could land below the real match point and
-        truncate matching, even committed, entries.) The hint only picks the next probe.
-        """
-        probe = req.prev_index
-        if resp.code == ResponseCode.SUCCESS:
-            self._match_low = max(self._match_low, probe)
-            self._mismatch_high = min(self._mismatch_high, resp.end_index + 1, self.store.end_index + 1)
-        else:
-            self._mismatch_high = min(self._mismatch_high, probe)
-        low, high = self._match_low, self._mismatch_high
-        if high <= self.floor_index() and self._start_install(now_ms):
+        """Narrow the search for the follower's match point (`dledger.raft.match_search`);
+        once found, TRUNCATE the follower's tail after it, or APPEND."""
+        search = self.search
+        search.narrow(req.prev_index, resp.code == ResponseCode.SUCCESS, resp.end_index, self.store.end_index)
+        if search.high <= self.floor_index() and self._start_install(now_ms):
             return  # the follower's match point is below the floor: those entries are gone
-        if high <= low + 1:
-            self.match_index = low
-            self.quorum.update_peer_water_mark(self.term, self.peer_id, low)
-            self._change_state(DispatchState.TRUNCATE if resp.end_index > low else DispatchState.APPEND)
+        if search.found:
+            self.match_index = search.low
+            self.quorum.update_peer_water_mark(self.term, self.peer_id, search.low)
+            self._change_state(DispatchState.TRUNCATE if resp.end_index > search.low else DispatchState.APPEND)
             return
-        if resp.code == ResponseCode.SUCCESS:
-            nxt = high - 1  # the follower's end (or ours): usually matches at once
-        else:
-            hint = resp.x_index - 1 if resp.x_term != -1 and resp.x_index >= 0 else resp.end_index
-            nxt = hint if low < hint < high else (low + high) // 2
-        self.write_index = nxt + 1
+        self.write_index = search.next_probe(resp) + 1
         self._control = None
+
+    def _on_diverged(self, resp: PushEntryResponse, now_ms: int) -> None:
+        """The follower committed another term at `resp.x_index` than this log holds
+        (`dledger.raft.entry_handler`): no push fits its log. Compare again only every
+        DIVERGED_RETRY_MS (the member may be replaced meanwhile)."""
+        self.search.diverge(self.member_state, self.peer_id, resp, self._term_at(resp.x_index))
+        self.member_state.mark_diverged(self.peer_id, now_ms)
+        self._change_state(DispatchState.COMPARE)
+        self.write_index = self.store.end_index + 1
+        self._retry_at_ms = now_ms + DIVERGED_RETRY_MS
 
     def _on_append(self, req: PushEntryRequest, resp: PushEntryResponse | None, now_ms: int) -> None:
         if self.state is not DispatchState.APPEND:

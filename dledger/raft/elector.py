@@ -93,11 +93,9 @@ class LeaderElector(LeaderHeartbeats):
             hold = unclean_restart and group and config.max_vote_hold_ms > 0
             self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
         self.on_rejoined: Callable[[], None] | None = None
-        """Called once when a rejoin or founding hold ends (the shell removes the `rejoin`
-        marker)."""
+        """Called once when a rejoin or founding hold ends (the shell removes the `rejoin` marker)."""
         self.on_group_exists: Callable[[], None] | None = None
-        """Called when a founding member learns that its group exists: it rejoins (the
-        shell keeps the `rejoin` marker, as a rejoin's)."""
+        """Called when a founding member learns that its group exists (it rejoins: the marker stays)."""
         self.on_group_id: Callable[[str], None] | None = None
         """Called when a joining member adopts its leader's group id (the shell persists it)."""
 
@@ -205,8 +203,9 @@ class LeaderElector(LeaderHeartbeats):
             return reply(VoteResult.UNKNOWN, code=ResponseCode.UNEXPECTED_ARGUMENT)
         if not self_call and req.leader_id == member.self_id:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
-        candidate = req.leader_id
-        assert candidate is not None
+        candidate = req.leader_id or ""  # a member (checked above)
+        if member.is_diverged(candidate, now_ms):  # of another history (LOG_DIVERGED): never
+            return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
         # a member holding a floor (see vote_hold) compares as if its log ended there
         end_term, end_index = max(self.own_log_end(), self.vote_hold.floor or (-1, -1))
         if req.ledger_end_term < end_term:
@@ -262,8 +261,9 @@ class LeaderElector(LeaderHeartbeats):
             return reply(ResponseCode.UNEXPECTED_ARGUMENT)
         if req.leader_id == member.self_id:
             return reply(ResponseCode.UNEXPECTED_MEMBER)
-        leader = req.leader_id
-        assert leader is not None
+        leader = req.leader_id or ""  # a member (checked above)
+        if member.is_diverged(leader, now_ms):  # of another history: let the others elect
+            return reply(ResponseCode.LOG_DIVERGED)
         if req.term < member.current_term:
             return reply(ResponseCode.EXPIRED_TERM)
         if req.term == member.current_term:

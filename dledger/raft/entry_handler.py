@@ -5,10 +5,19 @@ unit of work (the compare/truncate/commit queue first, then the APPEND whose fir
 index is the next one, then the periodic abnormal-future check). Every request proves
 its position with the previous entry's index and term; the commit index only moves up
 to what the request proved to match, and never above this node's ledger end.
+
+A leader whose log holds another term at an index this member committed cannot be of
+the same history (Leader Completeness: every leader holds every committed entry). The
+group was founded again without this member (members that lost their disks started with
+`--initial-cluster-state new`), or a log was changed by hand. Such a request is answered
+LOG_DIVERGED, with this member's index and term of the conflict, and changes nothing:
+the member keeps its log and logs an error (once per leader and term) instead of
+following into a retry loop.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -19,6 +28,8 @@ from dledger.raft.member_state import MemberState
 from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse
 
 MAX_CONTROL_QUEUE = 1024
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -63,6 +74,8 @@ class EntryHandler:
         # (leader term, first index) of what this process appended from that term's
         # leader: those entries match the leader's log and are never truncated
         self._appended_in_term: tuple[int, int] = (-1, -1)
+        self._diverged_from: tuple[str | None, int] = (None, -1)  # the (leader, term) last logged as diverged
+        self._now_ms = 0  # of the pass running
 
     # -- intake
 
@@ -118,6 +131,7 @@ class EntryHandler:
 
     def run_once(self, now_ms: int) -> bool:
         """Process one request; returns False when there was nothing to do."""
+        self._now_ms = now_ms
         if self.control_queue:
             w = self.control_queue.popleft()
             w.future.set_result(self._process(w.request))
@@ -165,6 +179,8 @@ class EntryHandler:
 
     def check_leader(self, req: RequestOrResponse) -> ResponseCode | None:
         """None when this member follows `req.leader_id` in `req.term`, else the code."""
+        if self.member_state.is_diverged(req.leader_id, self._now_ms):
+            return ResponseCode.LOG_DIVERGED  # of another history: not followed for a while
         if not self.member_state.is_follower:
             return ResponseCode.NOT_FOLLOWER
         if req.term != self.member_state.current_term:
@@ -183,6 +199,37 @@ class EntryHandler:
         if index < self.store.begin_index or self.store.begin_index < 0:  # before the log (a reset)
             return index <= self.member_state.committed_index
         return self.store.term_at(index) == term
+
+    def _diverged(self, req: PushEntryRequest, index: int, term: int) -> PushEntryResponse | None:
+        """The LOG_DIVERGED answer when the leader says `term` at `index`, an entry this
+        member committed with another term (see the module docstring); else None."""
+        store = self.store
+        if not 0 <= store.begin_index <= index <= min(self.member_state.committed_index, store.end_index):
+            return None
+        mine = store.term_at(index)
+        if mine == term:
+            return None
+        self.member_state.mark_diverged(req.leader_id, self._now_ms)
+        if self._diverged_from != (req.leader_id, req.term):
+            self._diverged_from = (req.leader_id, req.term)
+            log.error(
+                "%s: leader %s (term %d) holds term %d at index %d, which this member committed in term %d: "
+                "its log is not this member's history (the group was founded again without this member, "
+                "or a log was changed). This member keeps its log and does not follow it. To keep these "
+                "entries, copy this member's store directory away; to rejoin the group as it is, stop this "
+                "member, move its store directory aside and start it with --initial-cluster-state existing",
+                self.member_state.self_id,
+                req.leader_id,
+                req.term,
+                term,
+                index,
+                mine,
+            )
+        return self._reply(req, ResponseCode.LOG_DIVERGED, x_term=mine, x_index=index)
+
+    def _mismatch(self, req: PushEntryRequest, index: int, term: int) -> PushEntryResponse:
+        """The answer to a request whose claim `term` at `index` does not hold here."""
+        return self._diverged(req, index, term) or self._reply(req, ResponseCode.INCONSISTENT_STATE)
 
     def _commit(self, req: PushEntryRequest, proven_index: int) -> None:
         """Commit up to what the leader committed, but only as far as this request proved
@@ -206,8 +253,10 @@ class EntryHandler:
 
     def _do_append(self, req: PushEntryRequest) -> PushEntryResponse:
         end = self.store.end_index
-        if req.first_index > end + 1 or not self._matches(req.prev_index, req.prev_term):
+        if req.first_index > end + 1:
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if not self._matches(req.prev_index, req.prev_term):
+            return self._mismatch(req, req.prev_index, req.prev_term)
         if self._appended_in_term[0] != req.term:
             self._appended_in_term = (req.term, end + 1)
         if req.first_index == end + 1:
@@ -227,12 +276,12 @@ class EntryHandler:
             # end must be the same ones; append only the rest
             if req.last_index <= end:
                 if self.store.term_at(req.last_index) != req.last_term:
-                    return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+                    return self._mismatch(req, req.last_index, req.last_term)
             else:
                 skip = end - req.first_index + 1
-                at_end = _entry_offset(req.entries, req.count, skip - 1)
-                if self.store.term_at(end) != _entry_term(req.entries, at_end):
-                    return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+                term_at_end = _entry_term(req.entries, _entry_offset(req.entries, req.count, skip - 1))
+                if self.store.term_at(end) != term_at_end:
+                    return self._mismatch(req, end, term_at_end)
                 self.store.append_encoded(req.entries[_entry_offset(req.entries, req.count, skip) :])
         self._commit(req, req.last_index)
         return self._reply(req, ResponseCode.SUCCESS)
@@ -255,13 +304,18 @@ class EntryHandler:
             return self._reply(req, ResponseCode.SUCCESS)
         if req.prev_index > self.store.end_index:
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        diverged = self._diverged(req, req.prev_index, req.prev_term)
+        if diverged is not None:
+            return diverged
         x_term = self.store.term_at(req.prev_index)
         x_index = self._first_index_of_term(req.prev_index)
         return self._reply(req, ResponseCode.INCONSISTENT_STATE, x_term=x_term, x_index=x_index)
 
     def _do_truncate(self, req: PushEntryRequest) -> PushEntryResponse:
-        if req.first_index != req.prev_index + 1 or not self._matches(req.prev_index, req.prev_term):
+        if req.first_index != req.prev_index + 1:
             return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+        if not self._matches(req.prev_index, req.prev_term):
+            return self._mismatch(req, req.prev_index, req.prev_term)
         # Never delete committed entries, whatever the request says. They are the
         # leader's own entries too (Leader Completeness), so a TRUNCATE below the commit
         # index only means the leader's match point is stale (its acks were lost): keep
@@ -280,7 +334,7 @@ class EntryHandler:
 
     def _do_commit(self, req: PushEntryRequest) -> PushEntryResponse:
         if not self._matches(req.prev_index, req.prev_term):
-            return self._reply(req, ResponseCode.INCONSISTENT_STATE)
+            return self._mismatch(req, req.prev_index, req.prev_term)
         self._commit(req, req.prev_index)
         return self._reply(req, ResponseCode.SUCCESS)
 

@@ -13,6 +13,10 @@ from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestHeader, Request
 
 log = logging.getLogger(__name__)
 
+DIVERGED_HOLD_MS = 30_000
+"""How long a member whose log contradicts committed entries is neither followed nor
+voted for after the contradiction was last seen (`MemberState.mark_diverged`)."""
+
 
 class Role(Enum):
     """`MemberState.Role`."""
@@ -71,8 +75,23 @@ class MemberState:
         self.incarnation = ""  # this member's incarnation (a new one with every empty store)
         self.leader_seen = False  # it has followed or been a leader (its group exists; persisted)
         self.on_leader_seen: Callable[[], None] | None = None  # persists `leader_seen` (once)
+        self._diverged: dict[str, int] = {}  # member -> until when it is neither followed nor voted for
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
+
+    # -- members of another history
+
+    def mark_diverged(self, member_id: str | None, now_ms: int) -> None:
+        """`member_id`'s log contradicts entries one of the two committed (LOG_DIVERGED,
+        see `dledger.raft.entry_handler`): for DIVERGED_HOLD_MS this member neither
+        follows it nor votes for it, so that the members that share a history elect
+        among themselves. Marked again at every contradiction seen; kept in memory only."""
+        if member_id is not None:
+            self._diverged[member_id] = now_ms + DIVERGED_HOLD_MS
+
+    def is_diverged(self, member_id: str | None, now_ms: int) -> bool:
+        """Whether `member_id` was marked by `mark_diverged` less than DIVERGED_HOLD_MS ago."""
+        return member_id is not None and self._diverged.get(member_id, now_ms) > now_ms
 
     # -- term and vote
 
