@@ -241,7 +241,7 @@ class RaftCore:
     def handle_request(self, req: RequestOrResponse, now_ms: int) -> Future[RequestOrResponse]:
         """Answer a peer request (the future may complete in a later pass)."""
         if isinstance(req, PushEntryRequest):
-            bad = self.elector.check_addressing(req)
+            bad = self.member_state.check_addressing(req)
             member = self.member_state
             if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
                 bad = ResponseCode.UNKNOWN_MEMBER
@@ -287,7 +287,7 @@ class RaftCore:
         a stale term; NOT_FOLLOWER, INCONSISTENT_TERM or INCONSISTENT_LEADER while this
         member does not follow that leader yet: it will after the next heartbeat)."""
         member = self.member_state
-        bad = self.elector.check_addressing(req)
+        bad = self.member_state.check_addressing(req)
         if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
             bad = ResponseCode.UNKNOWN_MEMBER
         if bad is None and term_out_of_range(req):

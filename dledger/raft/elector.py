@@ -21,7 +21,6 @@ from dledger.raft.messages import (
     HeartBeatRequest,
     HeartBeatResponse,
     ParseResult,
-    RequestOrResponse,
     VoteRequest,
     VoteResponse,
     VoteResult,
@@ -35,7 +34,7 @@ from dledger.raft.prevote import (
     term_out_of_range,
 )
 from dledger.raft.rounds import HeartBeatRound, Outbound, VoteRound
-from dledger.raft.vote_hold import VoteHold
+from dledger.raft.vote_hold import VoteHold, founding_term
 
 __all__ = ["LeaderElector", "Outbound", "RoleChangeListener"]
 
@@ -160,18 +159,6 @@ class LeaderElector(LeaderHeartbeats):
 
     # -- request handlers
 
-    def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
-        """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member (another
-        group name, or another group id when both sides know theirs)."""
-        member = self.member_state
-        if req.remote_id != member.self_id:
-            return ResponseCode.UNKNOWN_MEMBER
-        if req.group != member.group:
-            return ResponseCode.UNKNOWN_GROUP
-        if not member.accepts_group_id(getattr(req, "group_id", "")):  # Vote, HeartBeat and Push carry it
-            return ResponseCode.UNKNOWN_GROUP
-        return None
-
     def own_log_end(self) -> tuple[int, int]:
         """This member's log end as (term, index)."""
         return self.member_state.ledger_end_term, self.member_state.ledger_end_index
@@ -195,7 +182,7 @@ class LeaderElector(LeaderHeartbeats):
                 leader_seen=member.leader_seen or self.vote_hold.state == "rejoin",  # its group exists
             )
 
-        if not self_call and (bad := self.check_addressing(req)) is not None:
+        if not self_call and (bad := member.check_addressing(req)) is not None:
             return reply(VoteResult.UNKNOWN, code=bad)
         if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
             return reply(VoteResult.REJECT_UNKNOWN_LEADER, code=ResponseCode.UNKNOWN_MEMBER)
@@ -253,7 +240,7 @@ class LeaderElector(LeaderHeartbeats):
         def reply(code: ResponseCode) -> HeartBeatResponse:
             return HeartBeatResponse(**member.answer_header(req), code=code)
 
-        if (bad := self.check_addressing(req)) is not None:
+        if (bad := member.check_addressing(req)) is not None:
             return reply(bad)
         if not member.is_peer_member(req.leader_id) or not member.is_peer_member(req.local_id):
             return reply(ResponseCode.UNKNOWN_MEMBER)
@@ -448,6 +435,9 @@ class LeaderElector(LeaderHeartbeats):
         if self.vote_hold.kind == "founding":
             quorum = member.is_quorum(len(rnd.ends))
             outcome = self.vote_hold.on_founding_answers(member.self_id, rnd.ends, rnd.leaders, quorum)
+            if outcome == "founded" and member.is_candidate:  # its founding's own terms (see vote_hold)
+                self.change_role_to_candidate(founding_term(self.rng, member.current_term))
+                member.next_term()  # there now (persisted): its first round stands in it
             callback = {"exists": self.on_group_exists, "founded": self.on_rejoined}.get(outcome)
             if callback is not None:
                 callback()

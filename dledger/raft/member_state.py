@@ -233,6 +233,17 @@ class MemberState:
             incarnation=self.incarnation,
         )
 
+    def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
+        """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member (another
+        group name, or another group id when both sides know theirs)."""
+        if req.remote_id != self.self_id:
+            return ResponseCode.UNKNOWN_MEMBER
+        if req.group != self.group:
+            return ResponseCode.UNKNOWN_GROUP
+        if not self.accepts_group_id(getattr(req, "group_id", "")):  # Vote, HeartBeat and Push carry it
+            return ResponseCode.UNKNOWN_GROUP
+        return None
+
     def accepts_group_id(self, group_id: str) -> bool:
         """Whether a request carrying `group_id` may be of this group: yes unless both
         sides know their ids and they differ."""

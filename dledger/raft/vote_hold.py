@@ -69,8 +69,19 @@ remains: a member that lost its disk and members that never heard a leader can f
 the group again (started with `existing`, the lost member never does).
 
 A term above 0 is not evidence: founding members raise their terms while they elect the
-first leader (and DLedger's first leader leads term 0). Like a rejoin hold, a founding
-hold also ends by catching up with a leader it follows.
+first leader. Like a rejoin hold, a founding hold also ends by catching up with a leader
+it follows.
+
+**A founding's own terms.** Should that case happen, the group has two histories: the
+members of the new founding, and a member coming back with entries it committed in the
+old one. Raft tells logs apart by the term at an index only, so a new history that
+reached the same term numbers (DLedger's first leader leads term 0) could look like the
+old one to it: it would take the new entries after its own, a log of neither history.
+So a member whose founding hold ends stands first in a random term in
+1..FOUNDING_TERMS (`founding_term`), not in term 0. Two foundings then hold different
+terms at their entries (but with a chance of one in FOUNDING_TERMS), and the member of
+the old history finds the new leader's log contradicting its committed entries: it
+refuses it (LOG_DIVERGED, `dledger.raft.entry_handler`) instead of following it.
 
 When a majority went down together and one of them never comes back, the members that
 are back may all be holding, without every member's answer; the unclean hold therefore
@@ -81,6 +92,7 @@ docs/SIMULATION.md).
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from typing import Literal
 
@@ -88,6 +100,15 @@ log = logging.getLogger(__name__)
 
 LogEnd = tuple[int, int]
 """(term of the last entry, index of the last entry): Raft's log order."""
+
+FOUNDING_TERMS = 1 << 20
+"""A founding member stands first in a random term up to this (see the module docstring);
+a small part of the 2^32 terms a group has (`MAX_TERM`)."""
+
+
+def founding_term(rng: random.Random, current_term: int) -> int:
+    """The term a member whose founding hold ended stands in first (at least its current)."""
+    return max(current_term, rng.randint(1, FOUNDING_TERMS))
 
 
 @dataclass(slots=True)

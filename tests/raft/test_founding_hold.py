@@ -13,7 +13,7 @@ from dledger.config import DLedgerConfig
 from dledger.raft.elector import LeaderElector
 from dledger.raft.member_state import MemberState, MemoryTermStore
 from dledger.raft.messages import VoteRequest, VoteResponse, VoteResult
-from dledger.raft.vote_hold import VoteHold
+from dledger.raft.vote_hold import FOUNDING_TERMS, VoteHold, founding_term
 from dledger.store.memory import MemoryLogStore
 from tests.raft.test_hold_release import probe
 from tests.raft.test_vote_hold import HOLD_MS, PEERS3, heartbeat, vote
@@ -90,7 +90,18 @@ def test_a_quorum_of_empty_members_founds_the_group() -> None:
     assert founder.stands_within(2_000, 5_000)  # past the round's deadline: n2 stays silent
     assert not founder.elector.vote_hold.pending
     assert founder.calls == ["ended"]  # the marker goes
-    assert founder.vote("n1", 9, 7_000) == VoteResult.ACCEPT
+    term = founder.member.current_term
+    assert 1 <= term <= FOUNDING_TERMS  # it stood in its founding's own term, not in term 0
+    assert founder.vote("n1", term + 1, 7_000) == VoteResult.ACCEPT
+
+
+def test_foundings_stand_in_terms_of_their_own() -> None:
+    """Two foundings of one group hold different terms at their entries (but with a
+    chance of 1 in FOUNDING_TERMS), so a member of the first finds the second's leader
+    contradicting its committed entries (tests/raft/test_diverged.py)."""
+    terms = {founding_term(random.Random(seed), 0) for seed in range(100)}
+    assert len(terms) == 100 and all(1 <= t <= FOUNDING_TERMS for t in terms)
+    assert founding_term(random.Random(1), FOUNDING_TERMS + 5) == FOUNDING_TERMS + 5  # never down
 
 
 def test_its_own_answer_alone_is_not_a_quorum() -> None:

@@ -44,7 +44,7 @@ def test_a_member_whose_committed_entry_changed_across_a_restart_fails_the_run(t
         follower.down(power_loss=False)
         store = MmapLogStore(follower.dir, sim.store_config)
         store.truncate(last)
-        store.term = 99
+        store.term = store.end_term + 1  # any term from the last entry on
         store.append(b"u999999.other")  # another entry at a committed index
         store.close()
         with pytest.raises(Violation, match=rf"committed entry {last} \(term \d+\) it held is another entry"):
