@@ -76,6 +76,7 @@ class MemberState:
         self.leader_seen = False  # it has followed or been a leader (its group exists; persisted)
         self.on_leader_seen: Callable[[], None] | None = None  # persists `leader_seen` (once)
         self._diverged: dict[str, int] = {}  # member -> until when it is neither followed nor voted for
+        self.min_next_term = 0  # the lowest term next_term moves to (a founding's own: dledger.raft.vote_hold)
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
 
@@ -112,7 +113,7 @@ class MemberState:
             if self.known_max_term_in_group > self._current_term
             else self._current_term + 1
         )
-        return max(term, self.store.end_term + 1)
+        return max(term, self.store.end_term + 1, self.min_next_term)
 
     def next_term(self) -> int:
         """Move to the next term (or straight to the highest term seen), clearing the vote.

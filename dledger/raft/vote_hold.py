@@ -78,7 +78,8 @@ old one. Raft tells logs apart by the term at an index only, so a new history th
 reached the same term numbers (DLedger's first leader leads term 0) could look like the
 old one to it: it would take the new entries after its own, a log of neither history.
 So a member whose founding hold ends stands first in a random term in
-1..FOUNDING_TERMS (`founding_term`), not in term 0. Two foundings then hold different
+1..FOUNDING_TERMS (`founding_term`), not in term 0 (unless it has heard of another
+founding member's term: it stands in that founding's terms then). Two foundings then hold different
 terms at their entries (but with a chance of one in FOUNDING_TERMS), and the member of
 the old history finds the new leader's log contradicting its committed entries: it
 refuses it (LOG_DIVERGED, `dledger.raft.entry_handler`) instead of following it.
@@ -106,9 +107,12 @@ FOUNDING_TERMS = 1 << 20
 a small part of the 2^32 terms a group has (`MAX_TERM`)."""
 
 
-def founding_term(rng: random.Random, current_term: int) -> int:
-    """The term a member whose founding hold ended stands in first (at least its current)."""
-    return max(current_term, rng.randint(1, FOUNDING_TERMS))
+def founding_term(rng: random.Random) -> int:
+    """The term a member whose founding hold ended stands in first, when it has not heard of
+    another founding member's yet (its term is still 0). It stands there after a pre-vote
+    like any term it raises on its own, so a leader another founding member has just
+    become is not disrupted."""
+    return rng.randint(1, FOUNDING_TERMS)
 
 
 @dataclass(slots=True)

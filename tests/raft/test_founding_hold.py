@@ -62,13 +62,18 @@ class Founder:
         self.elector.tick(now)
         return self.elector.handle_vote(vote(candidate, term, end_index=-1, end_term=-1), now).vote_result
 
-    def stands_within(self, start: int, ms: int) -> bool:
-        """Whether it asks for real votes (not a probe) within `ms` (the first tick also
-        reads the answers of a round that ended)."""
+    def stands_within(self, start: int, ms: int) -> int | None:
+        """The term it asks for real votes in (not a probe) within `ms`, or None; n1
+        grants its pre-votes (the first tick also reads the answers of a round that ended)."""
         for now in range(start, start + ms, 5):
-            if any(isinstance(o.request, VoteRequest) and not o.request.pre_vote for o in self.elector.tick(now)):
-                return True
-        return False
+            for out in self.elector.tick(now):
+                request = out.request
+                if isinstance(request, VoteRequest) and not request.pre_vote:
+                    return request.term
+                if isinstance(request, VoteRequest) and out.target_id == "n1" and not self.elector.vote_hold.pending:
+                    grant = VoteResponse(local_id="n1", remote_id="n0", term=0, vote_result=VoteResult.ACCEPT)
+                    self.elector.on_vote_response("n1", request, grant, now)
+        return None
 
 
 EMPTY = (-1, -1)
@@ -87,21 +92,28 @@ def test_a_quorum_of_empty_members_founds_the_group() -> None:
     founder = Founder()
     for request in probe(founder.elector, 0):
         founder.answer(request, EMPTY if request.remote_id == "n1" else None, 10)
-    assert founder.stands_within(2_000, 5_000)  # past the round's deadline: n2 stays silent
+    term = founder.stands_within(2_000, 5_000)  # past the round's deadline: n2 stays silent
+    assert term is not None and 1 <= term <= FOUNDING_TERMS  # its founding's own term, not term 0
     assert not founder.elector.vote_hold.pending
     assert founder.calls == ["ended"]  # the marker goes
-    term = founder.member.current_term
-    assert 1 <= term <= FOUNDING_TERMS  # it stood in its founding's own term, not in term 0
     assert founder.vote("n1", term + 1, 7_000) == VoteResult.ACCEPT
+
+
+def test_a_founding_member_that_heard_another_founding_term_stands_in_it() -> None:
+    founder = Founder()
+    founder.member.next_term()  # moved to term 1 by another founding member's vote request
+    founder.member.change_to_candidate(founder.member.current_term)
+    for request in probe(founder.elector, 0):
+        founder.answer(request, EMPTY if request.remote_id == "n1" else None, 10)
+    assert founder.stands_within(2_000, 5_000) == 1  # in the term it heard of, as before: no random one
 
 
 def test_foundings_stand_in_terms_of_their_own() -> None:
     """Two foundings of one group hold different terms at their entries (but with a
     chance of 1 in FOUNDING_TERMS), so a member of the first finds the second's leader
     contradicting its committed entries (tests/raft/test_diverged.py)."""
-    terms = {founding_term(random.Random(seed), 0) for seed in range(100)}
+    terms = {founding_term(random.Random(seed)) for seed in range(100)}
     assert len(terms) == 100 and all(1 <= t <= FOUNDING_TERMS for t in terms)
-    assert founding_term(random.Random(1), FOUNDING_TERMS + 5) == FOUNDING_TERMS + 5  # never down
 
 
 def test_its_own_answer_alone_is_not_a_quorum() -> None:
@@ -131,7 +143,7 @@ def test_an_answer_with_an_entry_or_a_leader_makes_it_rejoin(
         answer_end = end if request.remote_id == "n1" else EMPTY
         n1 = request.remote_id == "n1"
         founder.answer(request, answer_end, 10, leader=leader if n1 else None, leader_seen=seen and n1)
-    assert not founder.stands_within(2_000, 3 * HOLD_MS)
+    assert founder.stands_within(2_000, 3 * HOLD_MS) is None
     hold = founder.elector.vote_hold
     assert hold.active and hold.kind == "rejoin" and hold.state == "rejoin"
     assert founder.calls == ["exists"]  # the marker stays, without its founding mark
