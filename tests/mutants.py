@@ -74,8 +74,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "append-prev-check",
         "dledger/raft/entry_handler.py",
-        "if req.first_index > end + 1 or not self._matches(req.prev_index, req.prev_term):",
-        "if req.first_index > end + 1:",
+        "        if not self._matches(req.prev_index, req.prev_term):\n            return self._mismatch(req, req.prev_index, req.prev_term)\n        if self._appended_in_term[0]",
+        "        if self._appended_in_term[0]",
         "log matching: an APPEND may only extend a log that holds the leader's previous entry, "
         "else two leaders' logs are mixed and equal (index, term) no longer means equal prefixes",
         unreachable="within one leader term a follower's log never changes behind its leader's back in "
@@ -89,8 +89,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "vote-expired-ledger-term",
         "dledger/raft/elector.py",
-        "return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)",
-        "pass  # mutant: granted",
+        "if req.ledger_end_term < end_term:\n            return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)",
+        "if req.ledger_end_term < end_term:\n            pass  # mutant: granted",
         "election restriction (§5.4.1): a voter whose last entry has a newer term than the "
         "candidate's may hold a committed entry the candidate lacks (removed from the vote and "
         "from the pre-vote, which checks it again in prevote.py and would mask it)",
