@@ -74,7 +74,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "append-prev-check",
         "dledger/raft/entry_handler.py",
-        "        if not self._matches(req.prev_index, req.prev_term):\n            return self._mismatch(req, req.prev_index, req.prev_term)\n        if self._appended_in_term[0]",
+        "        if not self._matches(req.prev_index, req.prev_term):\n"
+        "            return self._mismatch(req, req.prev_index, req.prev_term)\n"
+        "        if self._appended_in_term[0]",
         "        if self._appended_in_term[0]",
         "log matching: an APPEND may only extend a log that holds the leader's previous entry, "
         "else two leaders' logs are mixed and equal (index, term) no longer means equal prefixes",
