@@ -285,7 +285,8 @@ class RaftCore:
         this group (and group id), from members, its term in range and this member
         follows `req.leader_id` in `req.term`; else the code to answer (EXPIRED_TERM for
         a stale term; NOT_FOLLOWER, INCONSISTENT_TERM or INCONSISTENT_LEADER while this
-        member does not follow that leader yet: it will after the next heartbeat)."""
+        member does not follow that leader yet: it will after the next heartbeat;
+        LOG_DIVERGED for a snapshot of another history: `EntryHandler.check_snapshot`)."""
         member = self.member_state
         bad = self.member_state.check_addressing(req)
         if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
@@ -294,7 +295,9 @@ class RaftCore:
             bad = ResponseCode.UNEXPECTED_ARGUMENT
         if bad is None and req.term < member.current_term:
             bad = ResponseCode.EXPIRED_TERM
-        return bad if bad is not None else self.handler.check_leader(req)
+        if bad is None:
+            bad = self.handler.check_leader(req)
+        return bad if bad is not None else self.handler.check_snapshot(req)
 
     # -- the service passes
 

@@ -25,7 +25,13 @@ from dataclasses import dataclass
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.member_state import MemberState
-from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse
+from dledger.raft.messages import (
+    InstallSnapshotRequest,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    RequestOrResponse,
+)
 
 MAX_CONTROL_QUEUE = 1024
 
@@ -209,23 +215,42 @@ class EntryHandler:
         mine = store.term_at(index)
         if mine == term:
             return None
-        self.member_state.mark_diverged(req.leader_id, self._now_ms)
-        if self._diverged_from != (req.leader_id, req.term):
-            self._diverged_from = (req.leader_id, req.term)
-            log.error(
-                "%s: leader %s (term %d) holds term %d at index %d, which this member committed in term %d: "
-                "its log is not this member's history (the group was founded again without this member, "
-                "or a log was changed). This member keeps its log and does not follow it. To keep these "
-                "entries, copy this member's store directory away; to rejoin the group as it is, stop this "
-                "member, move its store directory aside and start it with --initial-cluster-state existing",
-                self.member_state.self_id,
-                req.leader_id,
-                req.term,
-                term,
-                index,
-                mine,
-            )
+        self._report_diverged(req, f"holds term {term} at index {index}", index, mine)
         return self._reply(req, ResponseCode.LOG_DIVERGED, x_term=mine, x_index=index)
+
+    def check_snapshot(self, req: InstallSnapshotRequest) -> ResponseCode | None:
+        """LOG_DIVERGED for a snapshot past this member's last committed entry whose term is
+        below that entry's (terms never go down along one history's log): installing it
+        would replace committed entries with another history's. Else None."""
+        store, committed = self.store, self.member_state.committed_index
+        if not 0 <= store.begin_index <= committed <= min(store.end_index, req.last_included_index):
+            return None
+        mine = store.term_at(committed)
+        if req.last_included_term >= mine:
+            return None
+        what = f"sends a snapshot up to index {req.last_included_index} of term {req.last_included_term}"
+        self._report_diverged(req, what, committed, mine)
+        return ResponseCode.LOG_DIVERGED
+
+    def _report_diverged(self, req: RequestOrResponse, what: str, index: int, mine: int) -> None:
+        """Mark the leader of `req` as of another history and say so (once per leader and term)."""
+        self.member_state.mark_diverged(req.leader_id, self._now_ms)
+        if self._diverged_from == (req.leader_id, req.term):
+            return
+        self._diverged_from = (req.leader_id, req.term)
+        log.error(
+            "%s: leader %s (term %d) %s, but this member committed index %d in term %d: its log is not this "
+            "member's history (the group was founded again without this member, or a log was changed). This "
+            "member keeps its log and does not follow it. To keep these entries, copy this member's store "
+            "directory away; to rejoin the group as it is, stop this member, move its store directory aside "
+            "and start it with --initial-cluster-state existing",
+            self.member_state.self_id,
+            req.leader_id,
+            req.term,
+            what,
+            index,
+            mine,
+        )
 
     def _mismatch(self, req: PushEntryRequest, index: int, term: int) -> PushEntryResponse:
         """The answer to a request whose claim `term` at `index` does not hold here."""

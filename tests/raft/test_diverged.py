@@ -1,6 +1,7 @@
 """A follower whose committed entries a leader's log contradicts (another term at a
-committed index): the follower answers LOG_DIVERGED and keeps its log, the leader stops
-searching in a loop and asks again only every DIVERGED_RETRY_MS, and both say so once.
+committed index, or a snapshot past it of a lower term): the follower answers
+LOG_DIVERGED and keeps its log, the leader stops searching in a loop and asks again only
+every DIVERGED_RETRY_MS, and both say so once.
 
 Before, the two looped for ever without a word: COMPARE found no match, TRUNCATE kept
 the committed entries (as it must), the APPEND after it did not fit, COMPARE again (helper
@@ -19,7 +20,14 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.dispatcher import DIVERGED_RETRY_MS, DispatchState, EntryDispatcher
 from dledger.raft.member_state import DIVERGED_HOLD_MS, MemberState, MemoryTermStore
-from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse, VoteResult
+from dledger.raft.messages import (
+    InstallSnapshotRequest,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    RequestOrResponse,
+    VoteResult,
+)
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.store.memory import MemoryLogStore
 from tests.raft.cluster import Cluster
@@ -80,7 +88,9 @@ def test_the_follower_says_so_once_per_leader_term(caplog: pytest.LogCaptureFixt
         for _ in range(5):
             assert process(handler, push(PushType.COMPARE, 4, 1, commit=-1)) == ResponseCode.LOG_DIVERGED
     [record] = caplog.records
-    assert "n1: leader n0 (term 5) holds term 1 at index 4, which this member committed in term 2" in record.message
+    assert (
+        "n1: leader n0 (term 5) holds term 1 at index 4, but this member committed index 4 in term 2" in record.message
+    )
     assert "--initial-cluster-state existing" in record.message  # the way out
 
 
@@ -99,6 +109,53 @@ def test_a_diverged_member_is_neither_followed_nor_voted_for_while_the_mark_last
     assert el.handle_heartbeat(heartbeat("n2", 0), later).code == ResponseCode.SUCCESS
     assert ms.leader_id == "n2"
     assert el.handle_vote(higher_log, later).vote_result == VoteResult.REJECT_TERM_NOT_READY  # moves on to term 4
+
+
+@pytest.mark.parametrize(
+    ("index", "term", "refused"),
+    [
+        (4, 1, True),  # at its last committed entry, of a lower term
+        (9, 1, True),  # past it, of a lower term: no history goes down in term
+        (9, 2, False),  # past it, of the same term: may be this history's (a follower far behind)
+        (9, 7, False),  # of a later term: may be too
+        (2, 0, False),  # below the committed index: not installed anyway (it holds more), compared later
+    ],
+)
+def test_a_snapshot_of_a_lower_term_past_a_committed_entry_is_refused(index: int, term: int, refused: bool) -> None:
+    ms, handler = follower(OLD, committed=4)
+    req = InstallSnapshotRequest(
+        group="g", remote_id="n1", local_id="n0", leader_id="n0", term=5,
+        last_included_index=index, last_included_term=term,
+    )  # fmt: skip
+    assert handler.check_snapshot(req) == (ResponseCode.LOG_DIVERGED if refused else None)
+    assert ms.is_diverged("n0", 0) == refused  # not followed for a while when refused
+
+
+def test_a_follower_refuses_such_a_snapshot_from_its_own_leader() -> None:
+    """Through the core's check of every InstallSnapshot chunk (the node calls it)."""
+    cluster = Cluster(3, seed=1)
+    try:
+        leader = cluster.elect()
+        done = cluster.append(b"a", b"b")
+        cluster.run_until(
+            lambda: done.done() and all(cluster.core(n).member_state.committed_index == 1 for n in cluster.ids)
+        )
+        follower = next(n for n in cluster.ids if n != leader)
+        core = cluster.core(follower)
+        term = core.member_state.current_term
+        assert core.store.term_at(1) >= 1
+
+        def snapshot(last_term: int) -> InstallSnapshotRequest:
+            return InstallSnapshotRequest(
+                group="g", remote_id=follower, local_id=leader, leader_id=leader, term=term,
+                last_included_index=50, last_included_term=last_term,
+            )  # fmt: skip
+
+        assert core.check_install(snapshot(core.store.term_at(1))) is None  # a follower far behind: fine
+        assert core.check_install(snapshot(core.store.term_at(1) - 1)) == ResponseCode.LOG_DIVERGED
+        assert core.store.end_index == 1  # nothing changed
+    finally:
+        cluster.close()
 
 
 # ---------------------------------------------------------------------- the leader side
