@@ -103,8 +103,9 @@ LogEnd = tuple[int, int]
 """(term of the last entry, index of the last entry): Raft's log order."""
 
 FOUNDING_TERMS = 1 << 20
-"""A founding member stands first in a random term up to this (see the module docstring);
-a small part of the 2^32 terms a group has (`MAX_TERM`)."""
+"""A founding member stands first in a random term up to this (see the module docstring):
+far below `MAX_TERM`, and within the step above its own term a member accepts from a
+peer (`dledger.transport.validate.MAX_TERM_STEP`, 2^32)."""
 
 
 def founding_term(rng: random.Random) -> int:
