@@ -435,8 +435,8 @@ class LeaderElector(LeaderHeartbeats):
         if self.vote_hold.kind == "founding":
             quorum = member.is_quorum(len(rnd.ends))
             outcome = self.vote_hold.on_founding_answers(member.self_id, rnd.ends, rnd.leaders, quorum)
-            if outcome == "founded" and member.current_term == 0:  # its founding's own terms (see vote_hold)
-                member.min_next_term = founding_term(self.rng)
+            if outcome == "founded" and max(member.current_term, member.known_max_term_in_group) == 0:
+                member.min_next_term = founding_term(self.rng)  # its founding's own terms (see vote_hold)
                 self.last_parse_result = ParseResult.WAIT_TO_VOTE_NEXT  # a pre-vote there first
             callback = {"exists": self.on_group_exists, "founded": self.on_rejoined}.get(outcome)
             if callback is not None:

@@ -132,6 +132,7 @@ class MemberState:
         self.term_store.persist(term, None)
         self._current_term, self._vote_for = term, None
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
+        self.min_next_term = 0  # reached (or passed)
         return term
 
     def set_vote_for(self, candidate_id: str) -> None:
@@ -175,6 +176,7 @@ class MemberState:
         self.role = Role.FOLLOWER
         self.leader_id = leader_id
         self.transferee = None
+        self.min_next_term = 0  # its group's terms are the leader's
         self._saw_leader()
 
     def _saw_leader(self) -> None:
@@ -193,6 +195,8 @@ class MemberState:
         if term > MAX_TERM:
             raise DLedgerError(ResponseCode.ILLEGAL_MEMBER_STATE, f"candidate of {term} > MAX_TERM {MAX_TERM}")
         self.known_max_term_in_group = max(self.known_max_term_in_group, term)
+        if term > self._current_term:
+            self.min_next_term = 0  # another member's term: adopt it, never jump past it
         self.role = Role.CANDIDATE
         self.leader_id = None
         self.transferee = None

@@ -99,6 +99,18 @@ def test_a_quorum_of_empty_members_founds_the_group() -> None:
     assert founder.vote("n1", term + 1, 7_000) == VoteResult.ACCEPT
 
 
+def test_a_founding_member_that_hears_another_founders_term_adopts_it() -> None:
+    """Its own random term is only for a term it raises itself: a vote request of another
+    founder's term (here 5) moves it there, not past it."""
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        founder.answer(request, EMPTY if request.remote_id == "n1" else None, 10)
+    founder.elector.tick(2_000)  # reads the answers: founded, its own term is due
+    assert founder.member.min_next_term >= 1
+    assert founder.vote("n1", 5, 2_001) == VoteResult.ACCEPT
+    assert founder.member.current_term == 5 and founder.member.min_next_term == 0
+
+
 def test_a_founding_member_that_heard_another_founding_term_stands_in_it() -> None:
     founder = Founder()
     founder.member.next_term()  # moved to term 1 by another founding member's vote request

@@ -34,12 +34,16 @@ class TermWatch:
                 # term + 1, is allowed), and a request or answer from another member may
                 # carry that member's term (any term another member had then is allowed).
                 # A term it had already learned others reached is no inflation either.
+                # (A founding member's first pre-vote asks for its founding's own term,
+                # not term + 1: dledger.raft.vote_hold.founding_term.)
                 elector = core.elector
                 rnd = elector._vote_round
                 pre = (rnd is not None and rnd.pre_vote) or elector._pre_vote_passed_term > term
+                pre_term = max(term + 1, rnd.term if rnd is not None and rnd.pre_vote else 0) if pre else term
+                pre_term = max(pre_term, elector._pre_vote_passed_term)
                 seen = max((c.member_state.current_term for o, c in cores.items() if c is not None), default=0)
                 known = core.member_state.known_max_term_in_group
-                self.term_when_cut[node_id] = max(term + 1 if pre else term, seen, known)
+                self.term_when_cut[node_id] = max(pre_term, seen, known)
             first = self.term_when_cut[node_id]
             if term > first:
                 raise Violation(
