@@ -265,7 +265,9 @@ class LeaderElector(LeaderHeartbeats):
                 self.member_state.adopt_group_id(req.group_id, self.on_group_id)
                 return reply(ResponseCode.SUCCESS)
             return reply(ResponseCode.INCONSISTENT_LEADER)
-        # a larger term: become candidate there first, the next heartbeat then succeeds
+        # a larger term: become candidate there first, the next heartbeat then succeeds;
+        # a leader exists (a founding member may not follow it for a heartbeat yet: vote_hold)
+        member.saw_leader()
         self.change_role_to_candidate(req.term)
         self.need_increase_term_immediately = True
         return reply(ResponseCode.TERM_NOT_READY)

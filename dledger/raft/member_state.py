@@ -165,7 +165,7 @@ class MemberState:
         self.role = Role.LEADER
         self.leader_id = self.self_id
         self.transferee = None
-        self._saw_leader()
+        self.saw_leader()
 
     def change_to_follower(self, term: int, leader_id: str) -> None:
         """Follow `leader_id` in `term` (the current term)."""
@@ -177,11 +177,11 @@ class MemberState:
         self.leader_id = leader_id
         self.transferee = None
         self.min_next_term = 0  # its group's terms are the leader's
-        self._saw_leader()
+        self.saw_leader()
 
-    def _saw_leader(self) -> None:
-        """The first leader it follows or is: persisted before it answers (see
-        `leader_seen`)."""
+    def saw_leader(self) -> None:
+        """The first leader it follows, is, or hears a heartbeat from (its group exists):
+        persisted before it answers (see `leader_seen`)."""
         if not self.leader_seen:
             self.leader_seen = True
             if self.on_leader_seen is not None:

@@ -51,7 +51,8 @@ log end, as above, until either:
 
 - an answer shows that the group exists: a member with an entry in its log, or one that
   follows, leads, or has followed or led at any time before (`leader_seen`, which every
-  member persists when it first follows or leads, before it answers that leader; a
+  member persists when it first follows or leads, or gets a leader's heartbeat of a
+  higher term, which it follows only a heartbeat later, before it answers that leader; a
   member rejoining after a lost disk says so too: it was told its group exists). The
   hold becomes a rejoin hold (and stays one across restarts), which a leader ends once
   it brought the member up to date; or

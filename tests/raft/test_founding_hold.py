@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.elector import LeaderElector
 from dledger.raft.member_state import MemberState, MemoryTermStore
@@ -109,6 +110,23 @@ def test_a_founding_member_that_hears_another_founders_term_adopts_it() -> None:
     assert founder.member.min_next_term >= 1
     assert founder.vote("n1", 5, 2_001) == VoteResult.ACCEPT
     assert founder.member.current_term == 5 and founder.member.min_next_term == 0
+
+
+def test_a_leaders_heartbeat_of_a_higher_term_is_evidence_before_it_is_followed() -> None:
+    """A founding leader leads a term of its own, so a founding member at term 0 answers
+    its first heartbeat TERM_NOT_READY and follows only at the next. From the first one
+    on it says that it has seen a leader: a member that lost its disk and asks it then
+    rejoins instead of founding with it (chaos wipe-new lost 425 entries once in CI when
+    the stale member was stopped in between)."""
+    founder = Founder()
+    seen: list[bool] = []
+    founder.member.on_leader_seen = lambda: seen.append(True)
+    answer = founder.elector.handle_heartbeat(heartbeat("n1", 700_001, -1), 10)
+    assert answer.code == ResponseCode.TERM_NOT_READY and founder.member.leader_id is None
+    assert founder.member.leader_seen and seen == [True]  # persisted before the answer
+    ask = vote("n2", 0, end_index=-1, end_term=-1)
+    ask.pre_vote = True
+    assert founder.elector.handle_vote(ask, 11).leader_seen
 
 
 def test_a_founding_member_that_heard_another_founding_term_stands_in_it() -> None:
