@@ -87,9 +87,9 @@ class ProducerLoad:
         if (request is not None and request.in_flight) or self.sim.now < self.paused_until[pid]:
             return
         if request is None:
-            if self.rng.random() < 0.03:  # this producer pauses for a while: it may expire
+            if self.rng.random() < 0.06:  # this producer pauses for a while: it may expire
                 self.stats["pauses"] += 1
-                self.paused_until[pid] = self.sim.now + self.rng.choice((500, 2000, 4000, 6000))
+                self.paused_until[pid] = self.sim.now + self.rng.choice((500, 2000, 4000, 6000, 8000))
                 return
             request = _Request(self.epoch[pid], self.next_seq[pid], self.rng.randint(1, 12), self.sim.now)
             self.request[pid] = request
