@@ -241,12 +241,7 @@ class RaftCore:
     def handle_request(self, req: RequestOrResponse, now_ms: int) -> Future[RequestOrResponse]:
         """Answer a peer request (the future may complete in a later pass)."""
         if isinstance(req, PushEntryRequest):
-            bad = self.member_state.check_addressing(req)
-            member = self.member_state
-            if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
-                bad = ResponseCode.UNKNOWN_MEMBER
-            if bad is None and term_out_of_range(req):
-                bad = ResponseCode.UNEXPECTED_ARGUMENT
+            bad = self._check_peer(req)
             if bad is None:
                 return cast("Future[RequestOrResponse]", self.handler.handle_push(req, now_ms))
             reply: RequestOrResponse = PushEntryResponse(
@@ -287,17 +282,23 @@ class RaftCore:
         a stale term; NOT_FOLLOWER, INCONSISTENT_TERM or INCONSISTENT_LEADER while this
         member does not follow that leader yet: it will after the next heartbeat;
         LOG_DIVERGED for a snapshot of another history: `EntryHandler.check_snapshot`)."""
-        member = self.member_state
-        bad = self.member_state.check_addressing(req)
-        if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
-            bad = ResponseCode.UNKNOWN_MEMBER
-        if bad is None and term_out_of_range(req):
-            bad = ResponseCode.UNEXPECTED_ARGUMENT
-        if bad is None and req.term < member.current_term:
+        bad = self._check_peer(req)
+        if bad is None and req.term < self.member_state.current_term:
             bad = ResponseCode.EXPIRED_TERM
         if bad is None:
             bad = self.handler.check_leader(req)
         return bad if bad is not None else self.handler.check_snapshot(req)
+
+    def _check_peer(self, req: PushEntryRequest | InstallSnapshotRequest) -> ResponseCode | None:
+        """None when a Push or InstallSnapshot is addressed to this member of this group
+        (and group id), comes from members and carries a term in range; else the code."""
+        member = self.member_state
+        bad = member.check_addressing(req)
+        if bad is None and not (member.is_peer_member(req.leader_id) and member.is_peer_member(req.local_id)):
+            bad = ResponseCode.UNKNOWN_MEMBER
+        if bad is None and term_out_of_range(req):
+            bad = ResponseCode.UNEXPECTED_ARGUMENT
+        return bad
 
     # -- the service passes
 
