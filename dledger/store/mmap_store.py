@@ -11,6 +11,7 @@ starts no thread of its own.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -248,9 +249,7 @@ class MmapLogStore(impl.LogCore, Durability):
             )
             self._checkpointed = (committed, end)
 
-    # -- durability: wait_durable, flush and the flush pass are in flusher.py
-
-    # -- warm-ahead (warm.py)
+    # -- durability (wait_durable, flush, the flush pass: flusher.py) and warm-ahead (warm.py)
 
     def _fail_warm(self, exc: BaseException) -> None:
         if isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL:
@@ -292,7 +291,8 @@ class MmapLogStore(impl.LogCore, Durability):
     def truncate(self, from_index: int) -> None:
         """Delete entries [from_index, end_index]; their bytes are zeroed so recovery can
         never bring them back. The log then ends where entry from_index - 1 ends (a blank
-        after it goes too), where the leader's entry from_index sits."""
+        after it goes too), where the leader's entry from_index sits (an int: TypeError else)."""
+        from_index = operator.index(from_index)
         self._check_writable_py()
         self._acquire()
         try:

@@ -73,3 +73,18 @@ def test_a_header_key_that_is_not_unicode_text_is_a_value_error_naming_it(log: M
     with pytest.raises(ValueError, match=message):
         encode_record(b"v", None, 0, iter([("\udc80", b"1")]))
     assert log.end_index == 4
+
+
+@pytest.mark.parametrize("bad", [1.5, "2", None])
+def test_a_member_store_truncate_takes_whole_numbers_only(tmp_path: Path, bad: object) -> None:
+    """A member's store (not the embedded log) said "header out of range" for 1.5 before."""
+    store = MmapLogStore.open(tmp_path / "dledger-n0", SMALL)
+    try:
+        store.append_many([b"e%d" % k for k in range(5)])
+        with pytest.raises(TypeError):
+            store.truncate(bad)  # type: ignore[arg-type]
+        assert [e.body for e in store.iterate()] == [b"e%d" % k for k in range(5)]
+        store.truncate(np.int64(3))
+        assert store.end_index == 2
+    finally:
+        store.close()
