@@ -44,6 +44,8 @@ class ResponseCode(IntEnum):
     TOO_MANY_PRODUCERS = 426
     # ours: the leader's log differs from entries this follower committed
     LOG_DIVERGED = 427
+    # ours: the leader's data segments are of another size than this follower's
+    SEGMENT_SIZE_MISMATCH = 428
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

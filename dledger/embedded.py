@@ -26,7 +26,6 @@ import logging
 import operator
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import NoReturn
@@ -41,13 +40,12 @@ from dledger.store import (
     StoreConfig,
     SyncMmapLogStore,
     holds_store,
-    infer_segment_sizes,
     kvfile,
     resolve_node_dir,
     sized_config,
 )
 from dledger.store.checkpoint import load_checkpoint
-from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE
+from dledger.store.layout import CURRTERM_FILE, LOCAL_LOG_FILE, keep_store_sizes
 from dledger.timeindex import search_store
 
 logger = logging.getLogger(__name__)
@@ -225,7 +223,7 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     """
     _check_open_args(path, config)
     node_dir = resolve_node_dir(path)
-    config = sized_config(node_dir) if config is None else _store_sized(node_dir, config)
+    config = sized_config(node_dir) if config is None else keep_store_sizes(node_dir, config)
     foreign = _foreign_store(node_dir)
     if foreign:
         if not config.read_only:
@@ -248,21 +246,6 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
     log.term = max(1, log.end_term)
     log._start_pass_threads()
     return log
-
-
-def _store_sized(node_dir: Path, config: StoreConfig) -> StoreConfig:
-    """`config` with the segment sizes of the store in `node_dir`, where it has files
-    (a store's segments all have one size, fixed when it was made)."""
-    data_size, index_size = infer_segment_sizes(node_dir)
-    sized = replace(
-        config,
-        data_file_size=data_size or config.data_file_size,
-        index_file_size=index_size or config.index_file_size,
-    )
-    if sized != config:
-        sizes = sized.data_file_size, sized.index_file_size
-        logger.info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
-    return sized
 
 
 def _check_open_args(path: object, config: object) -> None:

@@ -15,7 +15,7 @@ from dledger.node_status import NodeStatus
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore, TermStore
-from dledger.store.layout import holds_store
+from dledger.store.layout import holds_store, keep_store_sizes
 from dledger.store.membership import (
     REJOIN_FILE,
     NodeIdentity,
@@ -51,7 +51,7 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    cfg = config.store
+    cfg = keep_store_sizes(config.default_path, config.store)
     as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
     log_lost = _log_lost(Path(config.default_path))
     store = MmapLogStore(config.default_path, as_sync, repair=repair)

@@ -499,7 +499,7 @@ class HeartBeatResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
 
 class PushEntryRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "type", "prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries", "group_id", "incarnation")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "type", "prev_index", "prev_term", "commit_index", "first_index", "count", "last_term", "entries", "group_id", "incarnation", "data_file_size")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TYPE_UNSPECIFIED: _ClassVar[PushEntryRequest.Type]
@@ -528,6 +528,7 @@ class PushEntryRequest(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    DATA_FILE_SIZE_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -544,7 +545,8 @@ class PushEntryRequest(_message.Message):
     entries: bytes
     group_id: str
     incarnation: str
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushEntryRequest.Type, str]] = ..., prev_index: _Optional[int] = ..., prev_term: _Optional[int] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., last_term: _Optional[int] = ..., entries: _Optional[bytes] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    data_file_size: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., type: _Optional[_Union[PushEntryRequest.Type, str]] = ..., prev_index: _Optional[int] = ..., prev_term: _Optional[int] = ..., commit_index: _Optional[int] = ..., first_index: _Optional[int] = ..., count: _Optional[int] = ..., last_term: _Optional[int] = ..., entries: _Optional[bytes] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., data_file_size: _Optional[int] = ...) -> None: ...
 
 class PushEntryResponse(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "index", "begin_index", "end_index", "count", "x_term", "x_index")

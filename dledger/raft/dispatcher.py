@@ -50,6 +50,7 @@ from typing import TypeVar
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.quota import new_quota
+from dledger.raft.log import data_segment_size
 from dledger.raft.match_search import MatchSearch
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import (
@@ -150,7 +151,7 @@ class EntryDispatcher(InstallSnapshotMixin):
         self._gathering_since_ms = -1  # when the backlog began to wait for incoming appends
         self._latest_snapshot = latest_snapshot
         self.installing: tuple[int, int] | None = None  # the snapshot asked for in INSTALL_SNAPSHOT
-        self.search = MatchSearch(self.store.end_index)  # COMPARE's bounds
+        self.search = MatchSearch(self.store.end_index, data_segment_size(self.store))  # COMPARE's bounds
 
     # -- state changes
 
@@ -189,6 +190,7 @@ class EntryDispatcher(InstallSnapshotMixin):
             term=self.term,
             type=push_type,
             commit_index=self.member_state.committed_index,
+            data_file_size=self.search.segment_size,
         )
 
     # -- the dispatcher pass
@@ -386,7 +388,7 @@ class EntryDispatcher(InstallSnapshotMixin):
             return
         if resp is not None and resp.term > self.term:
             return  # the elector steps down on the higher term
-        if resp is not None and resp.code == ResponseCode.LOG_DIVERGED:
+        if resp is not None and resp.code in (ResponseCode.LOG_DIVERGED, ResponseCode.SEGMENT_SIZE_MISMATCH):
             self._on_diverged(resp, now_ms)
             return
         if req.type is PushType.APPEND:
@@ -449,9 +451,9 @@ class EntryDispatcher(InstallSnapshotMixin):
         self._control = None
 
     def _on_diverged(self, resp: PushEntryResponse, now_ms: int) -> None:
-        """The follower committed another term at `resp.x_index` than this log holds
-        (`dledger.raft.entry_handler`): no push fits its log. Compare again only every
-        DIVERGED_RETRY_MS (the member may be replaced meanwhile)."""
+        """The follower committed another term at `resp.x_index` than this log holds, or
+        its data segments are of another size (`dledger.raft.entry_handler`): no push fits
+        its log. Compare again only every DIVERGED_RETRY_MS (it may be replaced meanwhile)."""
         self.search.diverge(self.member_state, self.peer_id, resp, self._term_at(resp.x_index))
         self.member_state.mark_diverged(self.peer_id, now_ms)
         self._change_state(DispatchState.COMPARE)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.raft.log import data_segment_size
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import (
     InstallSnapshotRequest,
@@ -82,6 +83,7 @@ class EntryHandler:
         self._appended_in_term: tuple[int, int] = (-1, -1)
         self._diverged_from: tuple[str | None, int] = (None, -1)  # the (leader, term) last logged as diverged
         self._now_ms = 0  # of the pass running
+        self.segment_size = data_segment_size(self.store)
 
     # -- intake
 
@@ -234,23 +236,34 @@ class EntryHandler:
 
     def _report_diverged(self, req: RequestOrResponse, what: str, index: int, mine: int) -> None:
         """Mark the leader of `req` as of another history and say so (once per leader and term)."""
+        self._refuse_leader(
+            req,
+            f"{what}, but this member committed index {index} in term {mine}: its log is not this member's "
+            "history (the group was founded again without this member, or a log was changed). This member keeps "
+            "its log and does not follow it. To keep these entries, copy this member's store directory away; to "
+            "rejoin the group as it is, stop this member, move its store directory aside and start it with "
+            "--initial-cluster-state existing",
+        )
+
+    def _other_segment_size(self, req: PushEntryRequest) -> PushEntryResponse:
+        """SEGMENT_SIZE_MISMATCH: the leader's entries sit at positions of other segments."""
+        self._refuse_leader(
+            req,
+            f"writes data segments of {req.data_file_size} bytes, this member's are {self.segment_size} bytes: "
+            "entries sit at the same positions on every member, so this member cannot hold the leader's log and "
+            "does not follow it. Give every member of the group the same data segment size (`--segment-size`, "
+            "mappedFileSizeForEntryData); an existing store keeps the size of its files",
+        )
+        return self._reply(req, ResponseCode.SEGMENT_SIZE_MISMATCH)
+
+    def _refuse_leader(self, req: RequestOrResponse, why: str) -> None:
+        """Do not follow or vote for the leader of `req` for a while (`mark_diverged`); log
+        `why` once per leader and term."""
         self.member_state.mark_diverged(req.leader_id, self._now_ms)
         if self._diverged_from == (req.leader_id, req.term):
             return
         self._diverged_from = (req.leader_id, req.term)
-        log.error(
-            "%s: leader %s (term %d) %s, but this member committed index %d in term %d: its log is not this "
-            "member's history (the group was founded again without this member, or a log was changed). This "
-            "member keeps its log and does not follow it. To keep these entries, copy this member's store "
-            "directory away; to rejoin the group as it is, stop this member, move its store directory aside "
-            "and start it with --initial-cluster-state existing",
-            self.member_state.self_id,
-            req.leader_id,
-            req.term,
-            what,
-            index,
-            mine,
-        )
+        log.error("%s: leader %s (term %d) %s", self.member_state.self_id, req.leader_id, req.term, why)
 
     def _mismatch(self, req: PushEntryRequest, index: int, term: int) -> PushEntryResponse:
         """The answer to a request whose claim `term` at `index` does not hold here."""
@@ -265,6 +278,8 @@ class EntryHandler:
         bad = self.check_leader(req)
         if bad is not None:
             return self._reply(req, bad)
+        if req.data_file_size and self.segment_size and req.data_file_size != self.segment_size:
+            return self._other_segment_size(req)
         try:
             if req.type is PushType.APPEND:
                 return self._do_append(req)

@@ -150,3 +150,10 @@ class TermStore(Protocol):
     def persist(self, term: int, vote_for: str | None) -> None:
         """Make (term, vote_for) durable before returning (atomic replace + fsync)."""
         ...
+
+
+def data_segment_size(store: object) -> int:
+    """The data segment size of a file store; 0 for a store without segments (in memory).
+    Entries sit at the same positions on every member, so members share this size."""
+    segments = getattr(store, "data_list", None)
+    return int(getattr(segments, "file_size", 0) or 0)

@@ -10,7 +10,8 @@ committed, entries.) The hint only picks the next probe.
 A follower that answers LOG_DIVERGED committed another term at an index than the
 leader's log holds: no match point exists that keeps its committed entries. The search
 records that (`diverged`, logged once) until a later search finds a match (the member
-was replaced by one that lost its store, say).
+was replaced by one that lost its store, say). SEGMENT_SIZE_MISMATCH (the follower's
+data segments are of another size than the leader's `segment_size`) is taken alike.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ log = logging.getLogger(__name__)
 class MatchSearch:
     """The bounds of one search; `reset` starts over from the leader's ledger end."""
 
-    def __init__(self, leader_end: int = -1) -> None:
+    def __init__(self, leader_end: int = -1, segment_size: int = 0) -> None:
         self.low = -1
         self.high = leader_end + 1
         self.diverged = False  # the follower answered LOG_DIVERGED and no match was found since
+        self.segment_size = segment_size  # the leader's data segments (0: in memory), told to followers
 
     def reset(self, leader_end: int) -> None:
         """Forget the bounds: nothing proven yet about the follower's log."""
@@ -54,8 +56,18 @@ class MatchSearch:
 
     def diverge(self, leader: MemberState, peer_id: str, resp: PushEntryResponse, leader_term: int) -> None:
         """Take in a LOG_DIVERGED answer from `peer_id`; `leader_term`: the term the
-        leader's log holds at the conflicting index (`resp.x_index`)."""
-        if not self.diverged and resp.x_index < 0:  # it had found out before, from another push
+        leader's log holds at the conflicting index (`resp.x_index`). A
+        SEGMENT_SIZE_MISMATCH answer is taken in the same way."""
+        if not self.diverged and resp.code == ResponseCode.SEGMENT_SIZE_MISMATCH:
+            log.error(
+                "%s: follower %s refuses this leader: its data segments are not of this leader's size (%d bytes), "
+                "so it cannot hold entries at this leader's positions; it is left behind (give every member the "
+                "same --segment-size)",
+                leader.self_id,
+                peer_id,
+                self.segment_size,
+            )
+        elif not self.diverged and resp.x_index < 0:  # it had found out before, from another push
             log.error("%s: follower %s refuses this leader: its log is of another history", leader.self_id, peer_id)
         elif not self.diverged:
             log.error(

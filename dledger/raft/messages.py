@@ -161,7 +161,9 @@ class PushEntryRequest(RequestOrResponse):
     `first_index` after the same check on `first_index - 1`. COMMIT carries the commit
     index with the check on `prev_index` (the follower's known match point). Every type
     carries the leader's `commit_index`; the follower never commits beyond what the
-    request proved to match. `group_id` / `incarnation` as in VoteRequest.
+    request proved to match. `group_id` / `incarnation` as in VoteRequest;
+    `data_file_size` is the leader's data segment size (0: unknown), for the follower to
+    refuse a leader whose entries cannot sit at its own positions.
     """
 
     type: PushType = PushType.APPEND
@@ -174,6 +176,7 @@ class PushEntryRequest(RequestOrResponse):
     entries: bytes = b""
     group_id: str = ""
     incarnation: str = ""
+    data_file_size: int = 0
 
     @property
     def last_index(self) -> int:

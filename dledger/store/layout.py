@@ -15,11 +15,15 @@ Only names and lookups live here: nothing in this module opens, maps or writes a
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import StoreConfig
+from dledger.config_bounds import STORE_BOUNDS
+from dledger.entry import INDEX_UNIT_SIZE
 
 DATA_DIR = "data"
 INDEX_DIR = "index"
@@ -102,3 +106,20 @@ def sized_config(
         index_file_size=index_file_size or index_size or defaults.index_file_size,
         read_only=read_only,
     )
+
+
+def keep_store_sizes(node_dir: str | os.PathLike[str], config: StoreConfig) -> StoreConfig:
+    """`config` with the segment sizes of the store in `node_dir`, where it has files
+    (a store's segments all have one size, fixed when it was made; its entries' positions
+    depend on it). A change is logged. A size no store is made with (a damaged file's)
+    is not taken: recovery deals with that file."""
+    data_size, index_size = infer_segment_sizes(node_dir)
+    if not data_size or data_size < STORE_BOUNDS["data_file_size"][0]:
+        data_size = config.data_file_size
+    if not index_size or index_size % INDEX_UNIT_SIZE:
+        index_size = config.index_file_size
+    sized = replace(config, data_file_size=data_size, index_file_size=index_size)
+    if sized != config:
+        sizes = sized.data_file_size, sized.index_file_size
+        logging.getLogger(__name__).info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
+    return sized

@@ -98,6 +98,7 @@ _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
             "entries",
             "group_id",
             "incarnation",
+            "data_file_size",
         ),
     ),
     PushEntryResponse: ("PushEntryResponse", ("index", "begin_index", "end_index", "count", "x_term", "x_index")),

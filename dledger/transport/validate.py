@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 
 from dledger.codes import ReadMode, ResponseCode
 from dledger.config import DLedgerConfig
+from dledger.config_bounds import SEGMENT_MAX
 from dledger.entry import (
     HEADER_SIZE,
     MAGIC_NOOP,
@@ -263,6 +264,7 @@ class RequestValidator:
                 _within("first_index", req.first_index, -1, MAX_INDEX),
                 _within("last_term", req.last_term, -1, req.term),
                 _within("count", req.count, 0, MAX_INDEX),
+                _within("data_file_size", req.data_file_size, 0, SEGMENT_MAX),
             )
         )
         if refusal is not None:

@@ -60,3 +60,25 @@ def test_an_existing_log_keeps_its_segment_sizes_whatever_a_config_says(
     with dledger.open_log(tmp_path / "log", StoreConfig(**options)) as log:
         assert (log.end_index, log.get(999).body) == (999, b"x" * 100)
         assert (log.config.data_file_size, log.config.index_file_size) == (1 << 16, 32 * 1024)
+
+
+def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
+    """A lone index file cut short (not a whole number of 32-byte units) or a data file cut
+    below any size a store is made with: the configured sizes stand (recovery extends or
+    rebuilds that file) instead of an index size StoreConfig refuses."""
+    from dledger.store.layout import keep_store_sizes
+
+    small = StoreConfig(data_file_size=1 << 16, index_file_size=32 * 1024)
+    with dledger.open_log(tmp_path / "log", small) as log:
+        log.append_many([b"x" * 10] * 10)  # one segment each
+    index = next((tmp_path / "log" / "index").iterdir())
+    data = next((tmp_path / "log" / "data").iterdir())
+    with index.open("r+b") as f:
+        f.truncate(32 * 1024 - 20)
+    assert keep_store_sizes(tmp_path / "log", small).index_file_size == 32 * 1024
+    with data.open("r+b") as f:
+        f.truncate(40)
+    assert keep_store_sizes(tmp_path / "log", small).data_file_size == 1 << 16
+    with data.open("r+b") as f:
+        f.truncate(1 << 15)  # a whole segment of a smaller store: taken
+    assert keep_store_sizes(tmp_path / "log", small).data_file_size == 1 << 15
