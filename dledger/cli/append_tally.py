@@ -18,10 +18,21 @@ from dledger.client.interrupts import DeferredCtrlC
 
 
 def appended_text(appended: int, first: int, last: int) -> str:
-    """`N entries were appended at indexes first..last`, or `nothing was appended`."""
+    """`N entries were appended at indexes first..last` (`between indexes first and last,
+    among other writers' entries` when they are not all of those indexes), or `nothing was
+    appended`."""
     if appended == 0:
         return "nothing was appended"
-    return f"{appended} entries were appended at indexes {first}..{last}"
+    return f"{appended} entries were appended {indexes_text(appended, first, last)}"
+
+
+def indexes_text(appended: int, first: int, last: int) -> str:
+    """`at indexes first..last`, or, when other writers' entries came in between (each
+    request's entries are consecutive, the requests need not be), `between indexes first
+    and last, among other writers' entries`."""
+    if last - first + 1 == appended:
+        return f"at indexes {first}..{last}"
+    return f"between indexes {first} and {last}, among other writers' entries"
 
 
 class AppendTally:
@@ -55,4 +66,4 @@ class AppendTally:
             advance(result.count)
 
 
-__all__ = ["AppendTally", "appended_text"]
+__all__ = ["AppendTally", "appended_text", "indexes_text"]

@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, TypeVar
 import click
 
 from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
-from dledger.cli.append_tally import AppendTally
+from dledger.cli.append_tally import AppendTally, indexes_text
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted, stdin_binary
 from dledger.cli.progress import progress
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
@@ -231,11 +231,14 @@ def append(
         fail("nothing to append: stdin was empty")
     first, last = tally.first, tally.last
     if as_json:
-        click.echo(json.dumps({"first_index": first, "last_index": last, "count": tally.appended}))
+        contiguous = last - first + 1 == tally.appended  # false when other writers' entries came in between
+        click.echo(
+            json.dumps({"first_index": first, "last_index": last, "count": tally.appended, "contiguous": contiguous})
+        )
     elif tally.appended == 1:
         click.echo(f"appended at index {first}")
     else:
-        click.echo(f"appended {tally.appended} entries at indexes {first}..{last}")
+        click.echo(f"appended {tally.appended} entries {indexes_text(tally.appended, first, last)}")
 
 
 # ----------------------------------------------------------------------------- get

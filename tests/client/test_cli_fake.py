@@ -38,7 +38,7 @@ def test_append_a_body_then_get_it(fake: FakeCluster) -> None:
 
 def test_append_count_stdin_and_file_batches(fake: FakeCluster, tmp_path) -> None:  # type: ignore[no-untyped-def]
     code, out, _ = run(fake, "append", "--count", "25", "--body-size", "16", "--batch-size", "10", "--json")
-    assert code == 0 and json.loads(out) == {"first_index": 0, "last_index": 24, "count": 25}
+    assert code == 0 and json.loads(out) == {"first_index": 0, "last_index": 24, "count": 25, "contiguous": True}
     assert fake["n0"].append_requests[-3:] and [len(r) for r in fake["n0"].append_requests] == [10, 10, 5]
     assert all(len(b) == 16 for b in fake.log.bodies)
     assert run(fake, "append", "x", "--count", "3")[1] == "appended 3 entries at indexes 25..27\n"
@@ -50,6 +50,26 @@ def test_append_count_stdin_and_file_batches(fake: FakeCluster, tmp_path) -> Non
     raw = CliRunner().invoke(main, ["get", "28", "-c", "4", "--raw", "-p", fake.peers])
     assert raw.exit_code == 0 and raw.stdout_bytes == b"a\nb\nc\n\x00\xff\n"
     assert run(fake, "get", "31")[1] == "31\tterm 1\tbase64:AP8=\n"
+
+
+def test_an_append_interleaved_with_another_writer_does_not_claim_its_indexes(
+    fake: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each request's entries are consecutive, the requests need not be: before, two
+    concurrent `--count 20000` runs each said "at indexes A..B" of a span of 33,100."""
+    own = fake.log.append
+
+    def with_another_writer(bodies: list[bytes]) -> int:
+        own([b"theirs"])  # another client's entry lands first
+        return own(bodies)
+
+    monkeypatch.setattr(fake.log, "append", with_another_writer)
+    code, out, _ = run(fake, "append", "x", "--count", "4", "--batch-size", "2")
+    assert (code, out) == (0, "appended 4 entries between indexes 1 and 5, among other writers' entries\n")
+    code, out, _ = run(fake, "append", "x", "--count", "4", "--batch-size", "2", "--json")
+    assert json.loads(out) == {"first_index": 7, "last_index": 11, "count": 4, "contiguous": False}
+    code, out, _ = run(fake, "append", "x", "--count", "2", "--batch-size", "2")
+    assert out == "appended 2 entries at indexes 13..14\n"  # one request: consecutive
 
 
 def test_usage_errors_exit_2(fake: FakeCluster) -> None:

@@ -53,7 +53,7 @@ def test_stdin_batches_cut_by_bytes_too() -> None:
 def test_append_splits_generated_bodies_by_bytes(fake: FakeCluster) -> None:
     code, out, err = run(fake, "append", "-c", "5", "--body-size", str(BIG), "--json")
     assert code == 0, err
-    assert json.loads(out) == {"first_index": 0, "last_index": 4, "count": 5}
+    assert json.loads(out) == {"first_index": 0, "last_index": 4, "count": 5, "contiguous": True}
     assert [len(r) for r in fake["n0"].append_requests] == [4, 1]
     assert max(request_bytes(fake)) <= MAX_APPEND_BYTES
 
