@@ -72,12 +72,12 @@ mutants: install
 	$(BIN)/python -m tests.mutants $(MUTANTS_ARGS)
 
 lint: install
-	$(BIN)/ruff check dledger tests bench
-	$(BIN)/ruff format --check dledger tests bench
+	$(BIN)/ruff check dledger dledger_cli.py tests bench
+	$(BIN)/ruff format --check dledger dledger_cli.py tests bench
 
 format: install
-	$(BIN)/ruff format dledger tests bench
-	$(BIN)/ruff check --fix dledger tests bench
+	$(BIN)/ruff format dledger dledger_cli.py tests bench
+	$(BIN)/ruff check --fix dledger dledger_cli.py tests bench
 
 typecheck: install
 	$(BIN)/mypy
