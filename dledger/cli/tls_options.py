@@ -67,7 +67,8 @@ def client_tls() -> TlsConfig | None:
     """The TLS settings the current client command was given (None: plaintext).
 
     Raises:
-        click.BadParameter: only some are given, or a file cannot be read (exit 2).
+        click.BadParameter: only some are given, a file cannot be read, the key is not the
+            certificate's, or the certificate is not valid now (exit 2).
     """
     given = _given()
     token = given.get("token")
@@ -76,7 +77,7 @@ def client_tls() -> TlsConfig | None:
             given.get("tls_cert"), given.get("tls_key"), given.get("tls_ca"), allow_ca_only=bool(token)
         )
         if tls is not None:
-            tls.read()
+            tls.read_matching()
     except TlsError as exc:
         raise click.BadParameter(str(exc), param_hint="'--tls-cert/--tls-key/--tls-ca'") from exc
     if token and tls is None:

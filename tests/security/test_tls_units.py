@@ -431,3 +431,14 @@ def test_a_members_metrics_say_when_its_certificate_expires_and_follow_a_rotatio
         assert scraped() == expiry() != 0
     finally:
         server.shutdown()
+
+
+def test_a_client_key_that_is_not_its_certificates_is_a_usage_error(tmp_path: Path) -> None:
+    """Before: exit 1, `error: TlsError: ...`, the form of an unexpected exception."""
+    write_dev_certs(tmp_path, CertPlan("g", ("n0", "n1"), {}))
+    n0, n1 = TlsConfig.in_directory(tmp_path, "n0"), TlsConfig.in_directory(tmp_path, "n1")
+    argv = ["status", "-p", "n0-127.0.0.1:1", "--tls-cert", n0.cert, "--tls-key", n1.key, "--tls-ca", n0.ca]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    assert f"the TLS key {n1.key} is not the key of the certificate {n0.cert}" in result.output
+    assert "TlsError" not in result.output
