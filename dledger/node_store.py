@@ -51,7 +51,7 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    cfg = keep_store_sizes(config.default_path, config.store)
+    cfg = keep_store_sizes(config.default_path, config.store, trust_lone_data=False)
     as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
     log_lost = _log_lost(Path(config.default_path))
     store = MmapLogStore(config.default_path, as_sync, repair=repair)

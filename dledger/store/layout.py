@@ -108,13 +108,22 @@ def sized_config(
     )
 
 
-def keep_store_sizes(node_dir: str | os.PathLike[str], config: StoreConfig) -> StoreConfig:
-    """`config` with the segment sizes of the store in `node_dir`, where it has files
-    (a store's segments all have one size, fixed when it was made; its entries' positions
-    depend on it). A change is logged. A size no store is made with (a damaged file's)
-    is not taken: recovery deals with that file."""
-    data_size, index_size = infer_segment_sizes(node_dir)
-    if not data_size or data_size < STORE_BOUNDS["data_file_size"][0]:
+def keep_store_sizes(
+    node_dir: str | os.PathLike[str], config: StoreConfig, *, trust_lone_data: bool = True
+) -> StoreConfig:
+    """`config` with the segment sizes of the store in `node_dir` (a store's segments all
+    have one size, fixed when it was made; its entries' positions depend on it), read off
+    the largest file. A change is logged. A size no store is made with (an index not of
+    whole 32-byte units, data below 64 bytes) is a damaged file's: `config`'s stands.
+
+    `trust_lone_data=False` (a member): a lone data segment shorter than `config`'s may be
+    a cut file, so `config`'s size stands and recovery extends that file, as before.
+    Taking a cut file's size set a member's segments apart from its group's, and a
+    follower writes each entry at its leader's position: it never caught up."""
+    shown, index_size = infer_segment_sizes(node_dir)
+    data_size = shown or 0  # 0: no files
+    trusted = trust_lone_data or _count_segments(Path(node_dir, DATA_DIR)) > 1
+    if data_size < STORE_BOUNDS["data_file_size"][0] or (not trusted and data_size < config.data_file_size):
         data_size = config.data_file_size
     if not index_size or index_size % INDEX_UNIT_SIZE:
         index_size = config.index_file_size
@@ -123,3 +132,7 @@ def keep_store_sizes(node_dir: str | os.PathLike[str], config: StoreConfig) -> S
         sizes = sized.data_file_size, sized.index_file_size
         logging.getLogger(__name__).info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
     return sized
+
+
+def _count_segments(directory: Path) -> int:
+    return len(list(directory.glob("[0-9]" * NAME_DIGITS))) if directory.is_dir() else 0

@@ -4,6 +4,7 @@ an existing log keeps its own segment sizes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ def test_an_existing_log_keeps_its_segment_sizes_whatever_a_config_says(
 def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
     """A lone index file cut short (not a whole number of 32-byte units) or a data file cut
     below any size a store is made with: the configured sizes stand (recovery extends or
-    rebuilds that file) instead of an index size StoreConfig refuses."""
+    rebuilds that file). A member takes no lone data segment shorter than its configured
+    size either: taking a cut file's size set its segments apart from its group's."""
     from dledger.store.layout import keep_store_sizes
 
     small = StoreConfig(data_file_size=1 << 16, index_file_size=32 * 1024)
@@ -80,5 +82,11 @@ def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
         f.truncate(40)
     assert keep_store_sizes(tmp_path / "log", small).data_file_size == 1 << 16
     with data.open("r+b") as f:
-        f.truncate(1 << 15)  # a whole segment of a smaller store: taken
+        f.truncate(1 << 15)  # a lone shorter file: a local log takes its size (no group to match)
     assert keep_store_sizes(tmp_path / "log", small).data_file_size == 1 << 15
+    member = keep_store_sizes(tmp_path / "log", small, trust_lone_data=False)
+    assert member.data_file_size == 1 << 16  # a member: it may be cut (helper A: it never caught up)
+    smaller = replace(small, data_file_size=1 << 14)
+    assert keep_store_sizes(tmp_path / "log", smaller, trust_lone_data=False).data_file_size == 1 << 15
+    data.with_name(f"{1 << 15:020d}").write_bytes(bytes(1 << 15))  # two segments of 32 KiB: that store's size
+    assert keep_store_sizes(tmp_path / "log", small, trust_lone_data=False).data_file_size == 1 << 15
