@@ -361,7 +361,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "id": m.node_id,
                 "address": m.address,
                 "reachable": m.reachable,
-                "role": m.role if m.reachable else "UNREACHABLE",
+                "role": m.role if m.reachable else "REFUSED" if _refused(m.error) else "UNREACHABLE",
                 "term": m.term,
                 "leader": m.leader_id,
                 "begin_index": m.begin_index,
@@ -377,13 +377,20 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
     return rows
 
 
+def _refused(error: str | None) -> bool:
+    """Whether a member that gave no status refused this client (its credentials or role)
+    rather than not answering."""
+    return error is not None and error.startswith(("UNAUTHENTICATED", "PERMISSION_DENIED"))
+
+
 @click.command(cls=GuardedCommand, context_settings=CONTEXT)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a table.")
 @client_options
 def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
     """Show every member: role, term, log range, commit index and lag behind the leader.
 
-    Members that do not answer are shown as UNREACHABLE. The exit status is 0 only when
+    Members that do not answer are shown as UNREACHABLE, members that refuse this
+    client's credentials as REFUSED (with why). The exit status is 0 only when
     every member answered and a leader is known; else the table (or JSON) is still
     printed and the exit status is 1, with one line saying why.
     """
@@ -406,7 +413,13 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
             numbers.remove("snapshot_index")  # no snapshot anywhere
         for key in numbers:
             table.add_column(key.removesuffix("_index"), justify="right", no_wrap=True)
-        style = {"LEADER": "bold green", "FOLLOWER": "cyan", "CANDIDATE": "yellow", "UNREACHABLE": "red"}
+        style = {
+            "LEADER": "bold green",
+            "FOLLOWER": "cyan",
+            "CANDIDATE": "yellow",
+            "UNREACHABLE": "red",
+            "REFUSED": "red",
+        }
         for r in rows:
             cells = ["" if not r["reachable"] or r[key] is None else str(r[key]) for key in numbers]
             role = f"[{style[r['role']]}]{r['role']}[/]" if r["role"] in style else r["role"]
@@ -417,6 +430,8 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
         for r in rows:
             if r["error"]:
                 click.echo(f"{r['id']}: {' '.join(r['error'].split())}")
+    if rows and all(r["role"] == "REFUSED" for r in rows):
+        fail(f"every member refused this client: {' '.join(str(rows[0]['error']).split())}")
     if not any(r["reachable"] for r in rows):
         raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered")  # the guard adds a TLS hint if one fits
     problem = status_problem(rows)
@@ -427,12 +442,17 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
 def status_problem(rows: list[dict[str, Any]]) -> str | None:
     """Why `status` exits 1 when some member answered (None: every member answered and
     a leader is known); `status` itself reports that none did."""
-    down = [r["id"] for r in rows if not r["reachable"]]
+    down = [r for r in rows if not r["reachable"]]
+    said = []  # "n1 unreachable", "n2 refused"
+    for kind, what in (("UNREACHABLE", "unreachable"), ("REFUSED", "refused")):
+        ids = [r["id"] for r in down if r["role"] == kind]
+        if ids:
+            said.append(f"{', '.join(ids)} {what}")
+    why = ", ".join(said)
     if not any(r["role"] == "LEADER" for r in rows):
-        unreachable = f" ({', '.join(down)} unreachable)" if down else ""
-        return f"no leader: no member that answered is leading{unreachable}"
+        return f"no leader: no member that answered is leading{f' ({why})' if why else ''}"
     if down:
-        return f"{', '.join(down)} unreachable: {len(rows) - len(down)} of {len(rows)} members answered"
+        return f"{why}: {len(rows) - len(down)} of {len(rows)} members answered"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import pytest
 from click.testing import CliRunner
 
@@ -171,3 +172,22 @@ def test_bench_json_reports_rates_and_latency(fake: FakeCluster) -> None:
 def test_bench_prints_a_table(fake: FakeCluster) -> None:
     code, out, _ = run(fake, "bench", "-m", "batch", "-c", "1", "-d", "0.2", "-b", "5")
     assert code == 0 and "entries/s" in out and "latency p50" in out
+
+
+def test_status_tells_members_that_refuse_this_client_from_unreachable_ones(fake: FakeCluster) -> None:
+    """Before, a revoked token showed every member UNREACHABLE and ended `no member
+    answered`, although each had answered UNAUTHENTICATED."""
+    fake["n2"].metadata_refusal = Action(
+        "abort", status=grpc.StatusCode.UNAUTHENTICATED, details="no valid bearer token"
+    )
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: n2 refused: 2 of 3 members answered\n"
+    assert "REFUSED" in out and "UNREACHABLE" not in out and "n2: UNAUTHENTICATED: no valid bearer token" in out
+    for node_id in ("n0", "n1"):
+        fake[node_id].metadata_refusal = Action("abort", status=grpc.StatusCode.PERMISSION_DENIED, details="a role")
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: every member refused this client: PERMISSION_DENIED: a role\n"
+    fake["n0"].metadata_refusal = fake["n1"].metadata_refusal = None
+    fake["n1"].stop()
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: n1 unreachable, n2 refused: 1 of 3 members answered\n"
