@@ -46,6 +46,9 @@ class ResponseCode(IntEnum):
     LOG_DIVERGED = 427
     # ours: the leader's data segments are of another size than this follower's
     SEGMENT_SIZE_MISMATCH = 428
+    # ours, client side: a member refused this client's identity, token or role (gRPC
+    # UNAUTHENTICATED / PERMISSION_DENIED)
+    ACCESS_DENIED = 429
     INTERNAL_ERROR = 500
     TERM_CHANGED = 501
     WAIT_QUORUM_ACK_TIMEOUT = 502

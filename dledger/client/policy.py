@@ -190,9 +190,12 @@ def read_decision(status: str, details: str = "") -> Decision:
 
 def rpc_code(status: str) -> ResponseCode:
     """The DLedger code that stands for a gRPC failure: TIMEOUT for a missed deadline,
-    UNEXPECTED_ARGUMENT for a refused request, NETWORK_ERROR otherwise."""
+    ACCESS_DENIED for a client refused its identity or role, UNEXPECTED_ARGUMENT for
+    another refused request, NETWORK_ERROR otherwise."""
     if status == "DEADLINE_EXCEEDED":
         return ResponseCode.TIMEOUT
+    if status in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+        return ResponseCode.ACCESS_DENIED
     if status in _FAIL_STATUSES:
         return ResponseCode.UNEXPECTED_ARGUMENT
     return ResponseCode.NETWORK_ERROR

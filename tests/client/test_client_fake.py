@@ -177,7 +177,7 @@ def test_members_that_all_refuse_the_client_fail_it_at_once(fake: FakeCluster) -
         )
     with DLedgerClient(fake.peers, timeout_s=30, clock=clock) as client, pytest.raises(DLedgerError) as info:
         client.append(b"x")
-    assert info.value.code is ResponseCode.UNEXPECTED_ARGUMENT  # what a refused request's status stands for
+    assert info.value.code is ResponseCode.ACCESS_DENIED  # was UNEXPECTED_ARGUMENT (411), misleading
     assert "refused by n0, n1, n2: UNAUTHENTICATED unknown bearer token" in info.value.message
     assert clock.now_ms() == 0 and fake.log.bodies == []
 

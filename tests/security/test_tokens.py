@@ -263,7 +263,7 @@ def test_a_missing_or_unknown_token_is_unauthenticated(group: TlsGroup, token: s
     if token is not None:  # the client library: every member's refusal, not a network error after its timeout
         with token_client(group, token) as client, pytest.raises(DLedgerError) as refused:
             client.append(b"x")
-        assert refused.value.code is ResponseCode.UNEXPECTED_ARGUMENT
+        assert refused.value.code is ResponseCode.ACCESS_DENIED
         assert "refused by n0, n1, n2: UNAUTHENTICATED" in refused.value.message
 
 
