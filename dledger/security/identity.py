@@ -137,3 +137,16 @@ def identity_of(auth_context: Mapping[str, Sequence[bytes]]) -> Identity:
             _cache.clear()
         _cache[key] = found
     return found
+
+
+def certificate_identity(cert_pem: bytes) -> Identity:
+    """The identity a PEM certificate (its first one) names in its SAN URIs; "unknown"
+    for one that names none, or is not a certificate."""
+    from cryptography import x509
+
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (ValueError, x509.ExtensionNotFound):
+        return _UNKNOWN
+    return identity_from_uris(names.get_values_for_type(x509.UniformResourceIdentifier))

@@ -30,6 +30,7 @@ from dledger.raft.messages import (
     VoteRequest,
 )
 from dledger.raft.snapshot_dispatch import INSTALL_SNAPSHOT_TIMEOUT_MS
+from dledger.security.identity import certificate_identity
 from dledger.security.tls import TlsConfig, TlsError
 from dledger.transport.convert import MalformedMessage, from_pb, pb_grpc, to_pb
 
@@ -99,6 +100,25 @@ def member_tls(config: DLedgerConfig) -> TlsConfig | None:
     return TlsConfig.from_options(config.tls_cert, config.tls_key, config.tls_ca)
 
 
+def check_member_certificate(tls: TlsConfig, group: str, self_id: str) -> None:
+    """Refuse to start with a certificate that does not name this member (`dledger://
+    <group>/<self_id>`): its peers would refuse every call of this member, and it would
+    run without a word (a copy of another member's files, another group's).
+
+    Raises:
+        dledger.security.TlsError: it names another member, group, a client or nobody.
+    """
+    named = certificate_identity(tls.read()[0])
+    if named.kind != "member" or (named.group, named.name) != (group, self_id):
+        said = {"member": f"member {named.group}/{named.name}", "client": f"client {named.name}"}.get(
+            named.kind, "no member or client"
+        )
+        raise TlsError(
+            f"the TLS certificate {tls.cert} names {said}, not member {group}/{self_id}: its peers would refuse "
+            "this member (give it its own certificate: `dledger certs init` makes one per member)"
+        )
+
+
 def rpc_error(exc: BaseException, target: str) -> DLedgerError:
     """The DLedgerError for a failed call: TIMEOUT for a missed deadline, NETWORK_ERROR
     for everything else the transport reports."""
@@ -124,8 +144,8 @@ class GrpcTransport:
         channel_options: extra channel options (tests).
 
     Raises:
-        dledger.security.TlsError: a TLS file cannot be read, or the key is not the
-            certificate's.
+        dledger.security.TlsError: a TLS file cannot be read, the key is not the
+            certificate's, or the certificate does not name this member of this group.
     """
 
     def __init__(
@@ -149,6 +169,8 @@ class GrpcTransport:
         # the watch before the read: a change in between is seen at the first look
         self._tls_watch = self._tls.watch() if self._tls is not None else None
         self._credentials = self._tls.matching_credentials() if self._tls is not None else None
+        if self._tls is not None:
+            check_member_certificate(self._tls, config.group, config.self_id)
 
     def _renew_credentials(self) -> None:
         """The member's TLS files changed: later calls go over new channels presenting

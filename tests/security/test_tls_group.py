@@ -195,3 +195,29 @@ def test_the_member_tls_files_are_checked_at_start(tmp_path: Path, certs: Path) 
     with pytest.raises(TlsError, match="cannot read the TLS key"):
         DLedgerServer(config).start()
     assert not (tmp_path / "dledger-n0").exists()  # failed before the store was opened
+
+
+@pytest.mark.parametrize(("stem", "said"), [("n1", "member g/n1"), ("other-n0", "member other/n0")])
+def test_a_member_refuses_to_start_with_a_certificate_that_does_not_name_it(
+    tmp_path: Path, certs: Path, stem: str, said: str
+) -> None:
+    """Before, n0 started with n1's files (or another group's) and served without a
+    word; its peers refused each of its calls at run time (helper B's report)."""
+    from dledger.config import DLedgerConfig
+    from dledger.security.tls import TlsError
+    from dledger.server import DLedgerServer
+
+    if stem == "other-n0":
+        issue_member_cert(certs, "other", "n0", stem=stem)
+    try:
+        tls = TlsConfig.in_directory(certs, stem)
+        config = DLedgerConfig(
+            group=GROUP, self_id="n0", peers="n0-127.0.0.1:1;n1-127.0.0.1:2", store_base_dir=str(tmp_path),
+            tls_cert=tls.cert, tls_key=tls.key, tls_ca=tls.ca,
+        )  # fmt: skip
+        with pytest.raises(TlsError, match=f"names {said}, not member g/n0: its peers would refuse"):
+            DLedgerServer(config).start()
+        assert not (tmp_path / "dledger-n0").exists()  # refused before the store was opened
+    finally:
+        for ext in ("crt", "key"):
+            (certs / f"other-n0.{ext}").unlink(missing_ok=True)
