@@ -136,3 +136,20 @@ def keep_store_sizes(
 
 def _count_segments(directory: Path) -> int:
     return len(list(directory.glob("[0-9]" * NAME_DIGITS))) if directory.is_dir() else 0
+
+
+def make_store_dir(node_dir: Path) -> None:
+    """Create a writable store directory `node_dir` (and its parents) if missing.
+
+    Raises:
+        DLedgerError: DISK_ERROR when it is not a directory, cannot be made (a file in
+            its path, no permission) or is not writable.
+    """
+    if node_dir.exists() and not node_dir.is_dir():
+        raise DLedgerError(ResponseCode.DISK_ERROR, f"{node_dir} is not a directory")
+    try:
+        node_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot create {node_dir}: {exc.strerror or exc}") from exc
+    if not os.access(node_dir, os.W_OK):
+        raise DLedgerError(ResponseCode.DISK_ERROR, f"{node_dir} is not writable")

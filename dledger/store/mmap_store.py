@@ -29,7 +29,7 @@ from dledger.store import failpoints, kvfile, truncate
 from dledger.store.checkpoint import load_checkpoint
 from dledger.store.clean import CleanSpaceService
 from dledger.store.flusher import Durability
-from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, holds_store
+from dledger.store.layout import CHECKPOINT_FILE, DATA_DIR, INDEX_DIR, RESET_FILE, holds_store, make_store_dir
 from dledger.store.layout import sized_config as sized_config  # re-exported: its old home
 from dledger.store.lock import StoreLock
 from dledger.store.recovery import Recovery, RecoveryReport, first_entry_header
@@ -121,11 +121,7 @@ class MmapLogStore(impl.LogCore, Durability):
         cfg = self.config
         ro = cfg.read_only
         if not ro:
-            if self.node_dir.exists() and not self.node_dir.is_dir():
-                raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not a directory")
-            self.node_dir.mkdir(parents=True, exist_ok=True)
-            if not os.access(self.node_dir, os.W_OK):
-                raise DLedgerError(ResponseCode.DISK_ERROR, f"{self.node_dir} is not writable")
+            make_store_dir(self.node_dir)
             # one writer per store: taken before anything is read or written
             self._lock.acquire()
         elif not self.node_dir.is_dir():

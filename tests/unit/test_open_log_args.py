@@ -90,3 +90,11 @@ def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
     assert keep_store_sizes(tmp_path / "log", smaller, trust_lone_data=False).data_file_size == 1 << 15
     data.with_name(f"{1 << 15:020d}").write_bytes(bytes(1 << 15))  # two segments of 32 KiB: that store's size
     assert keep_store_sizes(tmp_path / "log", small, trust_lone_data=False).data_file_size == 1 << 15
+
+
+def test_a_path_through_a_file_is_a_dledger_error(tmp_path: Path) -> None:
+    """Before: a bare NotADirectoryError from mkdir (the docs promise DLedgerError)."""
+    (tmp_path / "afile").write_bytes(b"")
+    with pytest.raises(dledger.DLedgerError, match=r"cannot create .*afile/sub: Not a directory"):
+        dledger.open_log(tmp_path / "afile" / "sub")
+    assert (tmp_path / "afile").read_bytes() == b""
