@@ -119,7 +119,7 @@ def _transport_failure(
     if status == "DEADLINE_EXCEEDED":
         members.forget(target)
     decision = rpc_decision(status, details)
-    text = f"{method} to {target.node_id or target.address}: {status} {details}"
+    text = f"{method} sent to {target.node_id or target.address}: {status} {details}"
     if decision is Decision.FAIL:
         raise DLedgerError(rpc_code(status), text) from None
     if decision is Decision.INDETERMINATE:
@@ -131,7 +131,7 @@ def _refusal(method: str, target: Target, answer: Any, decision: Decision, appen
     """A write was answered with an error code: raise when it was refused for good or
     its outcome is unknown; return the error when it may be sent again (REDIRECT, RETRY)."""
     error_text = answer.message or ResponseCode.of(answer.code).name
-    text = f"{method} to {target.node_id or target.address}: {error_text}"
+    text = f"{method} sent to {target.node_id or target.address}: {error_text}"
     if decision is Decision.FAIL:
         raise DLedgerError(answer.code, text)
     if decision is Decision.INDETERMINATE:

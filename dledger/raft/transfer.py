@@ -303,7 +303,8 @@ def new_term_of(answer: Future[LeadershipTransferResponse], transferee_id: str) 
         if response.code == ResponseCode.SUCCESS:
             result.set_result(response.term)
         else:
-            result.set_exception(DLedgerError(response.code, f"transfer to {transferee_id} failed"))
+            why = f" ({transferee_id} did not answer the leader)" if response.code == ResponseCode.NETWORK_ERROR else ""
+            result.set_exception(DLedgerError(response.code, f"transfer to {transferee_id} failed{why}"))
 
     answer.add_done_callback(done)
     return result

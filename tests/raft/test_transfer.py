@@ -299,3 +299,22 @@ def test_transfer_fails_if_the_leader_steps_down_before_forwarding() -> None:
     c.run_until(fut.done, max_ms=5000)
     assert code_of(fut) == ResponseCode.NOT_LEADER
     assert c.core(leader).member_state.transferee is None
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (ResponseCode.NETWORK_ERROR, "transfer to n2 failed (n2 did not answer the leader)"),
+        (ResponseCode.FALL_BEHIND_TOO_MUCH, "transfer to n2 failed"),
+    ],
+)
+def test_a_failed_transfer_says_whom_it_was_to_and_why(code: ResponseCode, said: str) -> None:
+    from dledger.raft.messages import LeadershipTransferResponse
+    from dledger.raft.transfer import new_term_of
+
+    answer: Future[LeadershipTransferResponse] = Future()
+    term = new_term_of(answer, "n2")
+    answer.set_result(LeadershipTransferResponse(group="g", code=code, term=3))
+    with pytest.raises(DLedgerError) as info:
+        term.result()
+    assert info.value.code == code and info.value.message == said
