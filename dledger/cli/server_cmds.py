@@ -69,15 +69,24 @@ def build_config(file_settings: dict[str, Any], options: dict[str, Any]) -> DLed
     try:
         return DLedgerConfig(**settings, store=member_store_config(**store))
     except (ConfigError, ValueError, TypeError) as exc:
-        raise click.UsageError(_option_names(one_line(str(exc)), options)) from exc
+        raise click.UsageError(_option_names(one_line(str(exc)), options, file_settings)) from exc
 
 
-def _option_names(message: str, options: dict[str, Any]) -> str:
-    """`message` with the settings given as store options named as the user gave them
-    (`data_file_size` -> `--segment-size`)."""
-    for field in dataclasses.fields(StoreConfig):
-        if "cli" in field.metadata and options.get(field.name) is not None:
-            message = re.sub(rf"\b{field.name}\b", field.metadata["cli"], message)
+def _option_names(message: str, options: dict[str, Any], file_settings: dict[str, Any]) -> str:
+    """`message` with the settings it names by field name named as the user gave them:
+    the config file's key for one the file set (`flush_mode` -> `flushMode`), else the
+    command's option (`data_file_size` -> `--segment-size`, `tls_key` -> `--tls-key`)."""
+    ctx = click.get_current_context(silent=True)
+    flags = {p.name: max(p.opts, key=len) for p in ctx.command.params if p.opts} if ctx is not None else {}
+    for field in (*dataclasses.fields(StoreConfig), *dataclasses.fields(DLedgerConfig)):
+        if not re.search(rf"\b{field.name}\b", message):
+            continue
+        yaml = field.metadata.get("yaml")
+        said: str | None = field.metadata.get("cli") or flags.get(field.name)
+        if options.get(field.name) is None and field.name in file_settings and isinstance(yaml, str):
+            said = yaml
+        if said:
+            message = re.sub(rf"\b{field.name}\b", said, message)
     return message
 
 

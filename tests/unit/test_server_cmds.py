@@ -355,3 +355,27 @@ def test_metrics_on_port_0_log_the_port_bound(caplog: pytest.LogCaptureFixture) 
             assert answer.status == 200
     finally:
         srv._metrics.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("args", "yaml", "said"),
+    [
+        (["--tls-cert", "a.crt"], "", "TLS needs a certificate, a key and a CA: --tls-key, --tls-ca missing"),
+        (["--client-address", "127.0.0.1:26991"], "", "a client port needs both --client-address and --tokens-file"),
+        ([], "flushMode: bogus", "flushMode must be 'async' or 'sync'"),
+    ],
+)
+def test_refused_settings_are_named_as_the_user_gave_them(
+    tmp_path: Path, args: list[str], yaml: str, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the Python field names (`tls_key, tls_ca missing`, `flush_mode must be`)."""
+    import dledger.server
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("a server was started")
+
+    monkeypatch.setattr(dledger.server, "DLedgerServer", never)
+    path = tmp_path / "g.yaml"
+    path.write_text(f"selfId: n0\npeers: n0-127.0.0.1:26990\nstoreBaseDir: {tmp_path}\n{yaml}\n")
+    result = CliRunner().invoke(main, ["server", "-c", str(path), *args])
+    assert result.exit_code == 2 and said in result.stderr, result.stderr
