@@ -297,6 +297,13 @@ def load_state_machine_or_exit(name: str | None) -> StateMachine | None:
         fail(str(exc), EXIT_USAGE)
 
 
+def _repairable(exc: CorruptStoreError, repairing: bool) -> bool:
+    """Whether `--repair` is the way out of `exc`: damage in the log's files (not in
+    `currterm` or `identity`, whose own message says what to do), when not repairing."""
+    path = Path(exc.path)
+    return not repairing and (path.parent.name in ("data", "index") or path.name.startswith("checkpoint"))
+
+
 def run_server(
     config: DLedgerConfig,
     *,
@@ -333,14 +340,11 @@ def run_server(
         fail(bind_failure(exc.address or srv.listen_address, exc), EXIT_ADDRESS_IN_USE)
     except CorruptStoreError as exc:
         hint = (
-            ""
-            if repair
-            else (
-                "; `dledger server --repair` cuts the log back to its last valid entry and lets the member catch up "
-                "from the leader (`dledger check --repair` shows what it would cut)"
-            )
+            "; `dledger server --repair` cuts the log back to its last valid entry and lets the member catch up "
+            "from the leader (`dledger check --repair` shows what it would cut)"
         )
-        fail(f"cannot open the store in {config.default_path}: {exc}{hint}", EXIT_BAD_STORE)
+        shown = hint if _repairable(exc, repair) else ""
+        fail(f"cannot open the store in {config.default_path}: {exc}{shown}", EXIT_BAD_STORE)
     except (DLedgerError, OSError) as exc:
         fail(f"cannot open the store in {config.default_path}: {exc}", EXIT_BAD_STORE)
 

@@ -379,3 +379,24 @@ def test_refused_settings_are_named_as_the_user_gave_them(
     path.write_text(f"selfId: n0\npeers: n0-127.0.0.1:26990\nstoreBaseDir: {tmp_path}\n{yaml}\n")
     result = CliRunner().invoke(main, ["server", "-c", str(path), *args])
     assert result.exit_code == 2 and said in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "repairing", "hinted"),
+    [
+        ("s/dledger-n0/data/00000000000000000000", False, True),
+        ("s/dledger-n0/index/00000000000000000000", False, True),
+        ("s/dledger-n0/checkpoint", False, True),
+        ("s/dledger-n0/data/00000000000000000000", True, False),  # repairing already
+        ("s/dledger-n0/currterm", False, False),  # --repair cannot help: its message says what can
+        ("s/dledger-n0/currterm.bak", False, False),
+        ("s/dledger-n0/identity", False, False),
+    ],
+)
+def test_the_repair_hint_is_given_only_where_repair_helps(path: str, repairing: bool, hinted: bool) -> None:
+    """Helper A: a garbage `currterm` was refused with "`dledger server --repair` cuts the
+    log back ...", and `--repair` then failed the same way."""
+    from dledger.cli.server_cmds import _repairable
+    from dledger.codes import CorruptStoreError
+
+    assert _repairable(CorruptStoreError(path, 0, "damaged"), repairing) is hinted
