@@ -15,7 +15,7 @@ from dledger.node_status import NodeStatus
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
 from dledger.raft.log import LogStore, TermStore
-from dledger.store.layout import holds_store, keep_store_sizes
+from dledger.store.layout import CURRTERM_FILE, holds_store, keep_store_sizes
 from dledger.store.membership import (
     REJOIN_FILE,
     NodeIdentity,
@@ -64,6 +64,14 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
             "identity files to found the group anew)",
             config.self_id,
         )
+    if _term_lost(store, config):
+        write_rejoin(store.node_dir, RejoinMarker(-1, "its term and vote are gone (no currterm): it catches up"))
+        log.warning(
+            "%s: the store holds entries up to term %d but no currterm (nor currterm.bak): the member's term and "
+            "vote are gone, and it could vote twice in one term; it holds its vote until a leader brought it back",
+            config.self_id,
+            store.end_term,
+        )
     marker = mark_repaired(store, "repaired: a damaged tail was cut") if repair else None
     if marker is not None:
         log.warning(
@@ -74,6 +82,15 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
             marker.catch_up_index,
         )
     return store
+
+
+def _term_lost(store: MmapLogStore, config: DLedgerConfig) -> bool:
+    """Whether a member of a group of several lost its `currterm` (and `.bak`) but not its
+    log: it holds an entry of a term above 0, and a member persists each term it takes
+    before it uses it, so it had one. Its vote of that term is gone with it."""
+    node_dir = store.node_dir
+    missing = not any((node_dir / name).exists() for name in (CURRTERM_FILE, CURRTERM_FILE + ".bak"))
+    return len(config.peer_map) > 1 and missing and store.end_term >= 1 and load_rejoin(node_dir) is None
 
 
 def _log_lost(node_dir: Path) -> bool:

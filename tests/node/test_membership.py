@@ -264,6 +264,29 @@ def test_a_member_whose_log_files_are_gone_but_identity_kept_rejoins(cluster_fac
     assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
 
 
+def test_a_member_whose_currterm_is_gone_holds_its_vote_until_a_leader_brought_it_back(
+    cluster_factory: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`currterm` and `currterm.bak` gone, the log kept (helper A): before, the member
+    started in term 0 without its vote and said nothing; it could vote a second time in
+    a term it had voted in. Now it holds its vote (a rejoin) and says why."""
+    cluster = cluster_factory()
+    last = _fill(cluster, 20)
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    node_dir = cluster.base / f"dledger-{victim}"
+    for name in ("currterm", "currterm.bak"):
+        (node_dir / name).unlink(missing_ok=True)
+    with caplog.at_level("WARNING", logger="dledger.node_store"):
+        node = cluster.start(victim)
+    assert any("no currterm (nor currterm.bak)" in r.message for r in caplog.records)
+    marker = load_rejoin(node_dir)
+    assert marker is not None and "term and vote are gone" in marker.reason
+    assert node.core.elector.vote_hold.kind == "rejoin" and node.status().vote_hold == "rejoin"
+    _caught_up(cluster, node, last)
+    assert load_rejoin(node_dir) is None and (node_dir / "currterm").exists()
+
+
 def test_repair_of_a_store_whose_data_is_gone_rejoins(cluster_factory: Factory) -> None:
     """Data and index lost, the checkpoint kept: the start is refused naming --repair,
     and repair (which could not cut an empty log before: the hint was a dead end) starts
