@@ -223,6 +223,14 @@ def member_core(
     )
     core.member_state.leader_seen = membership.identity.leader_seen
     membership.bind(core.elector, store.node_dir)
+    hold = core.elector.vote_hold
+    if hold.active and hold.kind == "unclean":
+        log.warning(
+            "%s: its last run did not end cleanly and async flush may have lost entries it acknowledged: it holds "
+            "its vote until it caught up with a leader, or every member told it its log end, for at most %d ms",
+            config.self_id,
+            hold.max_ms,
+        )
     return core, membership
 
 

@@ -301,3 +301,17 @@ def test_repair_of_a_store_whose_data_is_gone_rejoins(cluster_factory: Factory) 
     assert node.core.elector.vote_hold.kind == "rejoin"
     _caught_up(cluster, node, last)
     assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
+
+
+def test_an_unclean_restart_says_why_it_holds_its_vote(
+    cluster_factory: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Helper A: the async unclean-restart hold said nothing until it ended (60 s later)."""
+    cluster = cluster_factory()
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    (cluster.base / f"dledger-{victim}" / "abort").write_bytes(b"")  # as a crashed run leaves it
+    with caplog.at_level("WARNING", logger="dledger.node_store"):
+        cluster.start(victim)
+    [said] = [r.message for r in caplog.records if "did not end cleanly" in r.message]
+    assert "holds its vote until it caught up with a leader" in said and "at most" in said
