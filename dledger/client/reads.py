@@ -66,6 +66,8 @@ def get_entries(members: Members, index: int, count: int, node_id: str | None) -
         want = min(count - len(out), MAX_GET_COUNT)
         request = pb.GetRequest(group=members.group, index=index + len(out), count=want)
         answer = read_unary(members, "Get", request, node_id)
+        if answer.code == ResponseCode.INDEX_OUT_OF_RANGE and not out and node_id is None:
+            answer = _committed_elsewhere(members, request, answer)
         if answer.code != ResponseCode.SUCCESS:
             if out and answer.code == ResponseCode.INDEX_OUT_OF_RANGE:
                 break
@@ -74,6 +76,31 @@ def get_entries(members: Members, index: int, count: int, node_id: str | None) -
         if not answer.entries or out[-1].index >= answer.committed_index:
             break
     return out
+
+
+def _committed_elsewhere(members: Members, request: Any, first: Any) -> Any:
+    """`first` said the index is not committed; a member that restarted knows its commit
+    index only once a leader tells it (there may be none: helper A's "index 0 is not
+    committed (commit -1)" while another member had committed 336). Ask each member once
+    (within the deadline) and take the first that serves it; else `first`, naming what
+    each member that answered has committed."""
+    deadline = members.deadline_ms()
+    commits = []
+    for target in members.all():
+        left_ms = deadline - members.clock.now_ms()
+        if left_ms <= 0:
+            break
+        try:
+            with DeferredCtrlC():
+                answer = members.stubs(target.address).Get(request, timeout=left_ms / 1000)
+        except grpc.RpcError:
+            commits.append(f"{target.node_id} did not answer")
+            continue
+        if answer.code == ResponseCode.SUCCESS:
+            return answer
+        commits.append(f"{target.node_id} commit {answer.committed_index}")
+    first.message = f"index {request.index} is not committed ({', '.join(commits)})"
+    return first
 
 
 def get_nearby(

@@ -90,6 +90,8 @@ class FakeMember(pb_grpc.LedgerServicer):
         self.unary_gate.set()
         self.held = 0
         self.get_requests: list[tuple[int, int]] = []
+        self.known_commit: int | None = None
+        """Get answers as a member that knows only this commit index (one restarted)."""
         self.metadata_refusal: Action | None = None
         """Metadata answers with this instead ("code": `code` with `details` as its message;
         "abort": gRPC `status` and `details`)."""
@@ -204,6 +206,8 @@ class FakeMember(pb_grpc.LedgerServicer):
         out = pb.GetResponse()
         with self.log.cond:
             committed = len(self.log.bodies) - 1
+            if self.known_commit is not None:
+                committed = min(committed, self.known_commit)
             if request.index < 0 or request.index > committed:
                 out.committed_index = committed
                 return self._header(out, ResponseCode.INDEX_OUT_OF_RANGE)

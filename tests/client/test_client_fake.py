@@ -298,3 +298,19 @@ def test_closed_client_refuses_calls(fake: FakeCluster) -> None:
     with pytest.raises(DLedgerError) as info:
         client.append(b"x")
     assert info.value.code is ResponseCode.NETWORK_ERROR
+
+
+def test_get_reads_an_entry_another_member_knows_is_committed(client: DLedgerClient, fake: FakeCluster) -> None:
+    """Helper A: a member that restarted knows no commit index until a leader tells it;
+    asked first, it answered "index 0 is not committed (commit -1)" for acknowledged data."""
+    client.append_many([b"a", b"b"])
+    for node_id in ("n0", "n1"):
+        fake[node_id].known_commit = -1
+    assert [e.body for e in client.get(0, 2)] == [b"a", b"b"]  # n2 serves them
+    fake["n2"].known_commit = -1
+    with pytest.raises(DLedgerError) as info:
+        client.get(0)
+    assert info.value.code == ResponseCode.INDEX_OUT_OF_RANGE
+    assert info.value.message == "index 0 is not committed (n0 commit -1, n1 commit -1, n2 commit -1)"
+    with pytest.raises(DLedgerError, match="index 5 is not committed"):
+        client.get(5)  # past the end everywhere: not committed, as before
