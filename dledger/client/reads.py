@@ -54,7 +54,9 @@ def read_unary(members: Members, method: str, request: Any, node_id: str | None)
                     raise DLedgerError(rpc_code(status), f"{method}: {errors[-1]}") from None
                 members.forget(target)
         if not backoff.sleep(deadline):
-            raise DLedgerError(rpc_code(status), f"{method} failed: " + ("; ".join(errors[-3:]) or "timed out"))
+            raise DLedgerError(
+                rpc_code(status), f"{method} failed: " + ("; ".join(dict.fromkeys(errors[-3:])) or "timed out")
+            )
 
 
 def get_entries(members: Members, index: int, count: int, node_id: str | None) -> list[Entry]:
@@ -267,7 +269,9 @@ def read_committed(
             finally:
                 call.cancel()
         if not retry or not backoff.sleep(deadline):
-            raise DLedgerError(rpc_code(status), "ReadCommitted failed: " + ("; ".join(errors[-3:]) or "timed out"))
+            raise DLedgerError(
+                rpc_code(status), "ReadCommitted failed: " + ("; ".join(dict.fromkeys(errors[-3:])) or "timed out")
+            )
 
 
 def wait_for(members: Members, index: int, node_id: str | None) -> None:

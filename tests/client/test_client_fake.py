@@ -314,3 +314,14 @@ def test_get_reads_an_entry_another_member_knows_is_committed(client: DLedgerCli
     assert info.value.message == "index 0 is not committed (n0 commit -1, n1 commit -1, n2 commit -1)"
     with pytest.raises(DLedgerError, match="index 5 is not committed"):
         client.get(5)  # past the end everywhere: not committed, as before
+
+
+def test_a_read_that_fails_names_each_failure_once() -> None:
+    """Helper B: `Get failed: n0: UNAVAILABLE ...; n0: UNAVAILABLE ...; n0: UNAVAILABLE ...`."""
+    from tests.e2e.harness import free_ports
+
+    [port] = free_ports(1)  # nobody listens there
+    with DLedgerClient(f"n0-127.0.0.1:{port}", timeout_s=3) as lone, pytest.raises(DLedgerError) as info:
+        lone.get(0)
+    said = info.value.message
+    assert said.startswith("Get failed: n0: UNAVAILABLE") and said.count("n0: UNAVAILABLE") == 1, said
