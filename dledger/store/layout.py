@@ -10,7 +10,8 @@
         lock                             ours: flock'ed by the one writer (pid=...)
         locallog                         ours: written by dledger.open_log when it creates a store
 
-Only names and lookups live here: nothing in this module opens, maps or writes a file.
+Names and lookups live here (the segment sizes a store's files show, too), and the making
+of a store's directory: nothing in this module opens, maps or writes a file.
 """
 
 from __future__ import annotations
