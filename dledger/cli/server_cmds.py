@@ -73,14 +73,15 @@ def build_config(file_settings: dict[str, Any], options: dict[str, Any]) -> DLed
 
 
 def _option_names(message: str, options: dict[str, Any], file_settings: dict[str, Any]) -> str:
-    """`message` with the settings it names by field name named as the user gave them:
-    the config file's key for one the file set (`flush_mode` -> `flushMode`), else the
-    command's option (`data_file_size` -> `--segment-size`, `tls_key` -> `--tls-key`)."""
+    """`message` with the settings it names by their (snake_case) field names named as
+    the user gave them: the config file's key for one the file set (`flush_mode` ->
+    `flushMode`), else the command's option (`data_file_size` -> `--segment-size`,
+    `tls_key` -> `--tls-key`)."""
     ctx = click.get_current_context(silent=True)
     flags = {p.name: max(p.opts, key=len) for p in ctx.command.params if p.opts} if ctx is not None else {}
     for field in (*dataclasses.fields(StoreConfig), *dataclasses.fields(DLedgerConfig)):
-        if not re.search(rf"\b{field.name}\b", message):
-            continue
+        if "_" not in field.name or not re.search(rf"\b{field.name}\b", message):
+            continue  # a one-word name (group, peers) may be a word of the message
         yaml = field.metadata.get("yaml")
         said: str | None = field.metadata.get("cli") or flags.get(field.name)
         if options.get(field.name) is None and field.name in file_settings and isinstance(yaml, str):

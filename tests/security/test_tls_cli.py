@@ -106,7 +106,7 @@ def test_server_names_unreadable_tls_files(tmp_path: Path) -> None:
     result = dledger(
         "server", "-i", "n0", "-p", "n0-127.0.0.1:1", "-s", str(tmp_path), "--tls-cert", missing, "--tls-key", missing
     )
-    assert result.returncode == 2 and "tls_ca missing" in result.stderr
+    assert result.returncode == 2 and "--tls-ca missing" in result.stderr
     result = dledger("server", "-i", "n0", "-p", "n0-127.0.0.1:1", "-s", str(tmp_path), *tls_args(tmp_path, "n0"))
     assert result.returncode == 2 and "cannot read the TLS certificate" in result.stderr
     assert "Traceback" not in result.stderr

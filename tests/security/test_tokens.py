@@ -411,7 +411,7 @@ def test_server_checks_the_client_port_settings(tmp_path: Path, certs: Path) -> 
     missing_file = dledger(*args, *tls_args(certs, "n0"), *client, "--tokens-file", str(tmp_path / "none"))
     assert missing_file.returncode == 2 and "cannot read the tokens file" in missing_file.stderr
     no_tokens = dledger(*args, *tls_args(certs, "n0"), *client)
-    assert no_tokens.returncode == 2 and "both client_address and tokens_file" in no_tokens.stderr
+    assert no_tokens.returncode == 2 and "both --client-address and --tokens-file" in no_tokens.stderr
     plaintext = dledger(*args, *client, "--tokens-file", str(tmp_path / "none"))
     assert plaintext.returncode == 2 and "needs TLS" in plaintext.stderr
     assert missing_file.stderr.count("\n") == 1  # one `error:` line

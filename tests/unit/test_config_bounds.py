@@ -143,5 +143,5 @@ def test_a_files_stream_slots_become_the_members_service_limits(tmp_path: Path) 
     assert (limits.max_append_streams, limits.max_read_streams, limits.max_streams_per_caller) == (40, 8, 2)
     assert limits.max_client_calls == ServiceLimits().max_client_calls
     path.write_text("maxReadStreams: 57\n")
-    with pytest.raises(click.UsageError, match=r"max_read_streams must be in \[1, 56\], not 57"):
+    with pytest.raises(click.UsageError, match=r"maxReadStreams must be in \[1, 56\], not 57"):
         build_config(load_config_file(path), {})

@@ -15,7 +15,7 @@ def test_lease_drift_is_read_from_yaml_and_checked() -> None:
     assert DLedgerConfig().lease_drift_ms == 500
     settings = file_settings({"leaseDriftMs": 250}, "test.yaml")
     assert build_config(settings, {}).lease_drift_ms == 250
-    with pytest.raises(click.UsageError, match="lease_drift_ms"):
+    with pytest.raises(click.UsageError, match="leaseDriftMs"):  # the file's name for it
         build_config(file_settings({"leaseDriftMs": -1}, "test.yaml"), {})
     with pytest.raises(ConfigError):
         DLedgerConfig(lease_drift_ms=-5)

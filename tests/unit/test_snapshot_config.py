@@ -41,7 +41,7 @@ def test_non_positive_or_non_integer_values_are_refused(name: str, value: object
 def test_a_bad_value_in_a_file_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("snapshotThreshold: 0\n", encoding="utf-8")
-    with pytest.raises(click.UsageError, match="snapshot_threshold must be in"):
+    with pytest.raises(click.UsageError, match="snapshotThreshold must be in"):
         build_config(load_config_file(path), {})
 
 
