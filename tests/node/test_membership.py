@@ -32,6 +32,13 @@ def _fill(cluster: NodeCluster, count: int) -> int:
     return last
 
 
+def _stop_a_follower(cluster: NodeCluster) -> tuple[str, Path]:
+    """Stop a member that does not lead; its id and store directory."""
+    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
+    cluster.stop(victim)
+    return victim, cluster.base / f"dledger-{victim}"
+
+
 def _caught_up(cluster: NodeCluster, node: DLedgerNode, index: int) -> None:
     wait_until(lambda: node.status().committed_index >= index, what="the member to catch up")
     wait_until(lambda: not node.core.elector.vote_hold.pending, what="the hold to end")
@@ -174,9 +181,7 @@ def _damage_last_entry(node_dir: Path) -> None:
 def test_a_damaged_committed_tail_is_cut_by_repair_and_caught_up(cluster_factory: Factory) -> None:
     cluster = cluster_factory()
     last = _fill(cluster, 30)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
+    victim, node_dir = _stop_a_follower(cluster)
     committed = load_checkpoint(node_dir).committed
     assert committed == last
     _damage_last_entry(node_dir)
@@ -198,9 +203,7 @@ def test_the_server_names_repair_and_check_repair_marks_the_member(cluster_facto
     naming `--repair`; `dledger check --repair` cuts it and marks the member as rejoining."""
     cluster = cluster_factory()
     _fill(cluster, 10)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
+    victim, node_dir = _stop_a_follower(cluster)
     _damage_last_entry(node_dir)
     recorded = load_checkpoint(node_dir).committed
     port = free_ports(1)[0]
@@ -219,9 +222,7 @@ def test_a_damaged_checkpoint_takes_the_same_repair_path(cluster_factory: Factor
     so the member does not start; `repair=True` cuts and rejoins without a recorded index."""
     cluster = cluster_factory()
     last = _fill(cluster, 20)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
+    victim, node_dir = _stop_a_follower(cluster)
     for name in ("checkpoint", "checkpoint.bak"):
         (node_dir / name).write_bytes(b"\x00garbage")
     _damage_last_entry(node_dir)
@@ -239,9 +240,7 @@ def _lose_segments(cluster: NodeCluster) -> tuple[int, str, Path]:
     """Fill the log, stop a follower and delete its data and index segments; returns
     the last index filled, the follower and its directory."""
     last = _fill(cluster, 20)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
+    victim, node_dir = _stop_a_follower(cluster)
     for name in ("data", "index"):
         shutil.rmtree(node_dir / name)
     return last, victim, node_dir
@@ -272,9 +271,7 @@ def test_a_member_whose_currterm_is_gone_holds_its_vote_until_a_leader_brought_i
     a term it had voted in. Now it holds its vote (a rejoin) and says why."""
     cluster = cluster_factory()
     last = _fill(cluster, 20)
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    node_dir = cluster.base / f"dledger-{victim}"
+    victim, node_dir = _stop_a_follower(cluster)
     for name in ("currterm", "currterm.bak"):
         (node_dir / name).unlink(missing_ok=True)
     with caplog.at_level("WARNING", logger="dledger.node_store"):
@@ -308,9 +305,8 @@ def test_an_unclean_restart_says_why_it_holds_its_vote(
 ) -> None:
     """Helper A: the async unclean-restart hold said nothing until it ended (60 s later)."""
     cluster = cluster_factory()
-    victim = next(n for n in cluster.ids if not cluster.nodes[n].is_leader)
-    cluster.stop(victim)
-    (cluster.base / f"dledger-{victim}" / "abort").write_bytes(b"")  # as a crashed run leaves it
+    victim, node_dir = _stop_a_follower(cluster)
+    (node_dir / "abort").write_bytes(b"")  # as a crashed run leaves it
     with caplog.at_level("WARNING", logger="dledger.node_store"):
         cluster.start(victim)
     [said] = [r.message for r in caplog.records if "did not end cleanly" in r.message]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,3 +293,17 @@ class Cluster:
 
     def describe(self) -> str:
         return "; ".join(repr(m.core.member_state) + ("" if m.alive else " (dead)") for m in self.members.values())
+
+
+def count_sends(cluster: Cluster) -> Counter[str]:
+    """Count every message `cluster`'s network sends from now on, by "<destination>
+    <message type>" (say "n2 PushEntryRequest")."""
+    sent: Counter[str] = Counter()
+    send = cluster.net.send
+
+    def counting(src: str, dst: str, req: RequestOrResponse) -> Future[RequestOrResponse]:
+        sent[f"{dst} {type(req).__name__}"] += 1
+        return send(src, dst, req)
+
+    cluster.net.send = counting  # type: ignore[method-assign]
+    return sent

@@ -10,8 +10,6 @@ F1 with real processes: two members wiped and started `new` while the third was 
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from concurrent.futures import Future
 
 import pytest
 
@@ -25,12 +23,11 @@ from dledger.raft.messages import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
-    RequestOrResponse,
     VoteResult,
 )
 from dledger.raft.quorum_ack import QuorumAckChecker
 from dledger.store.memory import MemoryLogStore
-from tests.raft.cluster import Cluster
+from tests.raft.cluster import Cluster, count_sends
 from tests.raft.test_elector import heartbeat, make, vote
 from tests.raft.test_safety import PEERS, follower, process, push
 
@@ -223,14 +220,7 @@ def test_a_member_of_an_earlier_founding_is_left_behind_without_a_loop(caplog: p
     cluster = Cluster(3, seed=1)
     try:
         old = run_old_history(cluster)
-        sent: Counter[str] = Counter()
-        send = cluster.net.send
-
-        def counting(src: str, dst: str, req: RequestOrResponse) -> Future[RequestOrResponse]:
-            sent[f"{dst} {type(req).__name__}"] += 1
-            return send(src, dst, req)
-
-        cluster.net.send = counting  # type: ignore[method-assign]
+        sent = count_sends(cluster)
         with caplog.at_level(logging.ERROR):
             cluster.restart("n2")
             for k in range(30):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,9 +22,9 @@ import pytest
 from dledger.codes import ResponseCode
 from dledger.raft.dispatcher import DIVERGED_RETRY_MS, DispatchState
 from dledger.raft.log import LogStore
-from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType, RequestOrResponse
+from dledger.raft.messages import PushEntryRequest, PushEntryResponse, PushType
 from dledger.store.mmap_store import MmapLogStore
-from tests.raft.cluster import MMAP_TEST_CONFIG, Cluster, MmapStores
+from tests.raft.cluster import MMAP_TEST_CONFIG, Cluster, MmapStores, count_sends
 from tests.raft.test_diverged import OLD, append, leader_dispatcher
 from tests.raft.test_safety import follower, process, push
 
@@ -121,14 +120,7 @@ def test_a_group_with_one_member_of_another_size_goes_on_without_it(
     leader."""
     cluster = Cluster(3, seed=seed, stores=SizedStores(tmp_path))
     try:
-        sent: Counter[str] = Counter()
-        send = cluster.net.send
-
-        def counting(src: str, dst: str, req: RequestOrResponse) -> Future[RequestOrResponse]:
-            sent[f"{dst} {type(req).__name__}"] += 1
-            return send(src, dst, req)
-
-        cluster.net.send = counting  # type: ignore[method-assign]
+        sent = count_sends(cluster)
         with caplog.at_level(logging.ERROR):
             bodies = [b"%05d" % k + b"x" * 100_000 for k in range(30)]  # 3 MB: rolls 1 MiB segments
             for k, body in enumerate(bodies):
