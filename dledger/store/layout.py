@@ -84,12 +84,14 @@ def holds_store(node_dir: str | os.PathLike[str]) -> bool:
 def infer_segment_sizes(node_dir: str | os.PathLike[str]) -> tuple[int | None, int | None]:
     """Segment sizes (data, index) of an existing store, read off its files (the size of
     the largest file; None where there are none)."""
-    sizes: list[int | None] = []
-    for sub in (DATA_DIR, INDEX_DIR):
-        directory = Path(node_dir, sub)
-        files = sorted(directory.glob("[0-9]" * NAME_DIGITS)) if directory.is_dir() else []
-        sizes.append(max(f.stat().st_size for f in files) if files else None)
-    return sizes[0], sizes[1]
+    data, index = (_segment_sizes(Path(node_dir, sub)) for sub in (DATA_DIR, INDEX_DIR))
+    return max(data, default=None), max(index, default=None)
+
+
+def _segment_sizes(directory: Path) -> list[int]:
+    """The sizes of the segment files in `directory` (none when it does not exist)."""
+    files = directory.glob("[0-9]" * NAME_DIGITS) if directory.is_dir() else ()
+    return [f.stat().st_size for f in files]
 
 
 def sized_config(
@@ -121,9 +123,9 @@ def keep_store_sizes(
     a cut file, so `config`'s size stands and recovery extends that file, as before.
     Taking a cut file's size set a member's segments apart from its group's, and a
     follower writes each entry at its leader's position: it never caught up."""
-    shown, index_size = infer_segment_sizes(node_dir)
-    data_size = shown or 0  # 0: no files
-    trusted = trust_lone_data or _count_segments(Path(node_dir, DATA_DIR)) > 1
+    data_sizes = _segment_sizes(Path(node_dir, DATA_DIR))
+    data_size, index_size = max(data_sizes, default=0), max(_segment_sizes(Path(node_dir, INDEX_DIR)), default=0)
+    trusted = trust_lone_data or len(data_sizes) > 1
     if data_size < STORE_BOUNDS["data_file_size"][0] or (not trusted and data_size < config.data_file_size):
         data_size = config.data_file_size
     if not index_size or index_size % INDEX_UNIT_SIZE:
@@ -133,10 +135,6 @@ def keep_store_sizes(
         sizes = sized.data_file_size, sized.index_file_size
         logging.getLogger(__name__).info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
     return sized
-
-
-def _count_segments(directory: Path) -> int:
-    return len(list(directory.glob("[0-9]" * NAME_DIGITS))) if directory.is_dir() else 0
 
 
 def make_store_dir(node_dir: Path) -> None:
