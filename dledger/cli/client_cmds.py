@@ -31,6 +31,7 @@ from dledger.cli.record_opts import record_batches, record_json, record_line, re
 from dledger.cli.tls_options import client_tls, client_tls_options, client_token, remember_client
 from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
 from dledger.client.interrupts import DeferredCtrlC
+from dledger.client.policy import ACCESS_STATUSES
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
@@ -380,7 +381,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
 def _refused(error: str | None) -> bool:
     """Whether a member that gave no status refused this client (its credentials or role)
     rather than not answering."""
-    return error is not None and error.startswith(("UNAUTHENTICATED", "PERMISSION_DENIED"))
+    return error is not None and error.split(":", 1)[0] in ACCESS_STATUSES  # "<gRPC status>: <details>"
 
 
 @click.command(cls=GuardedCommand, context_settings=CONTEXT)

@@ -109,9 +109,10 @@ waiting gets "...; the outcome of this append is unknown" instead)."""
 _TOO_MANY_STREAMS = "too many open streams"
 """RESOURCE_EXHAUSTED details of a stream refused before reading any request."""
 
-_FAIL_STATUSES = frozenset(
-    {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNIMPLEMENTED", "UNAUTHENTICATED", "PERMISSION_DENIED"}
-)
+ACCESS_STATUSES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED"})
+"""gRPC statuses of a client refused its identity, token or role (ACCESS_DENIED)."""
+
+_FAIL_STATUSES = frozenset({"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNIMPLEMENTED"}) | ACCESS_STATUSES
 """gRPC statuses of a request refused before any handler ran."""
 
 
@@ -194,7 +195,7 @@ def rpc_code(status: str) -> ResponseCode:
     another refused request, NETWORK_ERROR otherwise."""
     if status == "DEADLINE_EXCEEDED":
         return ResponseCode.TIMEOUT
-    if status in ("UNAUTHENTICATED", "PERMISSION_DENIED"):
+    if status in ACCESS_STATUSES:
         return ResponseCode.ACCESS_DENIED
     if status in _FAIL_STATUSES:
         return ResponseCode.UNEXPECTED_ARGUMENT
