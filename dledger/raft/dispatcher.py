@@ -151,7 +151,8 @@ class EntryDispatcher(InstallSnapshotMixin):
         self._gathering_since_ms = -1  # when the backlog began to wait for incoming appends
         self._latest_snapshot = latest_snapshot
         self.installing: tuple[int, int] | None = None  # the snapshot asked for in INSTALL_SNAPSHOT
-        self.search = MatchSearch(self.store.end_index, data_segment_size(self.store))  # COMPARE's bounds
+        self.search = MatchSearch(self.store.end_index)  # COMPARE's bounds
+        self.segment_size = data_segment_size(self.store)  # told to the follower with every push
 
     # -- state changes
 
@@ -190,7 +191,7 @@ class EntryDispatcher(InstallSnapshotMixin):
             term=self.term,
             type=push_type,
             commit_index=self.member_state.committed_index,
-            data_file_size=self.search.segment_size,
+            data_file_size=self.segment_size,
         )
 
     # -- the dispatcher pass
@@ -454,7 +455,7 @@ class EntryDispatcher(InstallSnapshotMixin):
         """The follower committed another term at `resp.x_index` than this log holds, or
         its data segments are of another size (`dledger.raft.entry_handler`): no push fits
         its log. Compare again only every DIVERGED_RETRY_MS (it may be replaced meanwhile)."""
-        self.search.diverge(self.member_state, self.peer_id, resp, self._term_at(resp.x_index))
+        self.search.diverge(self.member_state, self.peer_id, resp, self._term_at(resp.x_index), self.segment_size)
         self.member_state.mark_diverged(self.peer_id, now_ms)
         self._change_state(DispatchState.COMPARE)
         self.write_index = self.store.end_index + 1

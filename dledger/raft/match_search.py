@@ -11,7 +11,7 @@ A follower that answers LOG_DIVERGED committed another term at an index than the
 leader's log holds: no match point exists that keeps its committed entries. The search
 records that (`diverged`, logged once) until a later search finds a match (the member
 was replaced by one that lost its store, say). SEGMENT_SIZE_MISMATCH (the follower's
-data segments are of another size than the leader's `segment_size`) is taken alike.
+data segments are of another size than the leader's) is taken alike.
 """
 
 from __future__ import annotations
@@ -28,11 +28,10 @@ log = logging.getLogger(__name__)
 class MatchSearch:
     """The bounds of one search; `reset` starts over from the leader's ledger end."""
 
-    def __init__(self, leader_end: int = -1, segment_size: int = 0) -> None:
+    def __init__(self, leader_end: int = -1) -> None:
         self.low = -1
         self.high = leader_end + 1
         self.diverged = False  # the follower answered LOG_DIVERGED and no match was found since
-        self.segment_size = segment_size  # the leader's data segments (0: in memory), told to followers
 
     def reset(self, leader_end: int) -> None:
         """Forget the bounds: nothing proven yet about the follower's log."""
@@ -54,10 +53,13 @@ class MatchSearch:
         """Whether the match point (`low`) is known."""
         return self.high <= self.low + 1
 
-    def diverge(self, leader: MemberState, peer_id: str, resp: PushEntryResponse, leader_term: int) -> None:
+    def diverge(
+        self, leader: MemberState, peer_id: str, resp: PushEntryResponse, leader_term: int, segment_size: int
+    ) -> None:
         """Take in a LOG_DIVERGED answer from `peer_id`; `leader_term`: the term the
         leader's log holds at the conflicting index (`resp.x_index`). A
-        SEGMENT_SIZE_MISMATCH answer is taken in the same way."""
+        SEGMENT_SIZE_MISMATCH answer is taken in the same way (`segment_size`: the
+        leader's data segments, for the log line)."""
         if not self.diverged and resp.code == ResponseCode.SEGMENT_SIZE_MISMATCH:
             log.error(
                 "%s: follower %s refuses this leader: its data segments are not of this leader's size (%d bytes), "
@@ -65,7 +67,7 @@ class MatchSearch:
                 "same --segment-size)",
                 leader.self_id,
                 peer_id,
-                self.segment_size,
+                segment_size,
             )
         elif not self.diverged and resp.x_index < 0:  # it had found out before, from another push
             log.error("%s: follower %s refuses this leader: its log is of another history", leader.self_id, peer_id)

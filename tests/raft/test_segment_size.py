@@ -78,7 +78,7 @@ def test_the_follower_says_so_once_per_leader_term(caplog: pytest.LogCaptureFixt
 
 def test_the_leader_sends_its_size_says_so_once_and_pauses(caplog: pytest.LogCaptureFixture) -> None:
     dispatcher = leader_dispatcher()
-    dispatcher.search.segment_size = 2 * MIB
+    dispatcher.segment_size = 2 * MIB
     now, sent = 1000, []
     with caplog.at_level(logging.ERROR, logger="dledger.raft.match_search"):
         while now < 1000 + 3 * DIVERGED_RETRY_MS:
