@@ -1,13 +1,12 @@
 """DLedgerNode: one member of a Raft group, the threaded shell around RaftCore.
 
 The node owns the store, the term store, the Raft core, the transport and the
-state-machine caller. Raft decisions stay in `RaftCore` and the loop around it (passes,
-answers, follow-ups) in `RaftDriver`; here are only threads, locks, the clock and I/O:
-an elector thread, one dispatcher thread per peer, an entry-handler thread, a quorum-ack
-thread and a state-machine caller, each a `ServiceThread` whose body is one pass of the
-driver, plus the store's own periodic passes. One lock guards the core (DLedger's
-`synchronized (memberState)`); requests are sent, and the disk is synced, outside it.
-"""
+state-machine caller. Raft decisions stay in `RaftCore` and the loop around it in
+`RaftDriver`; here are threads, locks, the clock and I/O: the elector, a dispatcher per
+peer, the entry handler, the quorum-ack checker and the state-machine caller, each a
+`ServiceThread` running one pass of the driver, and the store's own passes. One lock
+guards the core (DLedger's `synchronized (memberState)`); requests are sent, and the
+disk is synced, outside it."""
 
 from __future__ import annotations
 
@@ -208,9 +207,9 @@ class DLedgerNode:
             yield self.clock.now_ms()
             if member.role is not self._role:
                 self._role = member.role
-                if member.is_leader:
-                    for peer in member.other_peer_ids:
-                        self._wake(dispatch_pass(peer))
+                if member.is_leader:  # passes that slept as a follower (RaftDriver.idle_wait)
+                    for name in (QUORUM, *map(dispatch_pass, member.other_peer_ids)):
+                        self._wake(name)
                     if self._durable is not None:  # sync: flush a new leader's NOOP
                         self._durable.leader_copy_soon()
             if member.committed_index != committed_before:
@@ -229,16 +228,16 @@ class DLedgerNode:
             self.driver.elector_pass(now)
 
     def _dispatcher_pass(self, peer: str) -> float | None:
-        """The dispatcher thread's pass; returns the time left of a hold on a small
-        backlog (its thread runs again then) or None."""
+        """The dispatcher thread's pass; how long it sleeps (`RaftDriver.dispatcher_pass`)."""
         with self._step() as now:
             return self.driver.dispatcher_pass(peer, now)
 
-    def _handler_pass(self) -> None:
+    def _handler_pass(self) -> float | None:
         with self._step() as now:
             self.driver.handler_pass(now)
+            return self.driver.idle_wait(HANDLER)
 
-    def _quorum_pass(self) -> None:
+    def _quorum_pass(self) -> float | None:
         with self._step() as now:
             self.driver.quorum_pass(now)
             floor = self.core.retention_floor()
@@ -246,6 +245,7 @@ class DLedgerNode:
                 floor = min(floor, self.caller.applied_index + 1)
             floor = min(floor, self.producers.retention_floor())
             self.store.set_retention_floor(floor)
+            return self.driver.idle_wait(QUORUM)
 
     def _fold_limit(self) -> int:  # the producer table folds what is committed and applied
         committed = self.core.member_state.committed_index

@@ -18,10 +18,11 @@ class ServiceThread:
     Args:
         name: thread name (shown in logs and py-spy).
         body: one iteration of work; it may return how many milliseconds until it
-            wants to run again, when that is sooner than `interval_ms`. An exception is
-            logged and, when `on_error` is given, passed to it (the thread keeps running
-            unless on_error stops it).
-        interval_ms: the pause between iterations.
+            wants to run again (sooner than `interval_ms`, or later when it has nothing
+            to do and whoever gives it work calls `wakeup()`). An exception is logged
+            and, when `on_error` is given, passed to it (the thread keeps running unless
+            on_error stops it).
+        interval_ms: the pause between iterations when `body` returns None.
         on_error: called with the exception raised by `body`.
     """
 
@@ -64,9 +65,9 @@ class ServiceThread:
         while not self._stopped.is_set():
             wait_s = self._interval_s
             try:
-                sooner_ms = self._body()
-                if sooner_ms is not None:
-                    wait_s = min(wait_s, max(0.0, sooner_ms / 1000.0))
+                wanted_ms = self._body()
+                if wanted_ms is not None:
+                    wait_s = max(0.0, wanted_ms / 1000.0)
             except BaseException as exc:  # a service thread must not die silently
                 log.exception("%s failed", self.name)
                 if self._on_error is not None:
@@ -82,8 +83,9 @@ class PeriodicPass:
 
     Attributes:
         name: the thread's name.
-        run_once: one pass; may return how many milliseconds until it wants to run again.
-        interval_ms: the pause between passes.
+        run_once: one pass; may return how many milliseconds until it wants to run again
+            (see `ServiceThread`).
+        interval_ms: the pause between passes when `run_once` returns None.
         on_error: called with an exception the pass raised.
     """
 

@@ -42,6 +42,11 @@ QUORUM = "quorum"
 """The quorum-ack checker's pass: the commit index and client futures."""
 DISPATCH_PREFIX = "dispatch:"
 
+IDLE_WAIT_MS = 1_000
+"""How long a threaded shell's pass sleeps when it has nothing to do and no timer runs
+(`RaftDriver.idle_wait`): only an event can give it work then, and that event wakes it.
+The driver wakes the entry handler for a queued push; the shell wakes a new leader's
+dispatchers and quorum pass (the node's `_step`)."""
 MAX_HANDLER_STEPS_PER_PASS = 10_000
 """How many queued pushes `tick` lets the entry handler process in one step."""
 
@@ -98,11 +103,11 @@ class RaftDriver:
 
         Returns:
             The milliseconds left of a hold on a small backlog, when the pass holds one
-            (run it again then), else None.
+            (run it again then); `IDLE_WAIT_MS` when not leader; else None.
         """
         dispatcher = self.core.dispatchers.get(peer_id)
         if dispatcher is None or not self.core.member_state.is_leader:
-            return None
+            return IDLE_WAIT_MS
         self._emit(self.core.tick_dispatcher(peer_id, now_ms))
         hold_until = dispatcher.hold_until_ms
         return hold_until - now_ms if hold_until > now_ms else None
@@ -114,6 +119,17 @@ class RaftDriver:
         while (budget is None or steps < budget) and self.core.tick_handler(now_ms):
             steps += 1
         return steps
+
+    def idle_wait(self, name: str) -> int | None:
+        """How long the thread of pass `name` may sleep now: `IDLE_WAIT_MS` for the
+        entry handler with no push queued, and for a follower's quorum pass; None (its
+        usual interval) for the others, whose timers run (the dispatcher pass says for
+        itself)."""
+        if name == HANDLER:
+            return None if self.core.handler.pending_count() else IDLE_WAIT_MS
+        if name == QUORUM and not self.core.member_state.is_leader:
+            return IDLE_WAIT_MS
+        return None
 
     def quorum_pass(self, now_ms: int) -> bool:
         """The quorum-ack checker's pass; True when the commit index moved."""
@@ -172,8 +188,8 @@ class RaftDriver:
         elif isinstance(request, PushEntryRequest):
             if self.eager:
                 self.handler_pass(now_ms)
-            else:
-                self._wake(HANDLER)
+            if not self.eager or self.core.handler.pending_count():
+                self._wake(HANDLER)  # an eager driver's pass left pushes queued: their timeouts
         return answer
 
     def on_response(

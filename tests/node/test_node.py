@@ -120,6 +120,32 @@ def test_leader_shutdown_elects_a_new_leader_that_keeps_every_committed_entry(cl
     assert [e.body for e in restarted.get(acked[0], 10)] == [f"k{k}".encode() for k in range(10)]
 
 
+def test_a_new_leader_wakes_the_passes_that_slept_as_a_follower(
+    cluster_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower's dispatcher and quorum passes have nothing to do and sleep until woken
+    (RaftDriver.idle_wait); here they would sleep ten minutes. A new leader must still
+    replicate at once (its dispatchers) and time out a request nobody acknowledges (its
+    quorum pass: 300 ms here, long before a leader alone steps down after 3 missed 2 s
+    heartbeats)."""
+    monkeypatch.setattr("dledger.raft.driver.IDLE_WAIT_MS", 600_000)
+    cluster = cluster_factory(heart_beat_time_interval_ms=2000, max_wait_ack_time_ms=300)
+    old = cluster.leader()
+    target = next(n for n in cluster.nodes.values() if n is not old)
+    old.leadership_transfer(target.config.self_id).result(10)
+    new = cluster.leader()
+    assert new is target
+    index = new.append([b"replicated"]).result(10)
+    for node in cluster.nodes.values():
+        wait_until(lambda n=node: n.committed_index >= index, what="every copy")  # type: ignore[misc]
+    for node_id in [i for i in cluster.nodes if i != target.config.self_id]:
+        cluster.stop(node_id)
+    pending = new.append([b"alone"])
+    with pytest.raises(DLedgerError) as err:  # not left hanging
+        pending.result(10)
+    assert err.value.code is ResponseCode.WAIT_QUORUM_ACK_TIMEOUT
+
+
 def test_wait_committed_wakes_on_commit(cluster_factory: Factory) -> None:
     cluster = cluster_factory()
     leader = cluster.leader()

@@ -269,3 +269,19 @@ def test_warm_ahead_faults_the_index_again_only_as_the_writer_uses_it(
             store.append(b"x")
         store.warmer.run_once()
         assert [w for w in warmed if w[0] == "index"] == [("index", (store.end_index + 1) * 32, window)]
+
+
+def test_warm_ahead_sleeps_longer_while_the_writer_stands_still(tmp_path: Path) -> None:
+    config = StoreConfig(data_file_size=1 << 20, index_file_size=32 * 4096, warm_ahead_bytes=64 * 1024)
+    with MmapLogStore(tmp_path, config) as store:  # no thread runs the passes: the test does
+        store.term = 1
+        store.append(b"x")
+        warmer = store.warmer
+        assert warmer.run_once() is None  # the writer moved: a pass, then the usual 5 ms
+        assert warmer.run_once() == warmer.IDLE_WAIT_MS  # it stood still
+        store.append(b"y")
+        assert warmer.run_once() is None
+        assert warmer.run_once() == warmer.IDLE_WAIT_MS
+        store.truncate(store.end_index)  # shrinks and grows back to the same place
+        store.append(b"y")
+        assert warmer.run_once() is None  # a reset warms from the writer again
