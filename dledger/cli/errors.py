@@ -4,7 +4,8 @@
 `GuardedCommand` / `GuardedGroup` (click's `cls=`) turn whatever escapes a command into
 that contract: click's own usage errors keep their status 2, a `ConfigError` (bad
 peers...) becomes a usage error, a `DLedgerError` and any other exception one
-`error: ...` line and status 1, Ctrl-C status 130.
+`error: ...` line and status 1, Ctrl-C status 130. A reader that went away (`| head`)
+ends the command quietly with status 1.
 """
 
 from __future__ import annotations
@@ -169,11 +170,12 @@ def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
     except OutputClosedError:
         fail("output closed (stdout is closed)")
     except BrokenPipeError:
-        # the reader went away (`dledger get ... | head`): say so once, without a flush
-        # of the rest of stdout failing again at exit
+        # the reader went away (`dledger get ... | head`), which it does on purpose: end
+        # quietly with 1 (what was asked was not all written), and without a flush of the
+        # rest of stdout failing again at exit
         with contextlib.suppress(Exception):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        fail("output closed (broken pipe)")
+        sys.exit(EXIT_FAILED)
     except MemoryError:
         fail("out of memory")
     except Exception as exc:

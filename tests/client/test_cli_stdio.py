@@ -42,3 +42,22 @@ def test_a_closed_stdout_fails_what_prints(fake: FakeCluster, command: list[str]
     fake.log.append([b"x"])
     code, _, err = cli(*command, "-p", fake.peers, redirect=">&-")
     assert (code, err) == (1, "error: output closed (stdout is closed)\n")
+
+
+@pytest.mark.parametrize("follow", [[], ["--follow"]])
+def test_a_reader_that_goes_away_ends_the_command_quietly(fake: FakeCluster, follow: list[str]) -> None:
+    """`dledger get ... | head`: head closes the pipe on purpose. No message, no
+    traceback; status 1 (not everything asked for was written)."""
+    fake.log.append([b"y" * 1024] * 400)  # 400 KiB of output: more than a pipe holds
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dledger.cli.main", "get", "0", "--count", "400", *follow, "-p", fake.peers],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(1) == b"0"  # the first line began: the command is writing
+    process.stdout.close()
+    assert process.wait(timeout=120) == 1
+    assert process.stderr.read() == b""
