@@ -258,7 +258,7 @@ def entry_from_pb(message: Any) -> Entry:
         pos=message.pos,
         magic=message.magic,
         body=bytes(message.body),
-        body_crc=message.body_crc,
+        body_crc=message.body_crc - (1 << 32) if message.body_crc >= 1 << 31 else message.body_crc,  # Java's int
     )
 
 
