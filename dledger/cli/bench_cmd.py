@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -90,6 +91,11 @@ def bench(
 
 
 def _bench_with_progress(client: DLedgerClient, config: BenchConfig) -> BenchResult:
+    """`run_bench` with a progress bar on stderr when stderr is a terminal (as
+    `dledger.cli.progress`: pipes and files get only the result)."""
+    if not sys.stderr.isatty():
+        return run_bench(client, config)
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (
@@ -98,7 +104,7 @@ def _bench_with_progress(client: DLedgerClient, config: BenchConfig) -> BenchRes
         TextColumn("{task.fields[rate]}"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, transient=True) as bar:
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as bar:
         task = bar.add_task("bench", total=config.duration_s, rate="")
 
         def update(entries: int, elapsed: float) -> None:

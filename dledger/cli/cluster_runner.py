@@ -356,12 +356,13 @@ class LocalCluster:
         `error:` line on stderr when members could not start or exited."""
         signal.signal(signal.SIGINT, lambda *_: self.request_stop())
         signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
-        self._say(f"starting {len(self.members)} members of group {self.group}: {self.peers}")
-        self._say(f"data in {self.store_base_dir.resolve()}")
         refusal = self._refusal()
         if refusal is not None:
             print(f"error: cannot start: {refusal}", file=sys.stderr, flush=True)
             return 1
+        count = len(self.members)
+        self._say(f"starting {count} member{'s' if count != 1 else ''} of group {self.group}: {self.peers}")
+        self._say(f"data in {self.store_base_dir.resolve()}")
         self.start_all()
         exited: dict[str, int | None] = {}
         leader: tuple[str, int] | None = None
@@ -384,7 +385,8 @@ class LocalCluster:
             return 0
         said = ", ".join(f"{k} (status {v})" for k, v in exited.items())
         when = "at start" if leader is None else "while running"
-        print(f"error: members exited {when}: {said}; their output above says why", file=sys.stderr, flush=True)
+        who = "members" if len(exited) > 1 else "member"
+        print(f"error: {who} exited {when}: {said}; their output above says why", file=sys.stderr, flush=True)
         return 1
 
     def _print_usage(self) -> None:

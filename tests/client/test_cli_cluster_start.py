@@ -95,25 +95,31 @@ def test_ports_in_use_are_refused_before_anything_starts(
         cluster = local(tmp_path, [port], "pass", started)
         assert cluster.run() == 1
     assert started == []
-    err = capfd.readouterr().err
+    out, err = capfd.readouterr()
     assert (
         err == f"error: cannot start: port {port} (n0) already in use (another cluster or server?): nothing started\n"
     )
+    assert "starting" not in out  # no banner for members that never start
 
 
+@pytest.mark.parametrize("count", [2, 1])
 def test_members_that_exit_at_start_are_one_error_with_their_statuses(
-    tmp_path: Path, handlers: None, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, handlers: None, capfd: pytest.CaptureFixture[str], count: int
 ) -> None:
     ports = []
-    for _ in range(2):
+    for _ in range(count):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     cluster = local(tmp_path, ports, "import sys; sys.exit(2)")
     assert cluster.run() == 1
     out, err = capfd.readouterr()
-    assert "[cluster] stopped: n0=2, n1=2" in out and "None" not in out
-    assert err == "error: members exited at start: n0 (status 2), n1 (status 2); their output above says why\n"
+    assert f"[cluster] starting {count} member{'s' if count > 1 else ''} of group" in out
+    statuses = [f"n{k}" for k in range(count)]
+    assert f"[cluster] stopped: {', '.join(f'{n}=2' for n in statuses)}" in out and "None" not in out
+    said = ", ".join(f"{n} (status 2)" for n in statuses)
+    who = "members" if count > 1 else "member"
+    assert err == f"error: {who} exited at start: {said}; their output above says why\n"
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,14 @@ def test_bench_prints_a_table(fake: FakeCluster) -> None:
     assert code == 0 and "entries/s" in out and "latency p50" in out
 
 
+def test_a_bench_nobody_answers_prints_only_its_error(fake: FakeCluster) -> None:
+    for node_id in ("n0", "n1", "n2"):
+        fake[node_id].stop()
+    code, out, err = run(fake, "bench", "-m", "single", "-c", "1", "-d", "0.2", timeout_s=1)
+    assert (code, out) == (1, "")  # no progress bar's empty line: stdout is not a terminal
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
 def test_status_tells_members_that_refuse_this_client_from_unreachable_ones(fake: FakeCluster) -> None:
     """Before, a revoked token showed every member UNREACHABLE and ended `no member
     answered`, although each had answered UNAUTHENTICATED."""
