@@ -166,7 +166,10 @@ class StoreConfig:
         max_entry_size: the largest entry accepted (header + body), DLedger's 4 MiB.
         file_reserved_hours, delete_when, disk_space_ratio_to_check_expired,
         disk_space_ratio_to_force_clean, enable_disk_force_clean, clean_interval_ms:
-            retention, as DLedger's CleanSpaceService.
+            retention, as DLedger's CleanSpaceService, except that the force clean
+            (segments of any age deleted above `disk_space_ratio_to_force_clean`) is
+            off unless `enable_disk_force_clean`: a full disk refuses appends
+            (DISK_FULL) and deletes nothing acknowledged.
     """
 
     data_file_size: int = field(
@@ -210,7 +213,9 @@ class StoreConfig:
     delete_when: str = field(default="04", metadata={"yaml": "deleteWhen"})
     disk_space_ratio_to_check_expired: float = field(default=0.70, metadata={"yaml": "diskSpaceRatioToCheckExpired"})
     disk_space_ratio_to_force_clean: float = field(default=0.85, metadata={"yaml": "diskSpaceRatioToForceClean"})
-    enable_disk_force_clean: bool = field(default=True, metadata={"yaml": "enableDiskForceClean"})
+    # off, unlike DLedger: above the force-clean ratio it deletes committed segments of any
+    # age, and a full disk must lose nothing (appends are refused with DISK_FULL instead)
+    enable_disk_force_clean: bool = field(default=False, metadata={"yaml": "enableDiskForceClean"})
     clean_interval_ms: int = 1000
 
     def __post_init__(self) -> None:

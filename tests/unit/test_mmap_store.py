@@ -158,6 +158,24 @@ def test_retention_keeps_young_segments_and_uncommitted_entries(tmp_path: Path) 
     store.close()
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_a_nearly_full_disk_deletes_young_segments_only_when_force_clean_is_on(tmp_path: Path, force: bool) -> None:
+    """DLedger's force clean deletes committed segments of any age above 0.85: with an
+    embedded log (every entry committed) that lost acknowledged entries to disk pressure
+    alone. It is off by default: the disk fills, appends get DISK_FULL, nothing goes."""
+    config = StoreConfig(
+        data_file_size=4096, index_file_size=1024, warm_ahead_bytes=0, clean_interval_ms=10**6,
+        **({"enable_disk_force_clean": True} if force else {}),
+    )  # fmt: skip
+    store = MmapLogStore.open(tmp_path, config)
+    _fill(store, 70)  # young segments, all committed
+    store.update_committed_index(69)
+    store.cleaner.usage = lambda path: 0.88  # above 0.85, below the 0.90 of DISK_FULL
+    store.cleaner.run_once()
+    assert store.begin_index == (63 if force else 0)
+    store.close()
+
+
 def test_disk_full_ratio_refuses_appends_until_space_returns(tmp_path: Path) -> None:
     config = StoreConfig(data_file_size=4096, index_file_size=1024, warm_ahead_bytes=0, clean_interval_ms=10**6)
     store = MmapLogStore.open(tmp_path, config)
