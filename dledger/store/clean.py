@@ -143,5 +143,6 @@ class CleanSpaceService:
 
     def _first_index_at(self, seg_start: int) -> int | None:
         # First entry index of the segment at seg_start; None when it holds no entry.
-        header = first_entry_header(self.store.data_list.table, seg_start)
+        data = self.store.data_list
+        header = first_entry_header(data.table, data.directory, seg_start)
         return None if header is None else int(header[2])

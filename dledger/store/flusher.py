@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from dledger._native import impl
@@ -91,6 +92,7 @@ class Durability:
     data_list: SegmentList
     index_list: SegmentList
     failure: BaseException | None
+    node_dir: Path
     _flushed_data: int
     _flushed_index: int
     _durable_end_index: int
@@ -118,9 +120,31 @@ class Durability:
         self._released_data = 0  # pages before these offsets went back to the kernel
         self._released_index = 0
         self._release_refused = False
+        self._checkpoint_failing: str | None = None  # why the last checkpoint write failed
 
     def write_checkpoint(self) -> None:  # pragma: no cover - MmapLogStore's
         raise NotImplementedError
+
+    def try_checkpoint(self) -> bool:
+        """`write_checkpoint`, where a failure (a full disk: ENOSPC) is not the store's:
+        the old checkpoint stays (recovery reads the data after it) and the next pass
+        tries again. It is logged once per cause, and once when it works again; no
+        acknowledged data is at stake, so the store goes on (only a failed msync fails
+        it). Returns whether the checkpoint is written."""
+        try:
+            self.write_checkpoint()
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if reason != self._checkpoint_failing:
+                log.warning(
+                    "cannot write the checkpoint of %s: %s (the previous one stays; retrying)", self.node_dir, reason
+                )
+            self._checkpoint_failing = reason
+            return False
+        if self._checkpoint_failing is not None:
+            log.warning("the checkpoint of %s is written again", self.node_dir)
+            self._checkpoint_failing = None
+        return True
 
     # -- data
 
@@ -267,7 +291,7 @@ class Durability:
         self._release_behind()
         if checkpoint_due:
             self._last_checkpoint_ms = now
-            self.write_checkpoint()
+            self.try_checkpoint()
 
     RELEASE_STEP_BYTES = 4 << 20
     """Pages go back to the kernel in steps of at least this many bytes (a quarter of

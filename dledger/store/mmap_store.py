@@ -10,6 +10,7 @@ starts no thread of its own.
 
 from __future__ import annotations
 
+import errno
 import logging
 import operator
 import os
@@ -87,8 +88,12 @@ class MmapLogStore(impl.LogCore, Durability):
         self._lock = StoreLock(self.node_dir)
         try:
             self._open_files()
-        except BaseException:
+        except BaseException as exc:
             self._lock.release()
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise DLedgerError(
+                    ResponseCode.DISK_FULL, f"no space left to open the store in {self.node_dir}"
+                ) from exc
             raise
 
     @classmethod
@@ -248,9 +253,9 @@ class MmapLogStore(impl.LogCore, Durability):
     # -- durability (wait_durable, flush, the flush pass: flusher.py) and warm-ahead (warm.py)
 
     def _fail_warm(self, exc: BaseException) -> None:
-        if isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL:
-            log.warning("cannot prepare the next segment: %s", exc)
-        else:
+        # no room for the next segment: the appends say DISK_FULL when they reach it (the
+        # pass's thread has logged it once), and nothing has failed yet
+        if not (isinstance(exc, DLedgerError) and exc.code == ResponseCode.DISK_FULL):
             self._fail(exc)
 
     def wait_warm(self) -> None:
@@ -425,7 +430,7 @@ class MmapLogStore(impl.LogCore, Durability):
         begin index to the first entry left. Caller holds the core lock."""
         self._delete_data_before(pos)
         table = self.data_list.table
-        first = first_entry_header(table, table.first_offset)
+        first = first_entry_header(table, self.data_list.directory, table.first_offset)
         if first is not None:
             begin = int(first[2])
             self._delete_index_before(begin)
@@ -448,7 +453,7 @@ class MmapLogStore(impl.LogCore, Durability):
         self.warmer.stop()
         if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
             self.flush()
-            self.write_checkpoint()
+            self.try_checkpoint()
         self._acquire()
         try:
             self.data_list.close()

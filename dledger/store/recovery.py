@@ -26,12 +26,15 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dledger._native import impl
 from dledger.codes import CorruptStoreError
 from dledger.entry import ENTRY_MAGICS, HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, ScanResult
+from dledger.store.layout import offset_to_name
 from dledger.store.segment_list import SegmentList
 
 log = logging.getLogger(__name__)
@@ -56,29 +59,38 @@ STOP_NAMES = {
 }
 
 
-def head_blank_is_genuine(table: Any, seg_start: int, length: int) -> bool:
-    """True when the blank record of `length` bytes at `seg_start` can be a prefix
-    reset's: reset (ours and DLedger 0.4.0's) zeroes what the blank covers, so non-zero
-    bytes behind the blank header (checked up to PROBE_BYTES) mean a damaged entry whose
-    magic now reads -1."""
+def head_blank_is_genuine(directory: Path, seg_start: int, length: int) -> bool:
+    """True when the blank record of `length` bytes at the start of the data segment at
+    `seg_start` (in `directory`) can be a prefix reset's: reset (ours and DLedger 0.4.0's)
+    zeroes what the blank covers, so non-zero bytes behind the blank header (checked up
+    to PROBE_BYTES) mean a damaged entry whose magic now reads -1.
+
+    Read from the file, not through the mapping: our reset punches those bytes out, and
+    on a full tmpfs a read fault on a hole must allocate a page, which kills the process
+    with SIGBUS; a file read of a hole returns zeros."""
     n = min(length - 8, PROBE_BYTES)
     if n <= 0:
         return True
-    payload: bytes = table.read(seg_start + 8, n)
-    return payload.count(0) == n
+    fd = os.open(directory / offset_to_name(seg_start), os.O_RDONLY)
+    try:
+        payload = os.pread(fd, n, 8)
+    finally:
+        os.close(fd)
+    return len(payload) == n and payload.count(0) == n
 
 
-def first_entry_header(table: Any, seg_start: int, check_blank: bool = True) -> tuple[int, ...] | None:
-    """Header of the first entry of the data segment at `seg_start` (after one leading
-    blank record, as a 0.4.0 reset writes), or None when it does not start with one.
-    A leading blank over non-zero bytes is a damaged entry, not a reset's blank, unless
-    `check_blank` is false (recovery has judged it already)."""
+def first_entry_header(table: Any, directory: Path, seg_start: int, check_blank: bool = True) -> tuple[int, ...] | None:
+    """Header of the first entry of the data segment at `seg_start` (mapped in `table`,
+    a file of `directory`), after one leading blank record as a 0.4.0 reset writes; None
+    when it does not start with one. A leading blank over non-zero bytes is a damaged
+    entry, not a reset's blank, unless `check_blank` is false (recovery has judged it
+    already)."""
     header = impl.decode_header(table.read(seg_start, HEADER_SIZE))
     if header[0] == MAGIC_BLANK:
         skip = header[1]
         if skip < 8 or skip + HEADER_SIZE > table.file_size:
             return None
-        if check_blank and not head_blank_is_genuine(table, seg_start, skip):
+        if check_blank and not head_blank_is_genuine(directory, seg_start, skip):
             return None
     else:
         skip = 0
@@ -161,7 +173,7 @@ class Recovery:
         table = self.data.table
         k = int(max(0, table.count - 3))
         while k > 0:
-            header = first_entry_header(table, table.first_offset + k * table.file_size)
+            header = first_entry_header(table, self.data.directory, table.first_offset + k * table.file_size)
             if header is not None and self._agrees_with_index(header):
                 return k
             k -= 1
@@ -279,7 +291,7 @@ class Recovery:
         magic, length = impl.decode_header(table.read(first, HEADER_SIZE))[:2]
         if magic != MAGIC_BLANK or not 8 <= length <= table.file_size:
             return False  # not a blank, or one the scan refuses by its length
-        if head_blank_is_genuine(table, first, length):
+        if head_blank_is_genuine(data.directory, first, length):
             return False
         if not self._follows_last_reset(first + length):
             return True
@@ -385,7 +397,7 @@ class Recovery:
             magic, length = impl.decode_header(table.read(seg, HEADER_SIZE))[:2]
             if magic == MAGIC_BLANK and length == table.file_size:
                 continue
-            header = first_entry_header(table, seg, check_blank=False)
+            header = first_entry_header(table, self.data.directory, seg, check_blank=False)
             if header is None:
                 raise CorruptStoreError(
                     str(self.data.path_of(seg)), 0, "the first data segment does not start with an entry"

@@ -195,7 +195,9 @@ class StoreView:
         begin = -1
         table = self._data
         for k in range(int(table.count)):  # the first segment that starts with an entry
-            header = first_entry_header(table, int(table.first_offset) + k * int(table.file_size))
+            header = first_entry_header(
+                table, self.node_dir / DATA_DIR, int(table.first_offset) + k * int(table.file_size)
+            )
             if header is not None:
                 begin = int(header[2])
                 break
@@ -234,7 +236,7 @@ class StoreView:
         starts: list[tuple[int, int]] = []
         for k in range(int(table.count)):
             start = int(table.first_offset) + k * int(table.file_size)
-            header = first_entry_header(table, start)
+            header = first_entry_header(table, self.node_dir / DATA_DIR, start)
             if header is not None and (not starts or int(header[2]) > starts[-1][0]):
                 starts.append((int(header[2]), start))
         return starts

@@ -1,0 +1,149 @@
+"""A full disk loses nothing and fails nothing for good.
+
+The checkpoint (`committedIndex`, `endIndex`) is written beside the data every
+`checkpoint_interval_ms`. Before, a checkpoint write that failed with ENOSPC failed the
+whole store as a failed msync does (fsyncgate): every later append got DISK_ERROR, and
+freeing space did not help until a restart; a leader in that state took no writes at
+all. A checkpoint is not data: the previous one stays valid (recovery reads the data
+after it), so the store now goes on and writes it again once it can. The write really
+fails here: `checkpoint.tmp` is a link to /dev/full, whose every write is ENOSPC."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dledger._native import impl
+from dledger.codes import DLedgerError, ResponseCode
+from dledger.store import kvfile
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+
+pytestmark = pytest.mark.faults
+
+CONFIG = StoreConfig(data_file_size=1 << 16, index_file_size=1 << 12, warm_ahead_bytes=0, checkpoint_interval_ms=0)
+
+
+def fill_disk(node_dir: Path) -> Path:
+    """Make every checkpoint write fail with ENOSPC; returns the link to remove."""
+    link = node_dir / "checkpoint.tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to("/dev/full")
+    return link
+
+
+def test_a_checkpoint_the_disk_has_no_room_for_does_not_fail_the_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node_dir = tmp_path / "dledger-n0"
+    store = MmapLogStore.open(node_dir, CONFIG)
+    store.term = 1
+    store.append_many([b"before"] * 5)
+    store._flush_once()
+    link = fill_disk(node_dir)
+    with caplog.at_level(logging.WARNING, logger="dledger.store.flusher"):
+        for _ in range(3):
+            store.append(b"during")
+            store._flush_once()  # flushes the data; the checkpoint fails
+        assert store.state == impl.STATE_OK
+        assert kvfile.read(node_dir / "checkpoint") == {"committedIndex": "-1", "endIndex": "4"}  # the old one
+        link.unlink()  # space is back
+        store.update_committed_index(7)
+        store._flush_once()
+    assert kvfile.read(node_dir / "checkpoint") == {"committedIndex": "7", "endIndex": "7"}
+    assert [r.getMessage() for r in caplog.records] == [  # once, not once a pass
+        f"cannot write the checkpoint of {node_dir}: No space left on device (the previous one stays; retrying)",
+        f"the checkpoint of {node_dir} is written again",
+    ]
+    store.close()
+
+
+def test_a_store_closes_on_a_full_disk_and_reopens_with_every_entry(tmp_path: Path) -> None:
+    node_dir = tmp_path / "dledger-n0"
+    store = MmapLogStore.open(node_dir, CONFIG)
+    store.term = 1
+    store.append_many([b"kept"] * 3)
+    store._flush_once()
+    link = fill_disk(node_dir)
+    store.append(b"after")
+    store.close()  # the data is flushed; the checkpoint is not written, and close goes on
+    link.unlink()
+    with MmapLogStore.open(node_dir, CONFIG) as reopened:  # the lock was released
+        assert [reopened.get(i).body for i in range(4)] == [b"kept"] * 3 + [b"after"]
+
+
+def test_a_new_store_on_a_full_disk_is_a_disk_full_error(tmp_path: Path) -> None:
+    node_dir = tmp_path / "dledger-n0"
+    node_dir.mkdir()
+    link = fill_disk(node_dir)
+    with pytest.raises(DLedgerError) as err:
+        MmapLogStore.open(node_dir, CONFIG)  # a new store writes its first checkpoint at once
+    assert err.value.code == ResponseCode.DISK_FULL
+    assert str(node_dir) in str(err.value)
+    link.unlink()
+    with MmapLogStore.open(node_dir, CONFIG) as store:  # the lock was released
+        assert store.end_index == -1
+    assert os.path.exists(node_dir / "checkpoint")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MiB tmpfs (root only): a full disk for real, where a read fault on a hole
+    has no page to take."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(mount: Path) -> None:
+    with open(mount / "filler", "wb") as filler:
+        try:
+            while True:
+                filler.write(b"\xff" * 65536)
+                filler.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+
+
+@pytest.mark.parametrize("read_only", [False, True])
+def test_a_compacted_store_opens_on_a_full_tmpfs_without_sigbus(small_tmpfs: Path, read_only: bool) -> None:
+    """After a snapshot the log's prefix is a head blank whose bytes are punched out.
+    Recovery checked that blank through the mapping; on a full tmpfs the read fault on
+    the hole killed the process (SIGBUS, exit 135), `dledger check` too."""
+    node_dir = small_tmpfs / "dledger-n0"
+    config = StoreConfig(data_file_size=256 << 10, index_file_size=64 << 10, warm_ahead_bytes=0)
+    with MmapLogStore.open(node_dir, config) as store:
+        store.term = 1
+        store.append_many([b"e" * 1000] * 200)
+        store.reset(150, 1)  # the compaction after a snapshot at 150
+    _fill(small_tmpfs)
+    opened = subprocess.run(
+        [sys.executable, "-c", OPEN_AND_READ, str(node_dir), str(read_only)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert (opened.returncode, opened.stdout) == (0, "151 199\n"), opened.stderr
+
+
+OPEN_AND_READ = """
+import sys
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+config = StoreConfig(data_file_size=256 << 10, index_file_size=64 << 10, warm_ahead_bytes=0,
+                     read_only=sys.argv[2] == "True")
+with MmapLogStore.open(sys.argv[1], config) as store:
+    assert store.get(151).body == b"e" * 1000
+    print(store.begin_index, store.end_index)
+"""
