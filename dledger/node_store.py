@@ -24,6 +24,7 @@ from dledger.store.membership import (
     derive_group_id,
     load_identity,
     load_rejoin,
+    mark_before_repair,
     mark_repaired,
     new_incarnation,
     write_identity,
@@ -33,6 +34,8 @@ from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore
 
 log = logging.getLogger(__name__)
+
+REPAIRED = "repaired: a damaged tail was cut"
 
 
 def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
@@ -54,7 +57,10 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     cfg = keep_store_sizes(config.default_path, config.store, trust_lone_data=False)
     as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
     log_lost = _log_lost(Path(config.default_path))
+    precaution = mark_before_repair(config.default_path, REPAIRED) if repair else None
     store = MmapLogStore(config.default_path, as_sync, repair=repair)
+    if precaution is not None and not store.recovery.stop_file:
+        clear_rejoin(store.node_dir)  # nothing was cut: the marker was only a precaution
     store.appends_wait = cfg.flush_mode == "sync"
     if log_lost:
         write_rejoin(store.node_dir, RejoinMarker(-1, "its log is gone (no data, index or checkpoint): it catches up"))
@@ -72,7 +78,7 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
             config.self_id,
             store.end_term,
         )
-    marker = mark_repaired(store, "repaired: a damaged tail was cut") if repair else None
+    marker = mark_repaired(store, REPAIRED) if repair else None
     if marker is not None:
         log.warning(
             "%s: cut the damaged log after entry %d (committed before: %d); the member holds its vote "

@@ -23,12 +23,14 @@ from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
 from dledger.store import (
     MmapLogStore,
     StoreConfig,
+    clear_rejoin,
     decode_entry_header,
     decode_index_unit,
     holds_store,
     is_segment_name,
     load_checkpoint,
     lock_holder,
+    mark_before_repair,
     mark_repaired,
     resolve_node_dir,
     sized_config,
@@ -362,9 +364,12 @@ def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_js
     if not yes and not _confirmed("cut the log there?"):
         _fail("nothing changed", as_json, plan=plan)
     writable = sized_config(node, config.data_file_size, config.index_file_size)
+    reason = "repaired by `dledger check --repair`"
     try:
+        precaution = mark_before_repair(node, reason)  # a repair cut short still leaves it
         with MmapLogStore.open(node, writable, repair=True) as repaired:
-            mark_repaired(repaired, "repaired by `dledger check --repair`")
+            if mark_repaired(repaired, reason) is None and precaution is not None:
+                clear_rejoin(node)
     except (DLedgerError, OSError) as exc:
         _fail(f"repair failed: {getattr(exc, 'message', exc)}", as_json, plan=plan)
     if as_json:

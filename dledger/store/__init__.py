@@ -28,7 +28,7 @@ from dledger.store.layout import (
     resolve_node_dir,
 )
 from dledger.store.lock import lock_holder
-from dledger.store.membership import mark_repaired
+from dledger.store.membership import clear_rejoin, mark_before_repair, mark_repaired
 from dledger.store.memory import MemoryLogStore
 from dledger.store.mmap_store import MmapLogStore, SyncMmapLogStore, sized_config
 from dledger.store.view import (
@@ -56,6 +56,7 @@ __all__ = [
     "StoreView",
     "SyncMmapLogStore",
     "checkpoint_committed",
+    "clear_rejoin",
     "decode_entry_header",
     "decode_index_unit",
     "holds_store",
@@ -63,6 +64,7 @@ __all__ = [
     "is_segment_name",
     "load_checkpoint",
     "lock_holder",
+    "mark_before_repair",
     "mark_repaired",
     "resolve_node_dir",
     "sized_config",

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dledger.store import kvfile
-from dledger.store.layout import IDENTITY_FILE, LOCAL_LOG_FILE, REJOIN_FILE
+from dledger.store.checkpoint import load_checkpoint
+from dledger.store.layout import IDENTITY_FILE, LOCAL_LOG_FILE, REJOIN_FILE, holds_store
 
 if TYPE_CHECKING:
     from dledger.store.mmap_store import MmapLogStore
@@ -45,6 +46,7 @@ __all__ = [
     "derive_group_id",
     "load_identity",
     "load_rejoin",
+    "mark_before_repair",
     "mark_repaired",
     "new_incarnation",
     "write_identity",
@@ -150,6 +152,21 @@ def write_rejoin(node_dir: str | os.PathLike[str], marker: RejoinMarker) -> None
     if marker.founding:
         values["founding"] = "true"
     kvfile.write_atomic(Path(node_dir) / REJOIN_FILE, values)
+
+
+def mark_before_repair(node_dir: str | os.PathLike[str], reason: str) -> RejoinMarker | None:
+    """Before an open with `repair=True`: write the marker first, with the committed
+    index of the checkpoint, so that a repair that dies after cutting the log and before
+    `mark_repaired` (a full disk, a kill) still leaves the member holding its vote; the
+    caller removes it when nothing was cut. Returns the marker written; None for a local
+    log, a directory without a store, or when a marker is there already (it stays)."""
+    node = Path(node_dir)
+    if not holds_store(node) or (node / LOCAL_LOG_FILE).exists() or load_rejoin(node) is not None:
+        return None
+    info = load_checkpoint(node)
+    marker = RejoinMarker(info.committed if info.known else -1, reason)
+    write_rejoin(node, marker)
+    return marker
 
 
 def mark_repaired(store: MmapLogStore, reason: str) -> RejoinMarker | None:

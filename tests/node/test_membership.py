@@ -6,6 +6,7 @@ tail cut by `repair=True` (issue 17, finding 3)."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.node import DLedgerNode
-from dledger.store import load_checkpoint
+from dledger.store import MmapLogStore, load_checkpoint
 from dledger.store.membership import derive_group_id, load_identity, load_rejoin, write_identity
 from tests.e2e.harness import free_ports
 from tests.node.conftest import NodeCluster, wait_until
@@ -196,6 +197,42 @@ def test_a_damaged_committed_tail_is_cut_by_repair_and_caught_up(cluster_factory
     _caught_up(cluster, node, last)
     assert load_rejoin(node_dir) is None
     assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
+
+
+def test_a_repair_cut_short_after_its_cut_still_leaves_the_member_holding(
+    cluster_factory: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker used to be written after the cut: a repair that died between the two
+    (a full disk failed the marker's write, helper C; a kill) left a log cut below its
+    committed index and a member free to vote. Now it is written before recovery cuts."""
+    cluster = cluster_factory()
+    last = _fill(cluster, 30)
+    victim, node_dir = _stop_a_follower(cluster)
+    committed = load_checkpoint(node_dir).committed
+    _damage_last_entry(node_dir)
+
+    def no_space(store: MmapLogStore, _reason: str) -> None:
+        store.close()  # the process ends: its lock goes
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("dledger.node_store.mark_repaired", no_space)  # dies after the cut
+    with pytest.raises(OSError):
+        cluster.start(victim, repair=True)
+    marker = load_rejoin(node_dir)
+    assert marker is not None and marker.catch_up_index == committed
+    monkeypatch.undo()
+    node = cluster.start(victim)  # the cut log opens as it is, and the member holds
+    assert node.store.end_index < last and node.status().vote_hold == "rejoin"
+    _caught_up(cluster, node, last)
+    assert load_rejoin(node_dir) is None
+
+
+def test_a_repair_that_cuts_nothing_leaves_no_marker(cluster_factory: Factory) -> None:
+    cluster = cluster_factory()
+    _fill(cluster, 10)
+    victim, node_dir = _stop_a_follower(cluster)
+    node = cluster.start(victim, repair=True)  # nothing is damaged
+    assert load_rejoin(node_dir) is None and node.status().vote_hold == ""
 
 
 def test_the_server_names_repair_and_check_repair_marks_the_member(cluster_factory: Factory) -> None:
