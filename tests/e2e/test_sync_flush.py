@@ -18,6 +18,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 def test_sync_appends_survive_a_leader_kill_and_a_full_restart(make_cluster: Callable[..., E2ECluster]) -> None:
     cluster = make_cluster(extra_args=["--flush-mode", "sync"])
+    # A member that asked its peers late (they were not up yet) learns that the group
+    # exists only after the others founded it, and holds its vote until it caught up
+    # with the leader (dledger.raft.vote_hold): a leader killed before that leaves no
+    # quorum to elect another. The test is about sync writes, so it starts settled.
+    cluster.wait_settled()
     leader, _ = cluster.leader()
     acked: dict[int, bytes] = {}
     lock = threading.Lock()
