@@ -26,6 +26,10 @@ class LogStore(Protocol):
     term: int
     """The term stamped on entries appended with `append` / `append_many` / `append_noop`."""
 
+    failure: BaseException | None
+    """Why the store failed (a failed msync: it takes no more writes until reopened), or
+    None. A leader whose store failed hands leadership over (`dledger.raft.transfer`)."""
+
     @property
     def begin_index(self) -> int:
         """First live index, or -1 when the log is empty."""

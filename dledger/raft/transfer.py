@@ -22,11 +22,16 @@ Preferred leader: every `check_preferred_leader_interval_ms` a leader that is no
 preferred hands leadership to the live preferred member that lags least, if it lags by
 fewer than `max_leadership_transfer_wait_index` entries.
 
+Failed store: a leader whose store failed (it takes no write any more) hands leadership
+to the live follower that lags least, trying again every FAILED_STORE_RETRY_MS; such a
+member does not stand for election either (`LeaderElector`).
+
 Every outcome is a LeadershipTransferResponse with a code; the futures never raise.
 """
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -36,6 +41,11 @@ from dledger.raft.elector import LeaderElector, Outbound
 from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import LeadershipTransferRequest, LeadershipTransferResponse
 from dledger.raft.quorum_ack import QuorumAckChecker
+
+log = logging.getLogger(__name__)
+
+FAILED_STORE_RETRY_MS = 1_000
+"""How often a leader whose store failed tries again to hand leadership over."""
 
 
 @dataclass
@@ -79,6 +89,7 @@ class LeadershipTransfer:
         self.handover: _Handover | None = None
         self.takeover: _Takeover | None = None
         self.last_check_preferred_ms: int | None = None
+        self._failed_store_tried_ms = -FAILED_STORE_RETRY_MS
 
     # -- replies
 
@@ -164,7 +175,10 @@ class LeadershipTransfer:
             if forwarded is not None:
                 out.append(Outbound(forwarded.remote_id, forwarded))
         elif self.member_state.is_leader:
-            self._check_preferred_leader(now_ms)
+            if self.member_state.store.failure is not None:
+                self._hand_over_failed_store(now_ms)
+            else:
+                self._check_preferred_leader(now_ms)
         return out
 
     def on_role_change(self, term: int, role: Role, now_ms: int) -> None:
@@ -257,6 +271,26 @@ class LeadershipTransfer:
         best = min(live, key=self.fall_behind)
         if self.fall_behind(best) < self.config.max_leadership_transfer_wait_index:
             self.start(best, member.current_term, now_ms)
+
+    def _hand_over_failed_store(self, now_ms: int) -> None:
+        """A leader whose store failed takes no more writes: it hands leadership to the
+        live follower closest to its log, trying again every FAILED_STORE_RETRY_MS (a
+        transfer that times out, a follower that was not live yet). Before, such a leader
+        kept leading while every append failed, though two healthy members were there.
+        Requests in flight settle first: the followers' copies commit them (sync mode's
+        pushes went out before the leader's flush failed), or they time out."""
+        member = self.member_state
+        if member.transferee is not None or now_ms - self._failed_store_tried_ms < FAILED_STORE_RETRY_MS:
+            return
+        if self.quorum.pending_count(member.current_term):
+            return
+        self._failed_store_tried_ms = now_ms
+        live = [p for p in member.other_peer_ids if self.elector.peers_live_table.get(p)]
+        if not live:
+            return
+        best = min(live, key=self.fall_behind)
+        log.error("%s: its store failed (%s): hands leadership over to %s", member.self_id, member.store.failure, best)
+        self.start(best, member.current_term, now_ms)
 
     # -- transferee side
 

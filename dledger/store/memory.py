@@ -25,6 +25,7 @@ class MemoryLogStore:
 
     def __init__(self, write_crc: bool = True) -> None:
         self.term = 0
+        self.failure: BaseException | None = None  # nothing here fails
         self._write_crc = write_crc
         self._encoded: list[bytes] = []  # entry k has index before_begin + 1 + k
         self._positions: list[int] = []

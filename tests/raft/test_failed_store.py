@@ -1,0 +1,72 @@
+"""A leader whose store failed (a failed msync: it takes no write until reopened) hands
+leadership to the follower closest to its log, and a member whose store failed does not
+stand for election. Before, such a leader kept leading while every append failed with
+DISK_ERROR, for as long as it ran, though two healthy members were there (helper C's
+full-disk sweep, where a failed checkpoint write failed the store)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from pathlib import Path
+
+import pytest
+
+from dledger.raft.member_state import Role
+from dledger.store.mmap_store import MmapLogStore
+from tests.raft.cluster import Cluster, MmapStores
+
+pytestmark = pytest.mark.interaction
+
+
+def fail_store(cluster: Cluster, node_id: str) -> None:
+    store = cluster.core(node_id).member_state.store
+    assert isinstance(store, MmapLogStore)
+    store._fail(OSError(errno.EIO, "Input/output error"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_leader_whose_store_failed_hands_leadership_over(
+    tmp_path: Path, seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster(3, seed=seed, stores=MmapStores(tmp_path))
+    try:
+        old = cluster.elect()
+        first = cluster.append(b"before")
+        cluster.run_until(first.done)
+        with caplog.at_level(logging.ERROR, logger="dledger.raft.transfer"):
+            fail_store(cluster, old)
+            failed_in = cluster.core(old).member_state.current_term
+            cluster.run_until(lambda: cluster.leader() not in (None, old))
+        new = cluster.leader()
+        assert new is not None and cluster.role(old) is not Role.LEADER
+        assert [r.getMessage() for r in caplog.records if r.name == "dledger.raft.transfer"] == [
+            f"{old}: its store failed ([Errno 5] Input/output error): hands leadership over to {new}"
+        ]
+        after = cluster.append(b"after")  # the two healthy members commit it
+        cluster.run_until(after.done)
+        assert cluster.bodies(new)[-2:] == [b"before", b"after"]
+        cluster.run_for(5_000)  # the failed member never stands, so it never leads again
+        assert cluster.leader() == new
+        term, vote = cluster.core(old).member_state.term_store.load()
+        assert vote != old or term == failed_in  # nor voted for itself after its store failed
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_follower_whose_store_failed_does_not_stand(tmp_path: Path, seed: int) -> None:
+    """The leader dies; of its two followers only the healthy one may stand (without the
+    rule the failed one won in some of these seeds, and led a group that took no write)."""
+    cluster = Cluster(3, seed=seed, stores=MmapStores(tmp_path))
+    try:
+        leader = cluster.elect()
+        failed, healthy = (m for m in cluster.ids if m != leader)
+        fail_store(cluster, failed)
+        cluster.kill(leader)
+        terms = cluster.core(failed).member_state.term_store
+        stood = []
+        cluster.run_until(lambda: stood.append(terms.load()[1] == failed) or cluster.leader() is not None)
+        assert cluster.leader() == healthy and not any(stood)  # it never voted for itself
+    finally:
+        cluster.close()
