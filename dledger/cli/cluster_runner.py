@@ -4,6 +4,7 @@ restart, wipe, ask for metadata)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -120,6 +121,8 @@ class LocalCluster:
         self.client_tls = TlsConfig.in_directory(tls_dir, "client-admin") if tls_dir is not None else None
         self._credentials: Any = None
         self._stop = threading.Event()
+        self._signalled = False  # set by the signal handlers (no lock there: see _on_signal)
+        self.output_closed = False  # our stdout's reader went away (`| head`)
         self._pumps: list[threading.Thread] = []
 
     # -- processes
@@ -164,7 +167,10 @@ class LocalCluster:
             )
             assert member.process.stdout is not None
             pump = threading.Thread(
-                target=_pump, args=(member.process.stdout, member), name=f"log-{member_id}", daemon=True
+                target=_pump,
+                args=(member.process.stdout, member, self._on_output_closed),
+                name=f"log-{member_id}",
+                daemon=True,
             )
             pump.start()
             self._pumps.append(pump)
@@ -284,7 +290,7 @@ class LocalCluster:
         """Poll until a live member (not in `exclude`) leads; None after `timeout_s` or
         `request_stop`."""
         deadline = time.monotonic() + timeout_s
-        while not self._stop.is_set():
+        while not self.stopping:
             found = self.find_leader()
             if found is not None and found[0] not in exclude:
                 return found
@@ -296,11 +302,38 @@ class LocalCluster:
     # -- the `dledger cluster` loop
 
     def request_stop(self) -> None:
-        """Make `run` / `wait_leader` return (signal-safe)."""
+        """Make `run` / `wait_leader` return (from any thread; not from a signal handler:
+        see `_on_signal`)."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether `run` / `wait_leader` were asked to return."""
+        return self._stop.is_set() or self._signalled
+
+    def _on_signal(self, *_: object) -> None:
+        # Only a flag: the loops look at it at least every 0.5 s. Event.set() from a
+        # handler hung `cluster` for good when a second signal came while the first
+        # handler held the Event's lock (helper D, `timeout ... | head`).
+        self._signalled = True
+
+    def _on_output_closed(self) -> None:
+        """Our stdout's reader went away (`dledger cluster | head`): stop the members
+        rather than leave them running without their supervisor, quietly."""
+        if not self.output_closed:
+            self.output_closed = True
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            self.request_stop()
+
     def _say(self, text: str) -> None:
-        print(f"[cluster] {text}", flush=True)
+        self._print(f"[cluster] {text}")
+
+    def _print(self, text: str) -> None:
+        try:
+            print(text, flush=True)
+        except OSError:  # a closed pipe (`| head`): the members are stopped all the same
+            self._on_output_closed()
 
     def ports_in_use(self) -> list[str]:
         """The members' ports (service, metrics) something else listens on already, as
@@ -354,8 +387,8 @@ class LocalCluster:
         """Start every member, report the leader, supervise until SIGINT / SIGTERM, then
         stop every member cleanly. Returns the exit status for the command: 1 with one
         `error:` line on stderr when members could not start or exited."""
-        signal.signal(signal.SIGINT, lambda *_: self.request_stop())
-        signal.signal(signal.SIGTERM, lambda *_: self.request_stop())
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
         refusal = self._refusal()
         if refusal is not None:
             print(f"error: cannot start: {refusal}", file=sys.stderr, flush=True)
@@ -363,24 +396,17 @@ class LocalCluster:
         count = len(self.members)
         self._say(f"starting {count} member{'s' if count != 1 else ''} of group {self.group}: {self.peers}")
         self._say(f"data in {self.store_base_dir.resolve()}")
-        self.start_all()
         exited: dict[str, int | None] = {}
         leader: tuple[str, int] | None = None
-        while not self._stop.is_set():
-            self._reap(exited)
-            if not any(m.alive for m in self.members.values()):
-                self._say("no member is running")
-                break
-            current = self.own_leader()
-            if current is not None and current != leader:
-                print(f"leader: {current[0]} (term {current[1]})", flush=True)
-                if leader is None:
-                    self._print_usage()
-                leader = current
-            self._stop.wait(0.5)
-        self._say("stopping every member (flush + checkpoint)...")
-        statuses = {**self.shutdown(), **exited}
-        self._say("stopped: " + ", ".join(f"{k}={statuses[k]}" for k in self.members))
+        try:  # whatever ends the loop, the members are stopped: none is left without us
+            self.start_all()
+            leader = self._supervise(exited)
+        finally:
+            self._say("stopping every member (flush + checkpoint)...")
+            statuses = {**self.shutdown(), **exited}
+            self._say("stopped: " + ", ".join(f"{k}={statuses[k]}" for k in self.members))
+        if self.output_closed:
+            return 1  # quietly, as every command whose reader went away
         if not exited:
             return 0
         said = ", ".join(f"{k} (status {v})" for k, v in exited.items())
@@ -389,33 +415,53 @@ class LocalCluster:
         print(f"error: {who} exited {when}: {said}; their output above says why", file=sys.stderr, flush=True)
         return 1
 
+    def _supervise(self, exited: dict[str, int | None]) -> tuple[str, int] | None:
+        """Report the leader as it changes until asked to stop or no member runs (those
+        that exited go into `exited`); the last leader reported."""
+        leader: tuple[str, int] | None = None
+        while not self.stopping:
+            self._reap(exited)
+            if not any(m.alive for m in self.members.values()):
+                self._say("no member is running")
+                break
+            current = self.own_leader()
+            if current is not None and current != leader:
+                self._print(f"leader: {current[0]} (term {current[1]})")
+                if leader is None:
+                    self._print_usage()
+                leader = current
+            self._stop.wait(0.5)
+        return leader
+
     def _print_usage(self) -> None:
         peers = self.peers
         if self.client_tls is not None:
             tls = self.client_tls
-            print(
+            self._print(
                 "mutual TLS: client certificates client-admin / client-writer / client-reader in "
                 f"{self.tls_dir}; for example:\n"
-                f"  export DLEDGER_TLS_CERT={tls.cert} DLEDGER_TLS_KEY={tls.key} DLEDGER_TLS_CA={tls.ca}",
-                flush=True,
+                f"  export DLEDGER_TLS_CERT={tls.cert} DLEDGER_TLS_KEY={tls.key} DLEDGER_TLS_CA={tls.ca}"
             )
-        print(
+        self._print(
             "from another terminal:\n"
             f'  .venv/bin/dledger append -g {self.group} -p "{peers}" -d hello\n'
             f'  .venv/bin/dledger get -g {self.group} -p "{peers}" -i 0\n'
             f'  .venv/bin/dledger status -g {self.group} -p "{peers}"\n'
-            "Ctrl-C stops the cluster; run the same command again to resume from the same data.",
-            flush=True,
+            "Ctrl-C stops the cluster; run the same command again to resume from the same data."
         )
 
 
-def _pump(stream: IO[bytes], member: Member) -> None:
+def _pump(stream: IO[bytes], member: Member, on_closed: Callable[[], None]) -> None:
     """Copy a member's output to ours, line by line, with an [id] prefix; mark the member
-    serving when it says so."""
+    serving when it says so. When our stdout fails (its reader went away) it tells
+    `on_closed` and goes on reading, so that the member never blocks on a full pipe."""
     for line in iter(stream.readline, b""):
         text = line.decode(errors="replace")
         if SERVING_MARK in text:
             member.serving = True
-        sys.stdout.write(f"[{member.id}] {text}")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write(f"[{member.id}] {text}")
+            sys.stdout.flush()
+        except (OSError, ValueError):  # a closed pipe, or stdout closed meanwhile
+            on_closed()
     stream.close()

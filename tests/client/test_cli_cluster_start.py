@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,21 @@ def test_member_settings_every_member_refuses_are_one_usage_error(
     result = CliRunner().invoke(main, ["cluster", "--base-port", "26950", *args])
     assert result.exit_code == 2 and said in result.stderr, result.output
     assert "server_cmds" not in result.output
+
+
+def test_a_signal_arriving_inside_another_handler_does_not_hang_the_cluster(tmp_path: Path) -> None:
+    """The handlers called Event.set(); a second SIGTERM arriving while the first handler
+    held the Event's lock ran the handler again in the same thread, which waited on that
+    lock for good (helper D: `timeout ... | head`, the cluster hung 10+ minutes with its
+    members running). A handler now only sets a flag."""
+    cluster = local(tmp_path, [1], "pass")
+    handled = threading.Event()
+
+    def second_signal_inside_the_first() -> None:
+        with cluster._stop._cond:  # the first handler, interrupted inside Event.set()
+            cluster._on_signal(signal.SIGTERM, None)  # the second one, in the same thread
+        handled.set()
+
+    threading.Thread(target=second_signal_inside_the_first, daemon=True).start()
+    assert handled.wait(10)
+    assert cluster.stopping

@@ -144,6 +144,42 @@ def test_cluster_command_elects_serves_stops_and_resumes(tmp_path: Path, command
     assert second.process.wait(60) == 0
 
 
+def _processes_naming(text: str) -> list[int]:
+    """The pids whose command line holds `text`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_cluster_whose_reader_goes_away_stops_its_members(tmp_path: Path) -> None:
+    """`dledger cluster | head`: the log pump's BrokenPipeError killed the supervisor,
+    and its members ran on without it (reparented to pid 1, holding their ports and
+    store locks), 4 times out of 4 (helper D)."""
+    base = consecutive_free_ports(3)
+    data = tmp_path / "reader-gone"
+    args = ["cluster", "--base-port", str(base), "-s", str(data), "--segment-size", "4MiB"]
+    process = subprocess.Popen(
+        [*DLEDGER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONUNBUFFERED="1")
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        assert process.stdout.readline().startswith(b"[cluster] starting 3 members")
+        eventually(lambda: len(_processes_naming(str(data))) >= 4, 60, "the members started")
+        process.stdout.close()  # `head` has read its lines
+        assert process.wait(120) == 1
+        assert b"Traceback" not in process.stderr.read()
+        eventually(lambda: _processes_naming(str(data)) == [], 60, "every member stopped")
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
 def test_server_with_a_dledger_yaml_config_file(tmp_path: Path, commands: list[Running]) -> None:
     port, metrics_port = free_ports(2)
     config = tmp_path / "dledger.yaml"
