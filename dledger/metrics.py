@@ -9,13 +9,13 @@ Prometheus scrapes. Each node has its own registry, so several nodes can share a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from dledger.bounded import read_bounded
 from dledger.node_status import NodeStatus
 
 LATENCY_BUCKETS_US = (
@@ -153,7 +153,7 @@ class _CertificateCollector(Collector):
         from cryptography import x509
 
         try:
-            end = x509.load_pem_x509_certificate(Path(self._path).read_bytes()).not_valid_after_utc
+            end = x509.load_pem_x509_certificate(read_bounded(self._path)).not_valid_after_utc
         except (OSError, ValueError):
             return
         family = GaugeMetricFamily(

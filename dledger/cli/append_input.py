@@ -7,6 +7,7 @@ waiting for more input or for EOF.
 
 from __future__ import annotations
 
+import errno
 import os
 import queue
 import threading
@@ -14,7 +15,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from dledger.bounded import read_bounded
 from dledger.config import MAX_APPEND_BYTES
+from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
+
+MAX_BODY = MAX_ENTRY_SIZE - HEADER_SIZE
+"""The largest body a member accepts (DLedger's 4 MiB entry limit, header included): a
+file or a line longer than that is refused as it is read, not held whole in memory."""
 
 _EOF = None
 _POLL_S = 0.2
@@ -29,9 +36,9 @@ def generated_bodies(count: int, body_size: int | None) -> Iterator[bytes]:
 
 
 def file_bodies(paths: Iterable[Path]) -> Iterator[bytes]:
-    """The content of each file as one body."""
+    """The content of each file as one body (OSError EFBIG past MAX_BODY bytes)."""
     for path in paths:
-        yield path.read_bytes()
+        yield read_bounded(path, MAX_BODY)
 
 
 def batches(bodies: Iterable[bytes], size: int, max_bytes: int = MAX_APPEND_BYTES) -> Iterator[list[bytes]]:
@@ -73,6 +80,8 @@ def _read_lines(stream: BinaryIO, lines: queue.Queue[bytes | OSError | None]) ->
             *complete, rest = (rest + chunk).split(b"\n")
             for line in complete:
                 lines.put(line.removesuffix(b"\r"))
+            if len(rest) > MAX_BODY + 1:  # + its \r
+                raise OSError(errno.EFBIG, f"a line of more than {MAX_BODY:,} bytes (a body's limit)")
         if rest:
             lines.put(rest)
     except (OSError, ValueError) as exc:  # unreadable stdin: the main thread reports it
@@ -104,7 +113,7 @@ def stdin_batches(stream: BinaryIO, size: int, max_bytes: int = MAX_APPEND_BYTES
         if first is _EOF:
             return
         if isinstance(first, OSError):
-            raise OSError(f"cannot read stdin: {first}")
+            raise OSError(f"cannot read stdin: {first.strerror or first}")
         batch, batch_bytes = [first], len(first)
         while len(batch) < size:
             try:

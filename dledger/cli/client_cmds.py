@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, TypeVar
 
 import click
 
-from dledger.cli.append_input import batches, file_bodies, generated_bodies, stdin_batches
+from dledger.cli.append_input import MAX_BODY, batches, file_bodies, generated_bodies, stdin_batches
 from dledger.cli.append_tally import AppendTally, indexes_text
 from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail, interrupted, stdin_binary
 from dledger.cli.progress import progress
@@ -34,13 +34,11 @@ from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.policy import ACCESS_STATUSES
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
-from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE, Entry
+from dledger.entry import MAGIC_RECORD, Entry
 from dledger.record import record_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-MAX_BODY = MAX_ENTRY_SIZE - HEADER_SIZE
-"""The largest body a member accepts (DLedger's 4 MiB entry limit, header included)."""
 BASE64_PREFIX = "base64:"
 """How a binary body starts when shown (`base64:AP8=` is the two bytes 00 ff)."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from dledger.bounded import read_bounded
 from dledger.cli.errors import one_line
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, parse_peers
 
@@ -155,11 +156,12 @@ def _read_document(path: Path, self_id: str | None) -> dict[Any, Any]:
     import yaml  # type: ignore[import-untyped]
 
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        document = yaml.safe_load(read_bounded(path).decode("utf-8")) or {}
     except UnicodeDecodeError:
         raise click.UsageError(f"cannot read config file {path}: not a UTF-8 text file") from None
     except (OSError, ValueError, RecursionError, yaml.YAMLError) as exc:
-        raise click.UsageError(f"cannot read config file {path}: {one_line(str(exc))}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(str(exc))
+        raise click.UsageError(f"cannot read config file {path}: {reason}") from None
     if not isinstance(document, dict):
         raise click.UsageError(f"{path}: expected a mapping of settings")
     if "configs" in document:

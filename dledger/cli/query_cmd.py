@@ -15,6 +15,7 @@ import sys
 
 import click
 
+from dledger.bounded import read_stream_bounded
 from dledger.cli.client_cmds import CONTEXT, MAX_BODY, client_options, open_client, show_body
 from dledger.cli.errors import GuardedCommand, stdin_binary
 from dledger.client import ReadMode
@@ -31,7 +32,7 @@ def _request(text: str, as_hex: bool) -> bytes:
     if text == "-":
         if as_hex:
             raise click.UsageError("give REQUEST in hex or '-' (stdin), not both")
-        data = stdin_binary().read()
+        data = read_stream_bounded(stdin_binary(), MAX_BODY, "stdin")
     elif as_hex:
         try:
             data = bytes.fromhex(text)

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from dledger.bounded import read_bounded
 from dledger.security.identity import ROLES, client_uri, member_uri, role_uri
 
 CA_CERT = "ca.crt"
@@ -213,8 +214,8 @@ def issue_member_cert(directory: Path, group: str, member_id: str, *, stem: str 
         CertsError: the CA files cannot be read, or the files exist.
     """
     try:
-        ca_cert = x509.load_pem_x509_certificate((directory / CA_CERT).read_bytes())
-        ca_key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
+        ca_cert = x509.load_pem_x509_certificate(read_bounded(directory / CA_CERT))
+        ca_key = serialization.load_pem_private_key(read_bounded(directory / CA_KEY), password=None)
     except (OSError, ValueError) as exc:
         raise CertsError(f"cannot read the CA in {directory}: {exc}") from exc
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dledger.bounded import read_bounded
 from dledger.security.watch import FileWatch
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class TlsConfig:
                 out.append(b"")
                 continue
             try:
-                data = Path(path).read_bytes()
+                data = read_bounded(path)
             except OSError as exc:
                 raise TlsError(f"cannot read the TLS {what} {path}: {exc.strerror or exc}") from exc
             if b"-----BEGIN " not in data:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from dledger.bounded import read_bounded
 from dledger.security.identity import ROLES, Identity
 from dledger.security.watch import FileWatch
 
@@ -176,7 +177,7 @@ class TokenFile:
 
 def _read_text(path: str | Path) -> str:
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return read_bounded(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise TokenFileError(f"cannot read the tokens file {path}: {reason}") from exc
