@@ -150,7 +150,7 @@ def stdin_binary() -> BinaryIO:
     return cast(BinaryIO, sys.stdin.buffer)
 
 
-def _guarded_invoke(invoke: Any, ctx: click.Context) -> Any:
+def _guarded_invoke(invoke: Any, ctx: click.Context | None) -> Any:
     _guard_standard_streams()
     try:
         return invoke(ctx)
@@ -196,6 +196,12 @@ class GuardedGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         """Run the group and its subcommand; see the module docstring for how it ends."""
         return _guarded_invoke(super().invoke, ctx)
+
+    def make_context(self, info_name: str | None, args: list[str], *more: Any, **options: Any) -> click.Context:
+        """The group's context, where click answers the group's own `--help` and
+        `--version`: written to a full disk, they ended in a traceback."""
+        make = super().make_context
+        return cast(click.Context, _guarded_invoke(lambda _ctx: make(info_name, args, *more, **options), None))
 
 
 __all__ = [

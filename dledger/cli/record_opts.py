@@ -126,6 +126,10 @@ def record_json(entry: Entry, out: dict[str, Any]) -> None:
 def record_line(record: Record, show: Callable[[bytes], str]) -> str:
     """A record as `get` prints it: index, term, value, then key, timestamp, headers."""
     key = "-" if record.key is None else show(record.key)
+    if key == "-" and record.key is not None:  # the key "-" is not "no key"
+        key = "base64:" + base64.b64encode(record.key).decode("ascii")
     fields = [f"key={key}", f"timestamp={record.timestamp}"]
-    fields += [f"{name}={show(value)}" for name, value in record.headers]
+    # a header name goes through `show` too: raw, a writer's control characters reached
+    # the terminal of whoever ran `get` (escape sequences, a line split in two)
+    fields += [f"{show(name.encode())}={show(value)}" for name, value in record.headers]
     return f"{record.index}\tterm {record.term}\t{show(record.value)}\t{' '.join(fields)}"

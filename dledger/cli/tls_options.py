@@ -84,6 +84,10 @@ def client_tls() -> TlsConfig | None:
         raise click.BadParameter(
             f"a bearer token is only sent over TLS: give --tls-ca (or {ENV_CA})", param_hint="'--token'"
         )
+    if token and not (token.isascii() and token.isprintable() and " " not in token):
+        # gRPC sends it in a header: anything else failed deep in gRPC (a traceback, or a
+        # NETWORK_ERROR that blamed the members)
+        raise click.BadParameter("not a token: printable ASCII without spaces", param_hint="'--token'")
     return tls
 
 

@@ -61,3 +61,17 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(fake: FakeCluster, fol
     process.stdout.close()
     assert process.wait(timeout=120) == 1
     assert process.stderr.read() == b""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["get", "--help"]])
+def test_help_written_to_a_full_disk_is_one_line(args: list[str]) -> None:
+    """The group's own --help and --version ended in a traceback (helper D)."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "dledger.cli.main", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
+    assert (done.returncode, done.stderr.decode()) == (1, "error: No space left on device\n")

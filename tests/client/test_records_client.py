@@ -187,6 +187,23 @@ def test_cli_appends_records_and_gets_them(group: tuple[list[DLedgerServer], DLe
     assert [r.key for r in client.get_records(first, 3)] == [None, None, None]
 
 
+def test_get_shows_control_characters_in_header_names_and_a_dash_key_as_base64(
+    group: tuple[list[DLedgerServer], DLedgerClient],
+) -> None:
+    """A header name went to the terminal as it was: a writer's escape sequences reached
+    the terminal of whoever ran `get`, and a newline split its line in two (helper D).
+    The key "-" looked like no key."""
+    _, client = group
+    code, out, _ = _cli(client, "append", "--key", "-", "--header", "\x1b]0;pwned\x07=v", "--header", "a\nb=w", "x")
+    assert code == 0
+    index = int(out.split()[-1])
+    code, out, _ = _cli(client, "get", str(index))
+    term = client.get(index)[0].term
+    fields = "key=base64:LQ== timestamp="
+    assert code == 0 and out.startswith(f"{index}\tterm {term}\tx\t{fields}") and out.count("\n") == 1
+    assert out.rstrip("\n").endswith(" base64:G10wO3B3bmVkBw===v base64:YQpi=w") and "\x1b" not in out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

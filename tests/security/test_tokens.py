@@ -449,3 +449,17 @@ def test_one_token_holds_at_most_its_share_of_a_members_read_streams(group: TlsG
         assert next(stream).code == ResponseCode.SUCCESS  # another token still reads
         for call in (*held, stream):
             call.cancel()
+
+
+@pytest.mark.parametrize("token", ["a\nb", "\udcff", "two words"])
+def test_a_token_that_cannot_be_sent_is_a_usage_error(certs: Path, token: str) -> None:
+    """gRPC sends the token in a header: a non-ASCII one printed a gRPC traceback, one
+    with a newline a NETWORK_ERROR that blamed the members (helper D)."""
+    from click.testing import CliRunner
+
+    from dledger.cli.main import main
+
+    args = ["append", "-p", "n0-127.0.0.1:1", "--tls-ca", str(certs / "ca.crt"), "--token", token, "x"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "not a token: printable ASCII without spaces" in result.stderr
+    assert "Traceback" not in result.output
