@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dledger.config_bounds import MEMBER_BOUNDS, member_mistyped, out_of_bounds, store_problem
+from dledger.config_bounds import MEMBER_BOUNDS, member_mistyped, name_problem, out_of_bounds, store_problem
 from dledger.entry import INDEX_UNIT_SIZE, MAX_ENTRY_SIZE
 
 MIB = 1024 * 1024
@@ -416,8 +416,8 @@ class DLedgerConfig:
         if not isinstance(self.store, StoreConfig):
             raise ConfigError(f"store must be a StoreConfig, not {type(self.store).__name__}")
         self._peer_map = parse_peers(self.peers)
-        if not self.group:
-            raise ConfigError("group must not be empty")
+        if (problem := name_problem(self.group, "group")) is not None:
+            raise ConfigError(problem)
         if self.self_id not in self._peer_map:
             raise ConfigError(f"self id {self.self_id!r} is not in peers {self.peers!r}")
         if self.initial_cluster_state not in ("new", "existing"):

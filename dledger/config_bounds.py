@@ -185,3 +185,15 @@ def member_mistyped(settings: Any) -> str | None:
     """What is wrong with the first switch or string of a `DLedgerConfig` that does not
     have its type, or None (its numeric settings: `out_of_bounds` with MEMBER_BOUNDS)."""
     return mistyped(settings, MEMBER_SWITCHES, MEMBER_TEXTS, MEMBER_OPTIONAL_TEXTS)
+
+
+def name_problem(name: str, what: str = "name") -> str | None:
+    """What is wrong with a group, member or client name (None: nothing). The names go
+    into TLS identities (`dledger://<group>/<member>`) and log lines: no '/', '\\',
+    '?', '#', ':', spaces or other unprintable characters (a name from bytes that are
+    not UTF-8 is one), and no leading '.'."""
+    if not name:
+        return f"{what} must not be empty"
+    if not name.isprintable() or any(c in name for c in "/\\?#: ") or name.startswith("."):
+        return f"bad {what} {name!r}: no '/', '\\', '?', '#', ':', spaces, control characters or leading '.'"
+    return None

@@ -1,11 +1,10 @@
 """Client commands of `dledger`: append, get, status, leadership-transfer (bench: see
 `dledger.cli.bench_cmd`).
 
-Every command takes `--peers/-p` and `--group/-g` (DLedger's names; also read from the
-environment as DLEDGER_PEERS and DLEDGER_GROUP) with defaults that reach the local
-3-member cluster `make run` starts, so `dledger append hello` just works. Errors are one
-line naming the DLedger code; exit status 0 = success, 1 = the operation failed (or its
-outcome is unknown), 2 = usage error, 130 = interrupted (see `dledger.cli.errors`).
+Every command takes `--peers/-p` and `--group/-g` (DLedger's names; also DLEDGER_PEERS
+and DLEDGER_GROUP) with defaults that reach the local 3-member cluster `make run` starts,
+so `dledger append hello` just works. Errors are one line naming the DLedger code; exit
+status 0 ok, 1 failed (or the outcome is unknown), 2 usage, 130 interrupted.
 
 Bodies are shown as text when they are printable UTF-8 (and do not start with
 `base64:`), else as `base64:` followed by the body in base64; `--json` gives `body`
@@ -34,6 +33,7 @@ from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.policy import ACCESS_STATUSES
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
+from dledger.config_bounds import name_problem
 from dledger.entry import MAGIC_RECORD, Entry
 from dledger.record import record_of
 
@@ -41,6 +41,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 BASE64_PREFIX = "base64:"
 """How a binary body starts when shown (`base64:AP8=` is the two bytes 00 ff)."""
+
+
+def _group_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A group the members could hold (`name_problem`: an empty one went out as it was)."""
+    if (problem := name_problem(value, "group")) is not None:
+        raise click.BadParameter(problem)
+    return value
 
 
 def client_options(fn: F) -> F:
@@ -62,6 +69,7 @@ def client_options(fn: F) -> F:
         show_default=True,
         envvar="DLEDGER_GROUP",
         show_envvar=True,
+        callback=_group_name,
         help="Raft group name.",
     )(fn)
     fn = click.option(
@@ -88,8 +96,7 @@ def open_client(peers: str, group: str, timeout_s: float, multiplex: bool = True
 
 
 def show_body(body: bytes) -> str:
-    """A body for humans: the text when it is printable UTF-8 (and does not itself start
-    with `base64:`), else `base64:` + the body in base64."""
+    """A body for humans: printable UTF-8 as text (unless it starts `base64:`), else `base64:` + base64."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dledger.bounded import read_bounded
+from dledger.config_bounds import name_problem
 from dledger.security.identity import ROLES, client_uri, member_uri, role_uri
 
 CA_CERT = "ca.crt"
@@ -54,8 +55,13 @@ class CertPlan:
         one of ROLES, a name used twice or a validity below one day."""
         names = [self.group, *self.members, *self.clients]
         for name in names:
-            if not name or any(c in name for c in "/\\?#: ") or name.startswith("."):
-                raise CertsError(f"bad name {name!r}: no '/', '\\', '?', '#', ':', spaces or leading '.'")
+            if (problem := name_problem(name)) is not None:
+                raise CertsError(problem)
+        for host in self.hosts:
+            if not _is_host(host):
+                raise CertsError(
+                    f"bad host {host!r}: neither an IP address nor a DNS name (letters, digits, '-', dots)"
+                )
         if not self.members:
             raise CertsError("no members")
         if len(set(self.members)) != len(self.members):
@@ -97,6 +103,28 @@ def _builder(subject: str, issuer: x509.Name, public_key: object, days: int) -> 
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=days))
+    )
+
+
+def _is_host(host: str) -> bool:
+    """An IP address, or a DNS name of labels of 1-63 letters, digits and '-' (not at a
+    label's ends; the last not all digits: `999.1.1.1`), at most 253 characters."""
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    labels = host.removesuffix(".").split(".")
+    return (
+        0 < len(host) <= 253
+        and not labels[-1].isdigit()
+        and all(
+            0 < len(label) <= 63
+            and label.isascii()
+            and label.replace("-", "").isalnum()
+            and label[0] != "-" != label[-1]
+            for label in labels
+        )
     )
 
 

@@ -231,3 +231,14 @@ def test_get_prints_large_counts_page_by_page_up_to_the_commit_index(fake: FakeC
     assert code == 0 and out.split() == [str(k) for k in range(1000, 2024)]
     code, out, err = run("get", "2500", "-c", "5", "-p", fake.peers)
     assert code == 1 and out == "" and err.startswith("error: INDEX_OUT_OF_RANGE (410)")
+
+
+@pytest.mark.parametrize(
+    ("group", "said"), [("", "group must not be empty"), ("a/b", "bad group 'a/b'"), ("\udcff", "bad group")]
+)
+def test_a_group_no_member_could_hold_is_a_usage_error(group: str, said: str) -> None:
+    """An empty group went out as it was (`status` titled `group `), one of bytes that
+    are not UTF-8 ended in `UnicodeEncodeError` with status 1, and `a/b` was served but
+    could not have a TLS certificate (helper D)."""
+    code, _, err = run("status", "-g", group, "-p", "n0-127.0.0.1:1")
+    assert code == 2 and said in err
