@@ -418,6 +418,8 @@ class DLedgerConfig:
         self._peer_map = parse_peers(self.peers)
         if (problem := name_problem(self.group, "group")) is not None:
             raise ConfigError(problem)
+        if not self.store_base_dir.strip():  # it meant the current directory
+            raise ConfigError("the store base dir must not be empty (give '.' for the current directory)")
         if self.self_id not in self._peer_map:
             raise ConfigError(f"self id {self.self_id!r} is not in peers {self.peers!r}")
         if self.initial_cluster_state not in ("new", "existing"):

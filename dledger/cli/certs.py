@@ -11,6 +11,7 @@ import click
 
 from dledger.cli.config_file import member_id_problem
 from dledger.cli.errors import GuardedCommand, GuardedGroup, fail
+from dledger.cli.param_types import NonEmptyPath
 from dledger.security.identity import ROLES
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -68,7 +69,7 @@ def certs() -> None:
 
 
 @certs.command("init", cls=GuardedCommand, context_settings=CONTEXT)
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=NonEmptyPath(file_okay=False, path_type=Path))
 @click.option("-g", "--group", default="default", show_default=True, help="Raft group the members belong to.")
 @click.option(
     "-m", "--members", default="3", show_default=True, help="Member ids (n0,n1,...) or a count (3 = n0,n1,n2)."
@@ -142,7 +143,7 @@ def init(
     "-f",
     "--file",
     "tokens_file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=NonEmptyPath(dir_okay=False, path_type=Path),
     required=True,
     help="The tokens file to add it to (created with mode 0600 when missing).",
 )

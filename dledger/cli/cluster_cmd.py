@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from dledger.cli.errors import EXIT_USAGE, GuardedCommand, fail
+from dledger.cli.param_types import NonEmptyPath
 from dledger.cli.server_cmds import build_config, load_config_file, server_command_line, store_options
 from dledger.cli.tls_options import refuse_plaintext
 from dledger.config import ConfigError, parse_address
@@ -31,7 +32,7 @@ started with them (so they win over the config file), unlike the options not giv
 @click.option(
     "-c",
     "--config-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=NonEmptyPath(exists=True, dir_okay=False, path_type=Path),
     help="YAML settings for every member (as `dledger server -c`); the options above win.",
 )
 @click.option(

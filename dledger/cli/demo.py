@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from dledger.cli.errors import GuardedCommand
+from dledger.cli.param_types import NonEmptyPath
 from dledger.embedded import open_log
 from dledger.entry import HEADER_SIZE, MAX_ENTRY_SIZE
 from dledger.store import StoreConfig
@@ -25,7 +26,7 @@ MAX_BODY = MAX_ENTRY_SIZE - HEADER_SIZE
     "directory",
     default=".dledger-data",
     show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="storeBaseDir; the log lives in DIR/dledger-demo.",
 )
 @click.option(

@@ -27,6 +27,7 @@ from dledger.cli.config_file import (
     size_option,
 )
 from dledger.cli.errors import GuardedCommand, fail, one_line
+from dledger.cli.param_types import NonEmptyPath
 from dledger.cli.tls_options import EXIT_USAGE, refuse_plaintext, server_tls_options
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError, DLedgerConfig, StoreConfig, member_store_config, parse_address
@@ -153,7 +154,7 @@ def server_command_line(args: list[str]) -> list[str]:
 @click.option(
     "-c",
     "--config-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=NonEmptyPath(exists=True, dir_okay=False, path_type=Path),
     help="YAML settings (DLedger 0.3 keys: group, selfId, peers, storeBaseDir...); options given here win.",
 )
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Serve Prometheus metrics on this port.")

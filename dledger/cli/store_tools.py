@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import click
 
 from dledger.cli.errors import GuardedCommand, fail, interrupted
+from dledger.cli.param_types import NonEmptyPath
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError
 from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
@@ -147,7 +148,7 @@ def _dump_records(files: list[Path], pos: int, size: int, body: bool, as_json: b
 
 @click.command("read-file", cls=GuardedCommand)
 @click.option(
-    "--dir", "-d", "directory", required=True, type=click.Path(path_type=Path), help="A data/ or index/ directory."
+    "--dir", "-d", "directory", required=True, type=NonEmptyPath(path_type=Path), help="A data/ or index/ directory."
 )
 @click.option("--pos", "-p", default=0, show_default=True, type=click.IntRange(min=0), help="Start position.")
 @click.option("--size", "-s", default=-1, show_default=True, type=click.IntRange(min=-1), help="Bytes (-1: all).")
@@ -379,7 +380,7 @@ def _repair(node: Path, config: Any, damage: CorruptStoreError, yes: bool, as_js
 
 
 @click.command(cls=GuardedCommand)
-@click.argument("node_dir", type=click.Path(path_type=Path))
+@click.argument("node_dir", type=NonEmptyPath(path_type=Path))
 @click.option(
     "--data-file-size",
     type=int,

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import click
 
+from dledger.cli.param_types import NonEmptyPath
 from dledger.codes import DLedgerError
 from dledger.security.probe import with_tls_hint
 from dledger.security.tls import ENV_CA, ENV_CERT, ENV_KEY, ENV_TOKEN, TlsConfig, TlsError, is_loopback
@@ -21,7 +22,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _META_KEY = "dledger.tls"
 _CLIENT_KEY = "dledger.client"
 _SETTINGS = f"--tls-cert, --tls-key and --tls-ca (or {ENV_CERT}, {ENV_KEY}, {ENV_CA})"
-_FILE = click.Path(dir_okay=False)
+_FILE = NonEmptyPath(dir_okay=False)
 
 EXIT_USAGE = 2
 

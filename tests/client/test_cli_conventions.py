@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 import click
@@ -242,3 +243,23 @@ def test_a_group_no_member_could_hold_is_a_usage_error(group: str, said: str) ->
     could not have a TLS certificate (helper D)."""
     code, _, err = run("status", "-g", group, "-p", "n0-127.0.0.1:1")
     assert code == 2 and said in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check", ""],
+        ["certs", "init", ""],
+        ["demo", "--dir", ""],
+        ["read-file", "-d", ""],
+        ["server", "-s", "", "-p", "n0-127.0.0.1:1"],
+        ["cluster", "-s", " "],
+    ],
+)
+def test_an_empty_path_is_a_usage_error(args: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """'' meant the current directory: `certs init ''` wrote private keys there, `demo
+    --dir ''` 176 MB, and `check ''` called a directory that holds no store healthy."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(*args)
+    assert code == 2 and "empty" in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written here
