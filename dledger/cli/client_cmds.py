@@ -35,12 +35,12 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
 from dledger.config_bounds import name_problem
 from dledger.entry import MAGIC_RECORD, Entry
+from dledger.raft.messages import MAX_TERM
 from dledger.record import record_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-BASE64_PREFIX = "base64:"
-"""How a binary body starts when shown (`base64:AP8=` is the two bytes 00 ff)."""
+BASE64_PREFIX = "base64:"  # how a binary body starts when shown (`base64:AP8=` is the two bytes 00 ff)
 
 
 def _group_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -468,7 +468,7 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
 @click.command("leadership-transfer", cls=GuardedCommand, context_settings=CONTEXT)
 @click.option("-t", "--to", "--transferee-id", "transferee_id", required=True, help="The member that should lead.")
 @click.option("-l", "--leader", help="The current leader's id (checked when given: another leader refuses).")
-@click.option("--term", type=click.IntRange(1, INT64_MAX), help="The current leader's term (checked when given).")
+@click.option("--term", type=click.IntRange(1, MAX_TERM), help="The current leader's term (checked when given).")
 @click.option("--json", "as_json", is_flag=True, help="Print the new leader and term as JSON.")
 @client_options
 def leadership_transfer(

@@ -263,3 +263,9 @@ def test_an_empty_path_is_a_usage_error(args: list[str], tmp_path: Path, monkeyp
     code, _, err = run(*args)
     assert code == 2 and "empty" in err, err
     assert list(tmp_path.iterdir()) == []  # nothing written here
+
+
+def test_a_term_past_max_term_is_a_usage_error() -> None:
+    """`--term` advertised int64's range, which the members answered with a failure."""
+    code, _, err = run("leadership-transfer", "-t", "n1", "--term", str((1 << 62) + 1), "-p", "n0-127.0.0.1:1")
+    assert code == 2 and "4611686018427387904" in err
