@@ -9,6 +9,7 @@ PKI issues certificates with the same SAN URIs instead.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import os
@@ -199,6 +200,10 @@ def write_dev_certs(directory: Path, plan: CertPlan, *, force: bool = False) -> 
         directory.mkdir(parents=True, exist_ok=True)
         return _write_all(directory, plan)
     except OSError as exc:
+        for name in plan.files():  # nothing half-written that was not there before (an empty ca.crt
+            if name not in existing:  # after a full disk made a corrected rerun need --force)
+                with contextlib.suppress(OSError):
+                    (directory / name).unlink()
         raise CertsError(f"cannot write certificates to {directory}: {exc}") from exc
 
 

@@ -167,6 +167,17 @@ def test_bad_cert_plans(tmp_path: Path, plan: CertPlan, message: str) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_certs_that_cannot_all_be_written_leave_none_behind(tmp_path: Path) -> None:
+    """A full disk left an empty ca.crt, and the corrected rerun then needed --force."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "n0.key").symlink_to(tmp_path / "missing" / "n0.key")  # its write fails, after the CA's
+    with pytest.raises(CertsError, match="cannot write certificates"):
+        write_dev_certs(out, CertPlan("g", ("n0",)))
+    assert list(out.iterdir()) == []
+    write_dev_certs(out, CertPlan("g", ("n0",)))  # the rerun needs no --force
+
+
 def test_issue_member_cert_needs_the_ca(tmp_path: Path) -> None:
     with pytest.raises(CertsError, match="cannot read the CA"):
         issue_member_cert(tmp_path, "g", "n3")
