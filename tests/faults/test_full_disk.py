@@ -38,15 +38,21 @@ def fill_disk(node_dir: Path) -> Path:
     return link
 
 
+def store_on_a_full_disk(node_dir: Path, bodies: list[bytes]) -> tuple[MmapLogStore, Path]:
+    """A store holding `bodies`, flushed and checkpointed, then its disk full (the link
+    to remove when space is back)."""
+    store = MmapLogStore.open(node_dir, CONFIG)
+    store.term = 1
+    store.append_many(bodies)
+    store._flush_once()
+    return store, fill_disk(node_dir)
+
+
 def test_a_checkpoint_the_disk_has_no_room_for_does_not_fail_the_store(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     node_dir = tmp_path / "dledger-n0"
-    store = MmapLogStore.open(node_dir, CONFIG)
-    store.term = 1
-    store.append_many([b"before"] * 5)
-    store._flush_once()
-    link = fill_disk(node_dir)
+    store, link = store_on_a_full_disk(node_dir, [b"before"] * 5)
     with caplog.at_level(logging.WARNING, logger="dledger.store.flusher"):
         for _ in range(3):
             store.append(b"during")
@@ -66,11 +72,7 @@ def test_a_checkpoint_the_disk_has_no_room_for_does_not_fail_the_store(
 
 def test_a_store_closes_on_a_full_disk_and_reopens_with_every_entry(tmp_path: Path) -> None:
     node_dir = tmp_path / "dledger-n0"
-    store = MmapLogStore.open(node_dir, CONFIG)
-    store.term = 1
-    store.append_many([b"kept"] * 3)
-    store._flush_once()
-    link = fill_disk(node_dir)
+    store, link = store_on_a_full_disk(node_dir, [b"kept"] * 3)
     store.append(b"after")
     store.close()  # the data is flushed; the checkpoint is not written, and close goes on
     link.unlink()
