@@ -13,6 +13,7 @@ import errno
 import logging
 import mmap
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,11 @@ class SegmentList:
             fd = -1
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 path.unlink(missing_ok=True)
-                raise DLedgerError(ResponseCode.DISK_FULL, f"no space to create segment {path}") from exc
+                free = shutil.disk_usage(path.parent).free
+                raise DLedgerError(
+                    ResponseCode.DISK_FULL,
+                    f"no space to create segment {path}: it needs {self.file_size:,} bytes, {free:,} are free",
+                ) from exc
             raise DLedgerError(ResponseCode.DISK_ERROR, f"cannot preallocate {path}: {exc}") from exc
         finally:
             if fd >= 0:

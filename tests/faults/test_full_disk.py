@@ -149,3 +149,15 @@ with MmapLogStore.open(sys.argv[1], config) as store:
     assert store.get(151).body == b"e" * 1000
     print(store.begin_index, store.end_index)
 """
+
+
+def test_a_segment_the_disk_has_no_room_for_says_how_much_it_needs(small_tmpfs: Path) -> None:
+    """`df` showed 40 MiB free beside `no space to create segment ...` (the index
+    segment needed 160 MiB): the message now says both."""
+    config = StoreConfig(data_file_size=4 << 20, index_file_size=64 << 10, warm_ahead_bytes=0)
+    with MmapLogStore.open(small_tmpfs / "dledger-n0", config) as store:
+        store.term = 1
+        with pytest.raises(DLedgerError) as err:
+            store.append(b"x")
+    assert err.value.code == ResponseCode.DISK_FULL
+    assert "it needs 4,194,304 bytes, " in str(err.value) and " are free" in str(err.value)
