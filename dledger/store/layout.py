@@ -132,8 +132,9 @@ def keep_store_sizes(
         index_size = config.index_file_size
     sized = replace(config, data_file_size=data_size, index_file_size=index_size)
     if sized != config:
-        sizes = sized.data_file_size, sized.index_file_size
-        logging.getLogger(__name__).info("%s keeps its segment sizes: %d data, %d index bytes", node_dir, *sizes)
+        found = max(data_sizes, default=0)
+        data = f"{data_size} data" + ("" if found in (0, data_size) else f" (its lone {found}-byte one extended)")
+        logging.getLogger(__name__).info("%s keeps its segment sizes: %s, %d index bytes", node_dir, data, index_size)
     return sized
 
 

@@ -4,6 +4,7 @@ an existing log keeps its own segment sizes."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def test_an_existing_log_keeps_its_segment_sizes_whatever_a_config_says(
         assert (log.config.data_file_size, log.config.index_file_size) == (1 << 16, 32 * 1024)
 
 
-def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
+def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A lone index file cut short (not a whole number of 32-byte units) or a data file cut
     below any size a store is made with: the configured sizes stand (recovery extends or
     rebuilds that file). A member takes no lone data segment shorter than its configured
@@ -86,6 +87,11 @@ def test_a_damaged_lone_segment_does_not_set_the_sizes(tmp_path: Path) -> None:
     assert keep_store_sizes(tmp_path / "log", small).data_file_size == 1 << 15
     member = keep_store_sizes(tmp_path / "log", small, trust_lone_data=False)
     assert member.data_file_size == 1 << 16  # a member: it may be cut (helper A: it never caught up)
+    with index.open("r+b") as f:
+        f.truncate(32 * 1024)  # whole again: its size is kept, and the member's sizes are logged
+    with caplog.at_level(logging.INFO, logger="dledger.store.layout"):  # the log says so (helper D)
+        keep_store_sizes(tmp_path / "log", replace(small, index_file_size=64 * 1024), trust_lone_data=False)
+    assert f"keeps its segment sizes: {1 << 16} data (its lone {1 << 15}-byte one extended)" in caplog.text
     smaller = replace(small, data_file_size=1 << 14)
     assert keep_store_sizes(tmp_path / "log", smaller, trust_lone_data=False).data_file_size == 1 << 15
     data.with_name(f"{1 << 15:020d}").write_bytes(bytes(1 << 15))  # two segments of 32 KiB: that store's size
