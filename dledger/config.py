@@ -452,7 +452,8 @@ class DLedgerConfig:
         if self.client_address:
             if not self.tls_enabled:
                 raise ConfigError("a client port (bearer tokens) needs TLS: set tls_cert, tls_key and tls_ca")
-            parse_address(self.client_address)
+            if parse_address(self.client_address)[1] == parse_address(self._peer_map[self.self_id])[1]:
+                raise ConfigError(f"client_address {self.client_address} has this member's own port: give another")
 
     @property
     def tls_enabled(self) -> bool:

@@ -160,6 +160,9 @@ def test_a_client_port_needs_tls_and_a_tokens_file(tmp_path: Path) -> None:
         DLedgerConfig(**base, client_address="127.0.0.1:20912", tokens_file=str(tmp_path / "t"))
     with pytest.raises(ValueError, match="only sent over TLS"):
         DLedgerClient("n0-127.0.0.1:20911", token="t")
+    tls = {"tls_cert": "c", "tls_key": "k", "tls_ca": "a", "tokens_file": str(tmp_path / "t")}
+    with pytest.raises(ConfigError, match="has this member's own port"):  # was "port already in use"
+        DLedgerConfig(**base, **tls, client_address="127.0.0.1:20911")
 
 
 # -- members serving a client port
