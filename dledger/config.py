@@ -302,7 +302,7 @@ class DLedgerConfig:
 
     # election
     heart_beat_time_interval_ms: int = field(
-        default=2000, metadata={"yaml": ("heartBeatTimeIntervalMs", "heartbeatMs")}
+        default=2000, metadata={"yaml": ("heartBeatTimeIntervalMs", "heartbeatMs"), "cli": "--heartbeat-ms"}
     )
     max_heart_beat_leak: int = 3
     min_vote_interval_ms: int = 300
@@ -340,7 +340,9 @@ class DLedgerConfig:
     max_wait_ack_time_ms: int = 2500
     max_push_timeout_ms: int = field(default=1000, metadata={"yaml": "maxPushTimeOutMs"})
     # bytes per second, catch-up traffic only
-    peer_push_quota: int = field(default=20 * MIB, metadata={"yaml": ("peerPushQuota", "peerPushQuotas")})
+    peer_push_quota: int = field(
+        default=20 * MIB, metadata={"yaml": ("peerPushQuota", "peerPushQuotas"), "cli": "--peer-push-quotas"}
+    )
     peer_push_throttle_point: int = 300 * MIB
     peer_push_throttle_lag_entries: int = 1000
     max_push_batch_bytes: int = 4 * MIB + 64 * 1024

@@ -83,10 +83,10 @@ def _option_names(message: str, options: dict[str, Any], file_settings: dict[str
     for field in (*dataclasses.fields(StoreConfig), *dataclasses.fields(DLedgerConfig)):
         if "_" not in field.name or not re.search(rf"\b{field.name}\b", message):
             continue  # a one-word name (group, peers) may be a word of the message
-        yaml = field.metadata.get("yaml")
+        yaml = field.metadata.get("yaml") or re.sub(r"_(\w)", lambda m: m.group(1).upper(), field.name)
         said: str | None = field.metadata.get("cli") or flags.get(field.name)
-        if options.get(field.name) is None and field.name in file_settings and isinstance(yaml, str):
-            said = yaml
+        if options.get(field.name) is None and field.name in file_settings:
+            said = yaml if isinstance(yaml, str) else yaml[0]  # DLedger's name of it
         if said:
             message = re.sub(rf"\b{field.name}\b", said, message)
     return message

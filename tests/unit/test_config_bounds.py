@@ -128,7 +128,11 @@ def test_switch_words_and_whole_floats_in_a_file(text: str, expected: bool, tmp_
 def test_a_range_error_from_a_file_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("commitPushIntervalMs: -1\n")
-    with pytest.raises(click.UsageError, match=r"commit_push_interval_ms must be in \[1, 2,147,483,647\], not -1"):
+    # named as the file names it, not by the Python field (helper D)
+    with pytest.raises(click.UsageError, match=r"^commitPushIntervalMs must be in \[1, 2,147,483,647\], not -1"):
+        build_config(load_config_file(path), {})
+    path.write_text("heartbeatMs: 0\n")  # one of a setting's DLedger names: the first is said
+    with pytest.raises(click.UsageError, match=r"^heartBeatTimeIntervalMs must be in"):
         build_config(load_config_file(path), {})
 
 
