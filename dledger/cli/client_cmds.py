@@ -28,9 +28,8 @@ from dledger.cli.errors import INT64_MAX, FiniteFloatRange, GuardedCommand, fail
 from dledger.cli.progress import progress
 from dledger.cli.record_opts import record_batches, record_json, record_line, record_options, record_spec
 from dledger.cli.tls_options import client_tls, client_tls_options, client_token, remember_client
-from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient, NodeMetadata
+from dledger.client import DEFAULT_GROUP, DEFAULT_PEERS, DLedgerClient
 from dledger.client.interrupts import DeferredCtrlC
-from dledger.client.policy import ACCESS_STATUSES
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import ConfigError
 from dledger.config_bounds import name_problem
@@ -351,117 +350,6 @@ def get(
             interrupted(f"{show.shown} entries shown")
 
 
-# -------------------------------------------------------------------------- status
-
-
-def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
-    """One dict per member with its lag behind the leader's ledger end (None when no
-    leader answered)."""
-    leaders = [m for m in members if m.reachable and m.role == "LEADER"]
-    leader = max(leaders, key=lambda m: m.term) if leaders else None
-    rows = []
-    for m in members:
-        lag = leader.end_index - m.end_index if (leader is not None and m.reachable and m.error is None) else None
-        rows.append(
-            {
-                "id": m.node_id,
-                "address": m.address,
-                "reachable": m.reachable,
-                "role": m.role if m.reachable else "REFUSED" if _refused(m.error) else "UNREACHABLE",
-                "term": m.term,
-                "leader": m.leader_id,
-                "begin_index": m.begin_index,
-                "end_index": m.end_index,
-                "committed_index": m.committed_index,
-                "applied_index": m.applied_index,
-                "snapshot_index": m.snapshot_index if m.reachable else -1,
-                "vote_hold": m.vote_hold if m.reachable else "",
-                "lag": lag,
-                "error": m.error,
-            }
-        )
-    return rows
-
-
-def _refused(error: str | None) -> bool:
-    """Whether a member that gave no status refused this client (its credentials or role)
-    rather than not answering."""
-    return error is not None and error.split(":", 1)[0] in ACCESS_STATUSES  # "<gRPC status>: <details>"
-
-
-@click.command(cls=GuardedCommand, context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON list instead of a table.")
-@client_options
-def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
-    """Show every member: role, term, log range, commit index and lag behind the leader.
-
-    Members that do not answer are shown as UNREACHABLE, members that refuse this
-    client's credentials as REFUSED (with why). The exit status is 0 only when
-    every member answered and a leader is known; else the table (or JSON) is still
-    printed and the exit status is 1, with one line saying why.
-    """
-    with open_client(peers, group, timeout_s) as client:
-        rows = status_rows(client.status())
-    if as_json:
-        click.echo(json.dumps(rows))
-    else:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"group {group}")
-        for name, key in (("id", "id"), ("address", "address"), ("role", "role")):
-            width = max(len(name), *(len(str(r[key])) for r in rows))
-            table.add_column(name, no_wrap=True, min_width=width)
-        numbers = ["term", "begin_index", "end_index", "committed_index", "applied_index", "snapshot_index", "lag"]
-        if all(r["applied_index"] in (-1, None) for r in rows):
-            numbers.remove("applied_index")  # no state machine anywhere
-        if all(r["snapshot_index"] in (-1, None) for r in rows):
-            numbers.remove("snapshot_index")  # no snapshot anywhere
-        for key in numbers:
-            table.add_column(key.removesuffix("_index"), justify="right", no_wrap=True)
-        style = {
-            "LEADER": "bold green",
-            "FOLLOWER": "cyan",
-            "CANDIDATE": "yellow",
-            "UNREACHABLE": "red",
-            "REFUSED": "red",
-        }
-        for r in rows:
-            cells = ["" if not r["reachable"] or r[key] is None else str(r[key]) for key in numbers]
-            role = f"[{style[r['role']]}]{r['role']}[/]" if r["role"] in style else r["role"]
-            if r["vote_hold"]:
-                role += f" (holds vote: {r['vote_hold']})"
-            table.add_row(r["id"], r["address"], role, *cells)
-        Console(width=None if sys.stdout.isatty() else 120).print(table)
-        for r in rows:
-            if r["error"]:
-                click.echo(f"{r['id']}: {' '.join(r['error'].split())}")
-    if rows and all(r["role"] == "REFUSED" for r in rows):
-        fail(f"every member refused this client: {' '.join(str(rows[0]['error']).split())}")
-    if not any(r["reachable"] for r in rows):
-        raise DLedgerError(ResponseCode.NETWORK_ERROR, "no member answered")  # the guard adds a TLS hint if one fits
-    problem = status_problem(rows)
-    if problem:
-        fail(problem)
-
-
-def status_problem(rows: list[dict[str, Any]]) -> str | None:
-    """Why `status` exits 1 when some member answered (None: every member answered and
-    a leader is known); `status` itself reports that none did."""
-    down = [r for r in rows if not r["reachable"]]
-    said = []  # "n1 unreachable", "n2 refused"
-    for kind, what in (("UNREACHABLE", "unreachable"), ("REFUSED", "refused")):
-        ids = [r["id"] for r in down if r["role"] == kind]
-        if ids:
-            said.append(f"{', '.join(ids)} {what}")
-    why = ", ".join(said)
-    if not any(r["role"] == "LEADER" for r in rows):
-        return f"no leader: no member that answered is leading{f' ({why})' if why else ''}"
-    if down:
-        return f"{why}: {len(rows) - len(down)} of {len(rows)} members answered"
-    return None
-
-
 # ------------------------------------------------------------- leadership-transfer
 
 
@@ -497,4 +385,4 @@ def leadership_transfer(
         click.echo(f"{transferee_id} leads now (term {new_term})")
 
 
-__all__ = ["CONTEXT", "MAX_BODY", "append", "client_options", "get", "leadership_transfer", "open_client", "status"]
+__all__ = ["CONTEXT", "MAX_BODY", "append", "client_options", "get", "leadership_transfer", "open_client"]

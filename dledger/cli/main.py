@@ -9,13 +9,14 @@ import click
 from dledger import __version__
 from dledger.cli.bench_cmd import bench
 from dledger.cli.certs import certs
-from dledger.cli.client_cmds import append, get, leadership_transfer, status
+from dledger.cli.client_cmds import append, get, leadership_transfer
 from dledger.cli.cluster_cmd import cluster
 from dledger.cli.demo import demo
 from dledger.cli.errors import GuardedGroup
 from dledger.cli.kv_cmd import kv
 from dledger.cli.query_cmd import query
 from dledger.cli.server_cmds import server
+from dledger.cli.status_cmd import status
 from dledger.cli.store_tools import check, read_file
 
 
