@@ -23,6 +23,7 @@ class NodeStatus:
         snapshot_index: lastIncludedIndex of the member's newest snapshot (-1: none).
         producers: idempotent producers in the member's committed producer table (the
             leader refuses new ones at `max_producers`).
+        store_health: "" while the member's store takes writes, else why not.
     """
 
     group: str
@@ -40,3 +41,4 @@ class NodeStatus:
     vote_hold: str = ""
     snapshot_index: int = -1
     producers: int = 0
+    store_health: str = ""

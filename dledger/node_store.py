@@ -293,4 +293,5 @@ def collect_status(core: RaftCore, store: LogStore, peers: dict[str, str], appli
         peer_match={peer: marks.get(peer, -1) for peer in member.peer_ids} if leading else {},
         vote_hold=core.elector.vote_hold.state,
         snapshot_index=snapshot,
+        store_health=store.health,
     )

@@ -39,6 +39,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "applied_index": m.applied_index,
                 "snapshot_index": m.snapshot_index if m.reachable else -1,
                 "vote_hold": m.vote_hold if m.reachable else "",
+                "store": m.store_health if m.reachable else "",
                 "lag": lag,
                 "error": m.error,
             }
@@ -60,8 +61,9 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
 
     Members that do not answer are shown as UNREACHABLE, members that refuse this
     client's credentials as REFUSED (with why). The exit status is 0 only when
-    every member answered and a leader is known; else the table (or JSON) is still
-    printed and the exit status is 1, with one line saying why.
+    every member answered, a leader is known and every member's store takes writes
+    (not a full disk, not failed after an I/O error); else the table (or JSON) is
+    still printed and the exit status is 1, with one line saying why.
     """
     with open_client(peers, group, timeout_s) as client:
         rows = status_rows(client.status())
@@ -94,11 +96,13 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
             role = f"[{style[r['role']]}]{r['role']}[/]" if r["role"] in style else r["role"]
             if r["vote_hold"]:
                 role += f" (holds vote: {r['vote_hold']})"
+            if r["store"]:
+                role += " [red](store takes no write)[/]"
             table.add_row(r["id"], r["address"], role, *cells)
         Console(width=None if sys.stdout.isatty() else 120).print(table)
         for r in rows:
-            if r["error"]:
-                click.echo(f"{r['id']}: {' '.join(r['error'].split())}")
+            if r["error"] or r["store"]:
+                click.echo(f"{r['id']}: {' '.join((r['error'] or 'store ' + r['store']).split())}")
     if rows and all(r["role"] == "REFUSED" for r in rows):
         fail(f"every member refused this client: {' '.join(str(rows[0]['error']).split())}")
     if not any(r["reachable"] for r in rows):
@@ -122,4 +126,7 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
         return f"no leader: no member that answered is leading{f' ({why})' if why else ''}"
     if down:
         return f"{why}: {len(rows) - len(down)} of {len(rows)} members answered"
+    failing = [f"{r['id']} ({r['store'].split(':')[0]})" for r in rows if r["store"]]
+    if failing:
+        return f"the store of {', '.join(failing)} takes no write"
     return None

@@ -111,6 +111,7 @@ class NodeMetadata:
         begin_index, end_index, end_term, committed_index, applied_index: its log.
         peers: {id: address} of the group; members: per-member role and match index.
         vote_hold: why the member holds its vote ("" when it does not).
+        store_health: why the member's store takes no write ("" when it does).
     """
 
     node_id: str
@@ -128,6 +129,7 @@ class NodeMetadata:
     committed_index: int = -1
     applied_index: int = -1
     vote_hold: str = ""
+    store_health: str = ""
     peers: dict[str, str] = field(default_factory=dict)
     members: tuple[MemberInfo, ...] = ()
 
@@ -186,6 +188,7 @@ def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
         committed_index=message.committed_index,
         applied_index=message.applied_index,
         vote_hold=message.vote_hold,
+        store_health=message.store_health,
         peers=dict(message.peers),
         members=members,
     )

@@ -31,6 +31,11 @@ class LogStore(Protocol):
     None. A leader whose store failed hands leadership over (`dledger.raft.transfer`)."""
 
     @property
+    def health(self) -> str:
+        """ "" while the store takes writes, else why not (`dledger status` shows it)."""
+        ...
+
+    @property
     def begin_index(self) -> int:
         """First live index, or -1 when the log is empty."""
         ...

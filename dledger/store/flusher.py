@@ -146,6 +146,16 @@ class Durability:
             self._checkpoint_failing = None
         return True
 
+    @property
+    def health(self) -> str:
+        """ "" while the store takes writes, else why not: `disk full` (appends get
+        DISK_FULL until space comes back) or `failed: <error>` (until it is reopened)."""
+        if self.failure is not None or self.state == impl.STATE_DISK_ERROR:
+            return f"failed: {self.failure}"
+        if self.state == impl.STATE_DISK_FULL:
+            return "disk full: appends refused until space comes back"
+        return ""
+
     # -- data
 
     @property

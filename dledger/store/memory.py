@@ -36,6 +36,11 @@ class MemoryLogStore:
         self._lock = threading.Lock()
 
     @property
+    def health(self) -> str:
+        """ "": a store in memory always takes writes."""
+        return ""
+
+    @property
     def begin_index(self) -> int:
         return self._before_begin_index + 1 if self._encoded else -1
 

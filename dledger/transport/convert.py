@@ -379,6 +379,8 @@ class StatusLike(Protocol):
     def vote_hold(self) -> str: ...
     @property
     def snapshot_index(self) -> int: ...
+    @property
+    def store_health(self) -> str: ...
 
 
 def _member_role(status: StatusLike, member_id: str) -> str:
@@ -416,4 +418,5 @@ def status_to_metadata(status: StatusLike, out: Any | None = None) -> Any:
     out.committed_index = status.committed_index
     out.applied_index = status.applied_index
     out.vote_hold = status.vote_hold
+    out.store_health = status.store_health
     return out

@@ -125,6 +125,18 @@ def test_status_shows_a_member_that_holds_its_vote(fake: FakeCluster) -> None:
     assert (rows["n2"]["vote_hold"], rows["n0"]["vote_hold"]) == ("rejoin", "")
 
 
+def test_status_shows_a_member_whose_store_takes_no_write(fake: FakeCluster) -> None:
+    """A member whose store failed (or whose disk is full) showed as healthy, with
+    status exit 0, while every write to it failed (helper C)."""
+    fake["n1"].store_health = "failed: [Errno 5] Input/output error"
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: the store of n1 (failed) takes no write\n"
+    assert "store takes no write" in out and "n1: store failed: [Errno 5] Input/output error" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert (rows["n1"]["store"], rows["n0"]["store"]) == ("failed: [Errno 5] Input/output error", "")
+
+
 def test_status_shows_each_members_last_snapshot_index(fake: FakeCluster) -> None:
     code, out, _ = run(fake, "status")
     assert code == 0 and "snapshot" not in out  # no snapshot anywhere: no column

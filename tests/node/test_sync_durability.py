@@ -196,6 +196,7 @@ def test_a_failed_leader_flush_leaves_the_outcome_to_the_followers(sync_group: A
         leader.append([b"refused"])
     assert info.value.code in (ResponseCode.DISK_ERROR, ResponseCode.LEADER_TRANSFERRING, ResponseCode.NOT_LEADER)
     assert leader.store.end_index == index
+    assert leader.status().store_health == "failed: [Errno 5] Input/output error"  # what status shows
     # ... and hands leadership to a follower, which takes writes again
     wait_until(lambda: any(f.is_leader for f in followers), what="a follower leading")
     new = next(f for f in followers if f.is_leader)

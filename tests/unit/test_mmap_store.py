@@ -187,9 +187,10 @@ def test_disk_full_ratio_refuses_appends_until_space_returns(tmp_path: Path) -> 
         store.append(b"b")
     assert info.value.code == ResponseCode.DISK_FULL
     assert store.end_index == 0
+    assert store.health == "disk full: appends refused until space comes back"  # what status shows
     store.cleaner.usage = lambda path: 0.50
     store.cleaner.run_once()
-    assert store.append(b"b") == 1
+    assert store.append(b"b") == 1 and store.health == ""
     store.close()
 
 
