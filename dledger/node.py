@@ -184,7 +184,7 @@ class DLedgerNode:
         for thread in self._store_threads:
             thread.stop()
         self.store.close()
-        if self._abort_marker is not None:
+        if self._abort_marker is not None and self.store.failure is None:  # a failed store: unclean
             self._abort_marker.clear()
 
     def __enter__(self) -> DLedgerNode:

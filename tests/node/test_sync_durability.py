@@ -201,3 +201,6 @@ def test_a_failed_leader_flush_leaves_the_outcome_to_the_followers(sync_group: A
     wait_until(lambda: any(f.is_leader for f in followers), what="a follower leading")
     new = next(f for f in followers if f.is_leader)
     assert new.get(new.append([b"after"]).result(15))[0].body == b"after"
+    node_dir = leader.store.node_dir
+    leader.shutdown()  # what it had not flushed is not durable: its next start is unclean
+    assert node_dir is not None and (node_dir / "abort").exists()
