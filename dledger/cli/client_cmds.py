@@ -235,15 +235,24 @@ def append(
     if tally.appended == 0:
         fail("nothing to append: stdin was empty")
     first, last = tally.first, tally.last
-    if as_json:
-        contiguous = last - first + 1 == tally.appended  # false when other writers' entries came in between
-        click.echo(
-            json.dumps({"first_index": first, "last_index": last, "count": tally.appended, "contiguous": contiguous})
-        )
-    elif tally.appended == 1:
-        click.echo(f"appended at index {first}")
+    if tally.appended == 1:
+        said = f"appended at index {first}"
     else:
-        click.echo(f"appended {tally.appended} entries {indexes_text(tally.appended, first, last)}")
+        said = f"appended {tally.appended} entries {indexes_text(tally.appended, first, last)}"
+    contiguous = last - first + 1 == tally.appended  # false when other writers' entries came in between
+    try:
+        if as_json:
+            click.echo(
+                json.dumps(
+                    {"first_index": first, "last_index": last, "count": tally.appended, "contiguous": contiguous}
+                )
+            )
+        else:
+            click.echo(said)
+    except OSError as exc:  # stdout: the entries are in (a retry would append them twice)
+        if isinstance(exc, BrokenPipeError):
+            raise
+        fail(f"{said}, but cannot write that out: {exc.strerror or exc}")
 
 
 # ----------------------------------------------------------------------------- get

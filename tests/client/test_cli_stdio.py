@@ -75,3 +75,11 @@ def test_help_written_to_a_full_disk_is_one_line(args: list[str]) -> None:
             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
         )
     assert (done.returncode, done.stderr.decode()) == (1, "error: No space left on device\n")
+
+
+def test_an_append_whose_result_cannot_be_written_says_it_appended(fake: FakeCluster) -> None:
+    """It said only `No space left on device`, which read as the members' disk being
+    full, and a retry appended the entry twice (helper D)."""
+    code, _, err = cli("append", "x", "-p", fake.peers, redirect=">/dev/full")
+    assert (code, err) == (1, "error: appended at index 0, but cannot write that out: No space left on device\n")
+    assert fake.log.bodies == [b"x"]
