@@ -420,6 +420,9 @@ class DLedgerConfig:
         self._peer_map = parse_peers(self.peers)
         if (problem := name_problem(self.group, "group")) is not None:
             raise ConfigError(problem)
+        for unsupported in ("data_store_path", "read_only_data_store_dirs"):  # were taken and ignored
+            if getattr(self, unsupported):
+                raise ConfigError(f"{unsupported} (DLedger's multi-path storage) is not supported: use store_base_dir")
         if not self.store_base_dir.strip():  # it meant the current directory
             raise ConfigError("the store base dir must not be empty (give '.' for the current directory)")
         if self.self_id not in self._peer_map:
@@ -486,13 +489,3 @@ class DLedgerConfig:
     def default_path(self) -> str:
         """`<store_base_dir>/dledger-<self_id>`."""
         return os.path.join(self.store_base_dir, f"dledger-{self.self_id}")
-
-    @property
-    def data_path(self) -> str:
-        """The data segment directory."""
-        return self.data_store_path or os.path.join(self.default_path, "data")
-
-    @property
-    def index_path(self) -> str:
-        """The index segment directory."""
-        return os.path.join(self.default_path, "index")

@@ -140,7 +140,7 @@ def server_command_line(args: list[str]) -> list[str]:
 @click.option(
     "-s", "--store-base-dir", help="Where the log lives: DIR/dledger-<id>/{data,index}.  [default: /tmp/dledgerstore]"
 )
-@click.option("--read-only-data-store-dirs", help="Extra read-only data directories (DLedger multi-path).")
+@click.option("--read-only-data-store-dirs", help="DLedger's multi-path storage: not supported (refused when given).")
 @click.option(
     "--peer-push-throttle-point",
     callback=size_option,

@@ -149,3 +149,10 @@ def test_a_files_stream_slots_become_the_members_service_limits(tmp_path: Path) 
     path.write_text("maxReadStreams: 57\n")
     with pytest.raises(click.UsageError, match=r"maxReadStreams must be in \[1, 56\], not 57"):
         build_config(load_config_file(path), {})
+
+
+@pytest.mark.parametrize("setting", ["data_store_path", "read_only_data_store_dirs"])
+def test_dledgers_multi_path_settings_are_refused_not_ignored(tmp_path: Path, setting: str) -> None:
+    """They were taken and ignored: the data went to the store base dir all the same."""
+    with pytest.raises(ConfigError, match="multi-path storage\\) is not supported"):
+        DLedgerConfig(self_id="n0", peers="n0-127.0.0.1:20911", store_base_dir=str(tmp_path), **{setting: "/data2"})
