@@ -234,6 +234,12 @@ def append(
             interrupted(tally.report())
     if tally.appended == 0:
         fail("nothing to append: stdin was empty")
+    _say_appended(tally, as_json)
+
+
+def _say_appended(tally: AppendTally, as_json: bool) -> None:
+    """Where the entries went (`--json`: one object). When stdout cannot take it (a full
+    disk) the error says the entries are in: a retry would append them twice."""
     first, last = tally.first, tally.last
     if tally.appended == 1:
         said = f"appended at index {first}"

@@ -150,9 +150,9 @@ DLEDGER_YAML_KEYS: dict[str, tuple[str, object, object]] = {
     "selfId": ("self_id", "n1", "n1"),
     "peers": ("peers", "n0-h:1;n1-h:2", "n0-h:1;n1-h:2"),
     "storeBaseDir": ("store_base_dir", "/data", "/data"),
-    "readOnlyDataStoreDirs": ("read_only_data_store_dirs", "/ro", "/ro"),
+    "readOnlyDataStoreDirs": ("read_only_data_store_dirs", "", ""),  # empty only: multi-path is refused
     "storeType": ("store_type", "MEMORY", "MEMORY"),
-    "dataStorePath": ("data_store_path", "/d", "/d"),
+    "dataStorePath": ("data_store_path", "", ""),
     "peerPushThrottlePoint": ("peer_push_throttle_point", "100MiB", 100 << 20),
     "peerPushQuota": ("peer_push_quota", 1048576, 1048576),
     "maxPendingRequestsNum": ("max_pending_requests_num", 50, 50),
