@@ -28,7 +28,13 @@ from dledger.client import DLedgerClient
     help="Bodies per request (batch; fewer when they would exceed 16 MiB) or per producer batch (stream).",
 )
 @click.option("-d", "--duration", type=FiniteFloatRange(0.1, 1e7), default=10.0, show_default=True, help="Seconds.")
-@click.option("--rate", type=FiniteFloatRange(0, 1e12), default=0.0, help="Offered entries/s in total (0: no cap).")
+@click.option(
+    "--rate",
+    type=FiniteFloatRange(0, 1e12),
+    default=0.0,
+    help="Offered entries/s in total (0: no cap), paced per request: every thread sends at least one request, "
+    "so a run offers at least --concurrency x --batch-size entries.",
+)
 @click.option(
     "--linger-ms", type=click.IntRange(0, 3_600_000), default=2, show_default=True, help="Producer linger (stream)."
 )
