@@ -437,7 +437,8 @@ def check(
             _inspect(store, node, report)
         _inspect_snapshots(node, report)
     except DLedgerError as exc:
-        hint = "" if repair or not isinstance(exc, CorruptStoreError) else " (see `dledger check --repair`)"
+        said = repair or not isinstance(exc, CorruptStoreError) or "check --repair" in exc.message  # once
+        hint = "" if said else " (see `dledger check --repair`)"
         _fail(exc.message + hint, as_json, store=str(node))
     except OSError as exc:
         _fail(f"cannot read {exc.filename or node}: {exc.strerror or exc}", as_json, store=str(node))

@@ -123,6 +123,8 @@ class SegmentList:
                 raise CorruptStoreError(
                     str(path), 0, f"segment gap: expected {offset_to_name(self.table.end_offset)} before it"
                 )
+            if not path.is_file():  # a directory or a device by that name: no segment
+                raise CorruptStoreError(str(path), 0, "is not a regular file")
             size = path.stat().st_size
             if size != self.file_size:
                 if size < self.file_size and k == len(segments) - 1 and not self.read_only:

@@ -257,3 +257,18 @@ def test_read_file_marks_a_truncated_body(store: Path, tmp_path: Path) -> None:
     lines = [json.loads(line) for line in run("read-file", "-d", str(cut), "-b", "--json").stdout.splitlines()]
     entries = [r for r in lines if r["kind"] == "entry"]
     assert "truncated" not in entries[0] and entries[1]["truncated"] is True
+
+
+def test_check_names_a_segment_that_is_no_file_and_says_repair_once(tmp_path: Path) -> None:
+    """A directory by a segment's name was `cannot read ...: No such device` (naming the
+    store, not the file); random bytes said `(see dledger check --repair)` twice."""
+    odd = tmp_path / "odd"
+    (odd / "data" / "00000000000000000000").mkdir(parents=True)
+    result = run("check", str(odd))
+    assert result.exit_code == 1
+    assert "00000000000000000000 at offset 0: is not a regular file" in result.stderr
+    noise = tmp_path / "noise"
+    (noise / "data").mkdir(parents=True)
+    (noise / "data" / "00000000000000000000").write_bytes(os.urandom(1 << 16))
+    result = run("check", str(noise))
+    assert result.exit_code == 1 and result.stderr.count("check --repair") == 1, result.stderr
