@@ -293,6 +293,7 @@ cdef class LogCore:
                 return idx
         self._lock()
         try:
+            self._check_writable()  # again: a close() the lock waited for ends writing
             idx = self._append_one(src, n, DL_MAGIC_NORMAL)
             _flush_stage(self)
             return idx
@@ -307,6 +308,7 @@ cdef class LogCore:
         cdef long long idx
         self._lock()
         try:
+            self._check_writable()
             idx = self._append_one(<const unsigned char *>b"", 0, DL_MAGIC_NOOP)
             _flush_stage(self)
             return idx
@@ -338,6 +340,7 @@ cdef class LogCore:
                                        % (i, _rec_error(err, r.at, PyBytes_GET_SIZE(b))))
         self._lock()
         try:
+            self._check_writable()
             first = self.end_index + 1
             try:
                 for i in range(k):
@@ -362,6 +365,7 @@ cdef class LogCore:
         PyObject_GetBuffer(run, &view, PyBUF_SIMPLE)
         self._lock()
         try:
+            self._check_writable()
             _check_run(self, <const unsigned char *>view.buf, view.len)
             return _write_run(self, <const unsigned char *>view.buf, view.len)
         finally:

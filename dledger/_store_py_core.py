@@ -219,6 +219,7 @@ class LogCore:
         self._check_writable()
         self._check_size(HEADER_SIZE + len(body))
         with self._lock_obj:
+            self._check_writable()  # again: a close() the lock waited for ends writing
             try:
                 return self._append_one(body, MAGIC_NORMAL)
             finally:
@@ -230,6 +231,7 @@ class LogCore:
         if not self.allow_noop:
             raise DLedgerError(ResponseCode.UNSUPPORTED, "NOOP entries are disabled (java_compat)")
         with self._lock_obj:
+            self._check_writable()
             try:
                 return self._append_one(b"", MAGIC_NOOP)
             finally:
@@ -254,6 +256,7 @@ class LogCore:
                         ResponseCode.UNEXPECTED_ARGUMENT, f"body {i}: {exc} (nothing was appended)"
                     ) from None
         with self._lock_obj:
+            self._check_writable()
             first = self.end_index + 1
             try:
                 for b in items:
@@ -268,6 +271,7 @@ class LogCore:
         data = memoryview(run).cast("B")
         total = len(data)
         with self._lock_obj:
+            self._check_writable()
             fs = self._data.file_size
             idx, term, wp, off = self.end_index, self.end_term, self.write_pos, 0
             while off < total:

@@ -36,6 +36,7 @@ the writer reuse memory the guest already has instead of memory the host took ba
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -126,14 +127,16 @@ class Durability:
         raise NotImplementedError
 
     def try_checkpoint(self) -> bool:
-        """`write_checkpoint`, where a failure (a full disk: ENOSPC) is not the store's:
-        the old checkpoint stays (recovery reads the data after it) and the next pass
-        tries again. It is logged once per cause, and once when it works again; no
-        acknowledged data is at stake, so the store goes on (only a failed msync fails
-        it). Returns whether the checkpoint is written."""
+        """`write_checkpoint`, where a full disk (ENOSPC, EDQUOT) is not the store's
+        failure: the old checkpoint stays (recovery reads the data after it) and the next
+        pass tries again, logged once per cause and once when it works again. Any other
+        error (the directory gone, a read-only or failing disk) raises as before: the
+        flush pass fails the store. Returns whether the checkpoint is written."""
         try:
             self.write_checkpoint()
         except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
             reason = exc.strerror or str(exc)
             if reason != self._checkpoint_failing:
                 log.warning(

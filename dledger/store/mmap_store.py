@@ -259,8 +259,7 @@ class MmapLogStore(impl.LogCore, Durability):
             self._fail(exc)
 
     def wait_warm(self) -> None:
-        """Pre-fault the whole warm-ahead window from the writer's position now, in the
-        caller's thread (benchmarks and tests measuring the steady state)."""
+        """Pre-fault the whole warm-ahead window now, in this thread (benchmarks, tests)."""
         self.warmer.warm_now()
 
     # -- reads
@@ -445,24 +444,25 @@ class MmapLogStore(impl.LogCore, Durability):
             raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
 
     def close(self) -> None:
-        """Flush, write the checkpoint and unmap everything. The owner stops the threads
-        running `periodic_passes()` first."""
+        """Flush, write the checkpoint, unmap (the owner stops `periodic_passes()` first)."""
         if self._closed:
             return
         self._closed = True
         self.warmer.stop()
-        if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
-            self.flush()
-            self.try_checkpoint()
-        self._acquire()
         try:
-            self.data_list.close()
-            self.index_list.close()
-            self._set_state(-1, -1, -1, 0)
-            self.state = impl.STATE_READ_ONLY
-        finally:
-            self._release()
-            self._lock.release()
+            if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
+                self.flush()
+                self.try_checkpoint()
+        finally:  # released whatever failed above
+            self._acquire()
+            try:  # read-only first: an append that waited for the lock re-checks it and refuses
+                self.state = impl.STATE_READ_ONLY
+                self.data_list.close()
+                self.index_list.close()
+                self._set_state(-1, -1, -1, 0)
+            finally:
+                self._release()
+                self._lock.release()
 
     def __enter__(self) -> MmapLogStore:
         return self

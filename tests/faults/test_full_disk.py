@@ -13,8 +13,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,3 +163,56 @@ def test_a_segment_the_disk_has_no_room_for_says_how_much_it_needs(small_tmpfs: 
             store.append(b"x")
     assert err.value.code == ResponseCode.DISK_FULL
     assert "it needs 4,194,304 bytes, " in str(err.value) and " are free" in str(err.value)
+
+
+@pytest.mark.parametrize("round_no", range(3))
+def test_an_append_racing_close_never_writes_after_it(tmp_path: Path, round_no: int) -> None:
+    """An append checked that the store was writable, then waited for the lock that
+    close() held; it then wrote into the closed store's first segment, mapped again at
+    position 0: entry 0 overwritten, and the store refused to open (helper E, 10 of 10
+    rounds). The append now checks again under the lock and is refused."""
+    config = StoreConfig(data_file_size=8 << 20, index_file_size=64 << 10, warm_ahead_bytes=0)
+    store = MmapLogStore.open(tmp_path / "s", config)
+    store.term = 1
+    acked: list[tuple[int, bytes]] = []
+    some = threading.Event()
+
+    def writer() -> None:
+        for n in range(10_000):
+            body = b"N%06d|" % n + b"z" * 200_000  # large: rolls, the slow path under the lock
+            try:
+                acked.append((store.append(body), body[:8]))
+            except DLedgerError:
+                return
+            if n == 3 + round_no:
+                some.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    assert some.wait(60)
+    store.close()
+    thread.join(60)
+    assert [i for i, _ in acked] == list(range(len(acked)))  # never an index again from 0
+    with MmapLogStore.open(tmp_path / "s", config) as again:
+        assert again.end_index >= len(acked) - 1
+        assert all(again.get_body(i)[:8] == prefix for i, prefix in acked)
+
+
+def test_a_store_whose_directory_is_gone_fails_instead_of_retrying(tmp_path: Path) -> None:
+    """Only a full disk is retried: with the directory deleted under an open store the
+    checkpoint write fails with ENOENT, and that still fails the store (appends then
+    get DISK_ERROR), instead of appending into unlinked files without a word (helper E)."""
+    node_dir = tmp_path / "dledger-n0"
+    store = MmapLogStore.open(node_dir, CONFIG)
+    store.term = 1
+    store.append(b"x")
+    store.flush()  # durable: the checkpoint has something new to say
+    shutil.rmtree(node_dir)
+    with pytest.raises(OSError) as err:
+        store.try_checkpoint()
+    assert err.value.errno == errno.ENOENT
+    store._fail(err.value)  # what the flush pass's error handler does
+    with pytest.raises(DLedgerError) as refused:
+        store.append(b"y")
+    assert refused.value.code == ResponseCode.DISK_ERROR and store.health.startswith("failed: ")
+    store.close()  # a failed store writes nothing more and is released
