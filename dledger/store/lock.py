@@ -8,16 +8,39 @@ when the holder's file is closed, also when the process is killed, so a crash ne
 leaves a store locked. The file itself stays (removing it would race with a new
 holder); Java DLedger ignores files it does not know, so the directory stays
 byte-compatible. Read-only opens take no lock and never create the file.
+
+A child `fork()`ed while a store is open inherits the lock with the store's mappings,
+and its appends went to the parent's next positions, which the parent then wrote again
+(helper E: the child's acknowledged entries gone, or a store that no longer opened). So
+in the child every store whose lock the parent held turns read-only at once (its owner's
+`state`): it refuses writes and closes without writing; open the store again in the
+child after the parent closed it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import weakref
 from pathlib import Path
+from typing import Any
 
+from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.store.layout import LOCK_FILE
+
+_HELD: weakref.WeakSet[StoreLock] = weakref.WeakSet()
+"""The locks this process holds (the child of a fork inherits them)."""
+
+
+def _after_fork_in_child() -> None:
+    for held in list(_HELD):
+        owner = held.owner() if held.owner is not None else None
+        if owner is not None:
+            owner.state = impl.STATE_READ_ONLY  # the parent writes this store, not us
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = ["LOCK_FILE", "StoreLock", "lock_holder"]
 
@@ -57,11 +80,14 @@ class StoreLock:
 
     Args:
         node_dir: the store's directory (it must exist).
+        owner: the store the lock is for: in a child forked while the lock is held its
+            `state` becomes read-only (see the module docstring).
     """
 
-    def __init__(self, node_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, node_dir: str | os.PathLike[str], owner: Any = None) -> None:
         self.path = Path(node_dir) / LOCK_FILE
         self._fd: int | None = None
+        self.owner = weakref.ref(owner) if owner is not None else None
 
     @property
     def held(self) -> bool:
@@ -103,9 +129,11 @@ class StoreLock:
         except OSError:
             pass  # the lock holds without the pid; a second writer then names no pid
         self._fd = fd
+        _HELD.add(self)
 
     def release(self) -> None:
         """Drop the lock (closing the file releases it); the file stays."""
         fd, self._fd = self._fd, None
+        _HELD.discard(self)
         if fd is not None:
             os.close(fd)

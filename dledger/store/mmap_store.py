@@ -85,7 +85,7 @@ class MmapLogStore(impl.LogCore, Durability):
         self.failure: BaseException | None = None
         self.cleaner = CleanSpaceService(self, cfg)
         self.warmer = WarmAhead(self, cfg.warm_ahead_bytes)
-        self._lock = StoreLock(self.node_dir)
+        self._lock = StoreLock(self.node_dir, owner=self)
         try:
             self._open_files()
         except BaseException as exc:
@@ -450,7 +450,7 @@ class MmapLogStore(impl.LogCore, Durability):
         self._closed = True
         self.warmer.stop()
         try:
-            if not self.config.read_only and self.state != impl.STATE_DISK_ERROR:
+            if self.state not in (impl.STATE_DISK_ERROR, impl.STATE_READ_ONLY):  # failed, or a forked child's
                 self.flush()
                 self.try_checkpoint()
         finally:  # released whatever failed above

@@ -216,3 +216,33 @@ def test_a_store_whose_directory_is_gone_fails_instead_of_retrying(tmp_path: Pat
         store.append(b"y")
     assert refused.value.code == ResponseCode.DISK_ERROR and store.health.startswith("failed: ")
     store.close()  # a failed store writes nothing more and is released
+
+
+def test_a_forked_child_cannot_write_its_parents_open_store(tmp_path: Path) -> None:
+    """The child's appends went to the parent's next positions, which the parent then
+    wrote again: the child's acknowledged entries were gone, and a child closing last
+    wrote a checkpoint that made the store refuse to open (helper E)."""
+    import dledger
+
+    path = tmp_path / "log"
+    with dledger.open_log(path) as log:
+        log.append(b"parent-0")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what an append does, close, leave without cleanup
+            try:
+                log.append(b"child")
+                said = b"appended"
+            except DLedgerError as exc:
+                said = str(exc).encode()
+            log.close()
+            os.write(write, said)
+            os._exit(0)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        said = os.read(read, 1000)
+        os.close(read)
+        assert os.waitstatus_to_exitcode(status) == 0 and b"read-only" in said, said
+        log.append(b"parent-1")
+    with dledger.open_log(path) as again:
+        assert [again.get_body(i) for i in range(again.end_index + 1)] == [b"parent-0", b"parent-1"]
