@@ -32,7 +32,7 @@ from typing import NoReturn
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.columns import ColumnBatch
-from dledger.entry import MAGIC_RECORD
+from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
 from dledger.record import Header, Record, encode_record, encode_record_objects, record_of, with_records
 from dledger.service_thread import ServiceThread, start_passes
 from dledger.store import (
@@ -76,7 +76,8 @@ class _LocalLogBase(MmapLogStore):
     `truncate`, `index_at_time`, `term_at`, `flush`...) and `with log:` raise
     ValueError("...the log is closed"), as a closed file does, instead of answering as
     an empty log. `close()` shadows those methods on the instance, so an open log's
-    calls go straight to the compiled store at no extra cost.
+    calls go straight to the compiled store at no extra cost (`append_many` adds one
+    Python call: its cut-back on failure).
     """
 
     _pass_threads: tuple[ServiceThread, ...] = ()
@@ -88,6 +89,19 @@ class _LocalLogBase(MmapLogStore):
 
     def update_committed_index(self, index: int) -> None:
         """Committed always follows the end of the log."""
+
+    def append_many(self, bodies: Iterable[bytes], magic: int = MAGIC_NORMAL) -> int:
+        """Append `bodies` as consecutive entries of `magic` (1 normal, 16 record);
+        returns the first index. All or none: bad input appends nothing, and a failure
+        half way (no room for the next segment, Ctrl-C while one is created) cuts back
+        what the call had appended before it raises (helper E: 1,014 of 3,000 stayed)."""
+        end = int(self.end_index)
+        try:
+            return int(super().append_many(bodies, magic))
+        except BaseException:
+            if int(self.end_index) > end:
+                super().truncate(end + 1)
+            raise
 
     def truncate(self, from_index: int) -> None:
         """Delete entries [from_index, end_index] for good (all of them from the begin

@@ -171,8 +171,9 @@ class RaftCore:
         request's last index once committed. `magics` gives each request's entry magic
         (1 normal, 16 record; omitted: all normal). All or nothing: raises DLedgerError
         NOT_LEADER, LEADER_TRANSFERRING, REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL
-        (for the requests together) and then appends none of them; a store refusal of
-        one run (a bad record body) leaves the runs before it appended."""
+        (for the requests together) and then appends none of them. A store failure half
+        way (no room for the next segment) cuts back what the call appended, so that
+        nobody was told "not appended" of entries that would commit after all."""
         member = self.member_state
         if not member.is_leader:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
@@ -184,18 +185,36 @@ class RaftCore:
         term = member.current_term
         self.quorum.check_not_full(term, sum(sizes))
         self.store.term = term
-        if magics is not None and any(magic != 1 for magic in magics):
-            first = self._append_by_magic(requests, magics)
-        elif len(requests) == 1:
-            first = self.store.append_many(requests[0])
-        else:
-            first = self.store.append_many([body for bodies in requests for body in bodies])
+        end_before = self.store.end_index
+        try:
+            if magics is not None and any(magic != 1 for magic in magics):
+                first = self._append_by_magic(requests, magics)
+            elif len(requests) == 1:
+                first = self.store.append_many(requests[0])
+            else:
+                first = self.store.append_many([body for bodies in requests for body in bodies])
+        except (DLedgerError, OSError) as exc:
+            self._cut_back(end_before, exc)
+            raise
         futures = []
         for bodies, nbytes in zip(requests, sizes, strict=True):
             last = first + len(bodies) - 1
             futures.append(self.quorum.wait_ack(term, first, last, now_ms, nbytes))
             first = last + 1
         return futures
+
+    def _cut_back(self, end_before: int, failure: BaseException) -> None:
+        """Truncate what a failed `append_requests` appended (nothing of it was pushed:
+        the caller holds the node's lock, under which pushes are made). When the cut
+        fails too, the outcome is unknown: DISK_ERROR, which clients take as such."""
+        if self.store.end_index <= end_before:
+            return
+        try:
+            self.store.truncate(end_before + 1)
+        except (DLedgerError, OSError) as exc:
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR, f"{failure}; the entries appended before it could not be cut back: {exc}"
+            ) from failure
 
     def append_noop(self) -> int:
         """Leader append of a NOOP entry of its term, for an entry of the term to commit

@@ -246,3 +246,20 @@ def test_a_forked_child_cannot_write_its_parents_open_store(tmp_path: Path) -> N
         log.append(b"parent-1")
     with dledger.open_log(path) as again:
         assert [again.get_body(i) for i in range(again.end_index + 1)] == [b"parent-0", b"parent-1"]
+
+
+def test_a_batch_that_runs_out_of_room_half_way_appends_nothing(small_tmpfs: Path) -> None:
+    """The segment roll failed in the middle of `append_many`, and the entries before it
+    stayed (1,014 of 3,000), though the call raised and `append_records` promised all or
+    none (helper E). What the call appended is cut back now."""
+    import dledger
+
+    config = StoreConfig(data_file_size=512 << 10, index_file_size=64 << 10, warm_ahead_bytes=0)
+    with dledger.open_log(small_tmpfs / "log", config) as log:
+        log.append(b"first")
+        with pytest.raises(DLedgerError) as err:
+            log.append_many([b"x" * 1000] * 3000)  # ~3 MiB: the 2 MiB disk fills half way
+        assert err.value.code == ResponseCode.DISK_FULL
+        assert log.end_index == 0
+    with dledger.open_log(small_tmpfs / "log", config) as again:
+        assert again.end_index == 0 and again.get_body(0) == b"first"

@@ -70,3 +70,33 @@ def test_a_follower_whose_store_failed_does_not_stand(tmp_path: Path, seed: int)
         assert cluster.leader() == healthy and not any(stood)  # it never voted for itself
     finally:
         cluster.close()
+
+
+def test_a_batch_the_store_fails_half_way_is_cut_back(tmp_path: Path) -> None:
+    """No room for the next segment half way through a coalesced batch left its first
+    entries appended, and they replicated and committed, while every client of the batch
+    was told DISK_FULL, which clients take as "nothing appended" (a retry duplicated
+    them). What the failed call appended is now cut back before anything is pushed."""
+    from dledger.codes import DLedgerError, ResponseCode
+
+    cluster = Cluster(3, seed=5, stores=MmapStores(tmp_path))
+    try:
+        leader = cluster.elect()
+        store = cluster.core(leader).member_state.store
+        end = store.end_index
+        real = store.append_many
+
+        def half_then_full(bodies: list[bytes], magic: int = 1) -> int:
+            real(bodies[: len(bodies) // 2], magic)
+            raise DLedgerError(ResponseCode.DISK_FULL, "no space to create segment")
+
+        store.append_many = half_then_full  # type: ignore[method-assign]
+        with pytest.raises(DLedgerError) as err:
+            cluster.members[leader].driver.append_requests([[b"a", b"b"], [b"c", b"d"]], cluster.now)
+        assert err.value.code == ResponseCode.DISK_FULL and store.end_index == end
+        store.append_many = real  # type: ignore[method-assign]
+        cluster.append(b"after")
+        cluster.run_until(lambda: all(cluster.bodies(n)[-1:] == [b"after"] for n in cluster.ids))
+        assert all(b"a" not in cluster.bodies(n) and b"b" not in cluster.bodies(n) for n in cluster.ids)
+    finally:
+        cluster.close()
