@@ -66,7 +66,46 @@ def _refuse_closed(node_dir: Path, method: str, *args: object, **kwargs: object)
     raise ValueError(f"{method}: the log is closed ({node_dir})")
 
 
-class _LocalLogBase(MmapLogStore):
+class RecordReads(MmapLogStore):
+    """The record reads of a local log (`read_columns(..., records=True)`, `get_record`,
+    `iterate_records`, `index_at_time`), also on a Raft member's or Java DLedger's store
+    that `open_log` opened read-only (helper E: those reads were missing there)."""
+
+    def read_columns(  # type: ignore[override]
+        self, from_index: int, max_count: int, max_bytes: int, records: bool = False
+    ) -> ColumnBatch:
+        """Entries from `from_index` column-wise (see ColumnBatch); with `records`, their
+        record columns too (key, timestamp, headers, value: `ColumnBatch.records`, built
+        in C). Without, a read costs what a plain body read costs."""
+        batch = super().read_columns(from_index, max_count, max_bytes)
+        return with_records(batch) if records else batch
+
+    def get_record(self, index: int) -> Record:
+        """The entry at `index` as a Record (a plain entry: no key, no headers, no
+        timestamp). DLedgerError INDEX_OUT_OF_RANGE outside the log."""
+        return record_of(self.get(index))
+
+    def iterate_records(self, from_index: int | None = None, to_index: int | None = None) -> Iterator[Record]:
+        """Records in [from_index, to_index) (default: the whole log), in order. For bulk
+        reads prefer `read_columns(..., records=True)`, or `read_records` (the record
+        columns without the bodies, each field copied once)."""
+        for entry in self.iterate(from_index, to_index):
+            yield record_of(entry)
+
+    def index_at_time(self, timestamp_ms: int) -> int:
+        """The index of the first record whose event timestamp is at or after
+        `timestamp_ms` (ms since the epoch), found by binary search (about log2(n) reads
+        of 64 entries); `end_index + 1` when no record is. Exact when timestamps do not
+        decrease along the log; plain entries count as older than any time (see
+        `dledger.timeindex`).
+
+        Raises:
+            ValueError: a negative timestamp, or a record body that does not decode.
+        """
+        return search_store(self, timestamp_ms).index
+
+
+class _LocalLogBase(RecordReads):
     """What both local logs add to the file store: every appended entry is committed
     (a one-node group), and the log owns the threads that run its periodic passes
     (flush and checkpoint, warm-ahead, retention), started by `open_log` and stopped
@@ -147,39 +186,6 @@ class _LocalLogBase(MmapLogStore):
         `append_record`; TypeError when `records` is not a sequence of Records)."""
         return int(self.append_many(encode_record_objects(records, "append_records"), MAGIC_RECORD))
 
-    def read_columns(  # type: ignore[override]
-        self, from_index: int, max_count: int, max_bytes: int, records: bool = False
-    ) -> ColumnBatch:
-        """Entries from `from_index` column-wise (see ColumnBatch); with `records`, their
-        record columns too (key, timestamp, headers, value: `ColumnBatch.records`, built
-        in C). Without, a read costs what a plain body read costs."""
-        batch = super().read_columns(from_index, max_count, max_bytes)
-        return with_records(batch) if records else batch
-
-    def get_record(self, index: int) -> Record:
-        """The entry at `index` as a Record (a plain entry: no key, no headers, no
-        timestamp). DLedgerError INDEX_OUT_OF_RANGE outside the log."""
-        return record_of(self.get(index))
-
-    def iterate_records(self, from_index: int | None = None, to_index: int | None = None) -> Iterator[Record]:
-        """Records in [from_index, to_index) (default: the whole log), in order. For bulk
-        reads prefer `read_columns(..., records=True)`, or `read_records` (the record
-        columns without the bodies, each field copied once)."""
-        for entry in self.iterate(from_index, to_index):
-            yield record_of(entry)
-
-    def index_at_time(self, timestamp_ms: int) -> int:
-        """The index of the first record whose event timestamp is at or after
-        `timestamp_ms` (ms since the epoch), found by binary search (about log2(n) reads
-        of 64 entries); `end_index + 1` when no record is. Exact when timestamps do not
-        decrease along the log; plain entries count as older than any time (see
-        `dledger.timeindex`).
-
-        Raises:
-            ValueError: a negative timestamp, or a record body that does not decode.
-        """
-        return search_store(self, timestamp_ms).index
-
     def _start_pass_threads(self) -> None:
         if not self._pass_threads:
             self._pass_threads = tuple(start_passes(self.periodic_passes()))
@@ -247,7 +253,7 @@ def open_log(path: str | os.PathLike[str], config: StoreConfig | None = None) ->
                 "Open it read-only with open_log(path, StoreConfig(read_only=True)), or serve it with "
                 "`dledger server`",
             )
-        return MmapLogStore.open(node_dir, config)  # committed as its checkpoint says
+        return RecordReads(node_dir, config)  # committed as its checkpoint says
     created = not holds_store(node_dir)
     cls = SyncLocalLog if config.flush_mode == "sync" else LocalLog
     log = cls(node_dir, config)

@@ -67,6 +67,12 @@ def test_open_log_keeps_the_commit_state_of_a_member_store(name: str, tmp_path: 
     with dledger.open_log(node, StoreConfig(read_only=True)) as log:
         assert (log.committed_index, log.end_index) == (state["committedIndex"], state["ledgerEndIndex"])
         assert log.get(log.end_index).index == state["ledgerEndIndex"]
+        # the record reads of a local log work here too (they raised AttributeError: helper E)
+        last = log.get_record(log.end_index)
+        assert (last.index, last.key, last.value) == (state["ledgerEndIndex"], None, log.get_body(log.end_index))
+        assert [r.index for r in log.iterate_records(log.end_index - 1)] == [log.end_index - 1, log.end_index]
+        assert log.index_at_time(0) == log.committed_index + 1  # plain entries: older than any time
+        assert log.read_columns(log.end_index, 1, 1 << 20, records=True).count == 1
     assert digest(node) == before  # checkpoint still 145 of 149 (70 of 76): nothing written
     assert not (node / "locallog").exists() and not (node / "lock").exists()
 
