@@ -4,6 +4,7 @@ timestamp, headers, value) in Arrow's layouts."""
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,16 @@ _NORMAL_MAGIC: npt.NDArray[np.int32] = np.zeros(0, dtype=np.int32)
 
 def _bits(bitmap: Any, count: int) -> npt.NDArray[np.bool_]:
     return np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), count=count, bitorder="little").astype(bool)
+
+
+def _position(k: int, count: int) -> int:
+    """Entry `k` of `count` as a sequence takes it (a negative k counts from the end).
+    Before, -1 read an empty body and -3 a missing key (helper E), silently."""
+    at = operator.index(k)
+    at += count if at < 0 else 0
+    if not 0 <= at < count:
+        raise IndexError(f"entry {k} of a batch of {count}")
+    return at
 
 
 @dataclass(frozen=True)
@@ -78,17 +89,20 @@ class RecordColumns:
         return _bits(self.key_valid, len(self.timestamps))
 
     def value(self, k: int) -> bytes:
-        """Entry k's value."""
+        """Entry k's value (k as a sequence takes it: -1 is the last; IndexError outside)."""
+        k = _position(k, len(self.timestamps))
         return bytes(self.values[self.value_offsets[k] : self.value_offsets[k + 1]])
 
     def key(self, k: int) -> bytes | None:
-        """Entry k's key (None without one)."""
+        """Entry k's key (None without one; k as in `value`)."""
+        k = _position(k, len(self.timestamps))
         if not self.key_valid[k >> 3] >> (k & 7) & 1:
             return None
         return bytes(self.keys[self.key_offsets[k] : self.key_offsets[k + 1]])
 
     def headers(self, k: int) -> list[tuple[str, bytes]]:
-        """Entry k's headers, in order."""
+        """Entry k's headers, in order (k as in `value`)."""
+        k = _position(k, len(self.timestamps))
         ko, vo = self.header_key_offsets, self.header_value_offsets
         return [
             (bytes(self.header_keys[ko[h] : ko[h + 1]]).decode(), bytes(self.header_values[vo[h] : vo[h + 1]]))
@@ -140,7 +154,8 @@ class ColumnBatch:
         return int(np.count_nonzero(self.magic == MAGIC_RECORD))
 
     def body(self, k: int) -> bytes:
-        """The k-th body."""
+        """The k-th body (k as a sequence takes it: -1 is the last; IndexError outside)."""
+        k = _position(k, len(self.index))
         return bytes(self.bodies[self.offsets[k] : self.offsets[k + 1]])
 
     @classmethod

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pytest
@@ -250,3 +250,20 @@ def test_status_to_metadata_without_leader_and_as_leader() -> None:
     assert [m.role for m in out.members] == ["UNKNOWN", "CANDIDATE", "UNKNOWN"]
     lead = status_to_metadata(FakeStatus(self_id="n0", role="LEADER", peer_match={"n0": 10, "n1": 9, "n2": 4}))
     assert [(m.role, m.match_index) for m in lead.members] == [("LEADER", 10), ("FOLLOWER", 9), ("FOLLOWER", 4)]
+
+
+def test_a_batchs_positions_are_taken_as_a_sequence_takes_them() -> None:
+    """`body(-1)` read an empty body and a record's `key(-3)` None (helper E)."""
+    from dledger.record import encode_record, with_records
+
+    batch = _batch([b"a", b"bb", b"ccc"])
+    assert (batch.body(0), batch.body(-1), batch.body(-3)) == (b"a", b"ccc", b"a")
+    for bad in (3, -4):
+        with pytest.raises(IndexError, match=f"entry {bad} of a batch of 3"):
+            batch.body(bad)
+    plain = _batch([encode_record(b"v%d" % k, b"k%d" % k, k) for k in range(3)], first=0)
+    records = with_records(replace(plain, magic=np.full(3, 16, dtype=np.int32)))
+    assert records.records is not None
+    assert (records.records.key(-3), records.records.value(-1), records.records.headers(-1)) == (b"k0", b"v2", [])
+    with pytest.raises(IndexError):
+        records.records.value(3)
