@@ -116,7 +116,7 @@ class _LocalLogBase(RecordReads):
     ValueError("...the log is closed"), as a closed file does, instead of answering as
     an empty log. `close()` shadows those methods on the instance, so an open log's
     calls go straight to the compiled store at no extra cost (`append_many` adds one
-    Python call: its cut-back on failure).
+    Python call, for the error of a batch that failed half way).
     """
 
     _pass_threads: tuple[ServiceThread, ...] = ()
@@ -131,16 +131,23 @@ class _LocalLogBase(RecordReads):
 
     def append_many(self, bodies: Iterable[bytes], magic: int = MAGIC_NORMAL) -> int:
         """Append `bodies` as consecutive entries of `magic` (1 normal, 16 record);
-        returns the first index. All or none: bad input appends nothing, and a failure
-        half way (no room for the next segment, Ctrl-C while one is created) cuts back
-        what the call had appended before it raises (helper E: 1,014 of 3,000 stayed)."""
+        returns the first index. Bad input appends nothing. A store failure half way (no
+        room for the next segment) leaves the entries before it, and its error says so
+        with where the log ended before the call and ends now (cutting them back could
+        cut another thread's entries appended since: helper E saw 1,014 of 3,000 stay,
+        and an error that did not say so)."""
         end = int(self.end_index)
         try:
             return int(super().append_many(bodies, magic))
-        except BaseException:
-            if int(self.end_index) > end:
-                super().truncate(end + 1)
-            raise
+        except DLedgerError as exc:
+            now = int(self.end_index)
+            if now <= end:
+                raise
+            raise DLedgerError(
+                exc.code,
+                f"{exc.message}; the log ended at index {end} before this call and ends at {now}: "
+                "the entries before the failure stay",
+            ) from exc
 
     def truncate(self, from_index: int) -> None:
         """Delete entries [from_index, end_index] for good (all of them from the begin
@@ -182,8 +189,9 @@ class _LocalLogBase(RecordReads):
 
     def append_records(self, records: Sequence[Record]) -> int:
         """Append records (their value, key, timestamp and headers; a None timestamp is
-        now) as consecutive entries, all or none; returns the first index (errors:
-        `append_record`; TypeError when `records` is not a sequence of Records)."""
+        now) as consecutive entries; returns the first index (errors: `append_record`;
+        TypeError when `records` is not a sequence of Records; bad input appends none of
+        them, a store failure half way keeps those before it: see `append_many`)."""
         return int(self.append_many(encode_record_objects(records, "append_records"), MAGIC_RECORD))
 
     def _start_pass_threads(self) -> None:

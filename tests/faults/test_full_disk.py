@@ -248,10 +248,11 @@ def test_a_forked_child_cannot_write_its_parents_open_store(tmp_path: Path) -> N
         assert [again.get_body(i) for i in range(again.end_index + 1)] == [b"parent-0", b"parent-1"]
 
 
-def test_a_batch_that_runs_out_of_room_half_way_appends_nothing(small_tmpfs: Path) -> None:
-    """The segment roll failed in the middle of `append_many`, and the entries before it
-    stayed (1,014 of 3,000), though the call raised and `append_records` promised all or
-    none (helper E). What the call appended is cut back now."""
+def test_a_batch_that_runs_out_of_room_half_way_says_what_stayed(small_tmpfs: Path) -> None:
+    """The segment roll failed in the middle of `append_many`: the entries before it
+    stayed (1,014 of 3,000) and the error did not say so, while `append_records`
+    promised all or none (helper E). The error now says where the log ended before the
+    call and ends now (cutting back could cut another thread's entries)."""
     import dledger
 
     config = StoreConfig(data_file_size=512 << 10, index_file_size=64 << 10, warm_ahead_bytes=0)
@@ -260,6 +261,8 @@ def test_a_batch_that_runs_out_of_room_half_way_appends_nothing(small_tmpfs: Pat
         with pytest.raises(DLedgerError) as err:
             log.append_many([b"x" * 1000] * 3000)  # ~3 MiB: the 2 MiB disk fills half way
         assert err.value.code == ResponseCode.DISK_FULL
-        assert log.end_index == 0
+        end = log.end_index
+        assert 0 < end < 3000
+        assert f"the log ended at index 0 before this call and ends at {end}" in str(err.value)
     with dledger.open_log(small_tmpfs / "log", config) as again:
-        assert again.end_index == 0 and again.get_body(0) == b"first"
+        assert again.end_index == end and again.get_body(0) == b"first"
