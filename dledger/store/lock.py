@@ -13,7 +13,7 @@ A child `fork()`ed while a store is open inherits the lock with the store's mapp
 and its appends went to the parent's next positions, which the parent then wrote again
 (helper E: the child's acknowledged entries gone, or a store that no longer opened). So
 in the child every store whose lock the parent held turns read-only at once (its owner's
-`state`): it refuses writes and closes without writing; open the store again in the
+`state`): it refuses writes, and its `close()` does nothing; open the store again in the
 child after the parent closed it.
 """
 
@@ -38,6 +38,13 @@ def _after_fork_in_child() -> None:
         owner = held.owner() if held.owner is not None else None
         if owner is not None:
             owner.state = impl.STATE_READ_ONLY  # the parent writes this store, not us
+            # and close() does nothing: the store's locks may have been held by the
+            # parent's threads at the fork, and are held in this copy for good
+            owner.close = _nothing
+
+
+def _nothing() -> None:
+    """A forked child's `close()` of its parent's store."""
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
