@@ -5,7 +5,8 @@ Every pass measures how full the partition of the store is. Above
 appends with DISK_FULL until space comes back. Cleaning runs when the current hour is
 in `delete_when` or usage is above `disk_space_ratio_to_check_expired`: data segments
 older than `file_reserved_hours` are deleted oldest first (any age when usage is above
-the force-clean ratio), at most 10 per pass, never the last segment and never one that
+the force-clean ratio and `enable_disk_force_clean` is set: off by default, unlike
+DLedger, since it deletes acknowledged entries), at most 10 per pass, never the last segment and never one that
 holds entries at or above the store's retention floor (entries a peer still needs or
 that are not committed).
 """
