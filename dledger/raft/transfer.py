@@ -32,6 +32,7 @@ Every outcome is a LeadershipTransferResponse with a code; the futures never rai
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -261,16 +262,15 @@ class LeadershipTransfer:
         preferred = self.config.preferred_leader_id_list
         if not preferred or member.self_id in preferred or member.transferee is not None:
             return
-        live = [
-            p
-            for p in preferred
-            if member.is_peer_member(p) and p != member.self_id and self.elector.peers_live_table.get(p)
-        ]
-        if not live:
-            return
-        best = min(live, key=self.fall_behind)
-        if self.fall_behind(best) < self.config.max_leadership_transfer_wait_index:
+        best = self._least_behind(p for p in preferred if member.is_peer_member(p) and p != member.self_id)
+        if best is not None and self.fall_behind(best) < self.config.max_leadership_transfer_wait_index:
             self.start(best, member.current_term, now_ms)
+
+    def _least_behind(self, candidates: Iterable[str]) -> str | None:
+        """The live member among `candidates` whose log lags this leader's least (None:
+        none is live): the transferee a leader picks by itself."""
+        live = [p for p in candidates if self.elector.peers_live_table.get(p)]
+        return min(live, key=self.fall_behind) if live else None
 
     def _hand_over_failed_store(self, now_ms: int) -> None:
         """A leader whose store failed takes no more writes: it hands leadership to the
@@ -285,10 +285,9 @@ class LeadershipTransfer:
         if self.quorum.pending_count(member.current_term):
             return
         self._failed_store_tried_ms = now_ms
-        live = [p for p in member.other_peer_ids if self.elector.peers_live_table.get(p)]
-        if not live:
+        best = self._least_behind(member.other_peer_ids)
+        if best is None:
             return
-        best = min(live, key=self.fall_behind)
         log.error("%s: its store failed (%s): hands leadership over to %s", member.self_id, member.store.failure, best)
         self.start(best, member.current_term, now_ms)
 
