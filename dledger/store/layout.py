@@ -124,7 +124,8 @@ def keep_store_sizes(
     Taking a cut file's size set a member's segments apart from its group's, and a
     follower writes each entry at its leader's position: it never caught up."""
     data_sizes = _segment_sizes(Path(node_dir, DATA_DIR))
-    data_size, index_size = max(data_sizes, default=0), max(_segment_sizes(Path(node_dir, INDEX_DIR)), default=0)
+    found = max(data_sizes, default=0)  # the largest data file (0: none)
+    data_size, index_size = found, max(_segment_sizes(Path(node_dir, INDEX_DIR)), default=0)
     trusted = trust_lone_data or len(data_sizes) > 1
     if data_size < STORE_BOUNDS["data_file_size"][0] or (not trusted and data_size < config.data_file_size):
         data_size = config.data_file_size
@@ -132,7 +133,6 @@ def keep_store_sizes(
         index_size = config.index_file_size
     sized = replace(config, data_file_size=data_size, index_file_size=index_size)
     if sized != config:
-        found = max(data_sizes, default=0)
         data = f"{data_size} data" + ("" if found in (0, data_size) else f" (its lone {found}-byte one extended)")
         logging.getLogger(__name__).info("%s keeps its segment sizes: %s, %d index bytes", node_dir, data, index_size)
     return sized

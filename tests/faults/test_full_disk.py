@@ -32,7 +32,7 @@ pytestmark = pytest.mark.faults
 CONFIG = StoreConfig(data_file_size=1 << 16, index_file_size=1 << 12, warm_ahead_bytes=0, checkpoint_interval_ms=0)
 
 
-def fill_disk(node_dir: Path) -> Path:
+def fail_checkpoint_writes(node_dir: Path) -> Path:
     """Make every checkpoint write fail with ENOSPC; returns the link to remove."""
     link = node_dir / "checkpoint.tmp"
     link.unlink(missing_ok=True)
@@ -47,7 +47,7 @@ def store_on_a_full_disk(node_dir: Path, bodies: list[bytes]) -> tuple[MmapLogSt
     store.term = 1
     store.append_many(bodies)
     store._flush_once()
-    return store, fill_disk(node_dir)
+    return store, fail_checkpoint_writes(node_dir)
 
 
 def test_a_checkpoint_the_disk_has_no_room_for_does_not_fail_the_store(
@@ -85,7 +85,7 @@ def test_a_store_closes_on_a_full_disk_and_reopens_with_every_entry(tmp_path: Pa
 def test_a_new_store_on_a_full_disk_is_a_disk_full_error(tmp_path: Path) -> None:
     node_dir = tmp_path / "dledger-n0"
     node_dir.mkdir()
-    link = fill_disk(node_dir)
+    link = fail_checkpoint_writes(node_dir)
     with pytest.raises(DLedgerError) as err:
         MmapLogStore.open(node_dir, CONFIG)  # a new store writes its first checkpoint at once
     assert err.value.code == ResponseCode.DISK_FULL
@@ -110,7 +110,7 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _fill(mount: Path) -> None:
+def _fill_to_the_last_byte(mount: Path) -> None:
     with open(mount / "filler", "wb") as filler:
         try:
             while True:
@@ -131,7 +131,7 @@ def test_a_compacted_store_opens_on_a_full_tmpfs_without_sigbus(small_tmpfs: Pat
         store.term = 1
         store.append_many([b"e" * 1000] * 200)
         store.reset(150, 1)  # the compaction after a snapshot at 150
-    _fill(small_tmpfs)
+    _fill_to_the_last_byte(small_tmpfs)
     opened = subprocess.run(
         [sys.executable, "-c", OPEN_AND_READ, str(node_dir), str(read_only)],
         capture_output=True,
