@@ -100,3 +100,31 @@ def test_a_batch_the_store_fails_half_way_is_cut_back(tmp_path: Path) -> None:
         assert all(b"a" not in cluster.bodies(n) and b"b" not in cluster.bodies(n) for n in cluster.ids)
     finally:
         cluster.close()
+
+
+def test_a_batch_that_cannot_be_cut_back_is_an_unknown_outcome(tmp_path: Path) -> None:
+    """When the cut-back fails too, the prefix may still commit: the error is DISK_ERROR,
+    which clients take as "outcome unknown", never DISK_FULL ("nothing appended")."""
+    from dledger.codes import DLedgerError, ResponseCode
+
+    cluster = Cluster(3, seed=6, stores=MmapStores(tmp_path))
+    try:
+        leader = cluster.elect()
+        store = cluster.core(leader).member_state.store
+        real = store.append_many
+
+        def half_then_full(bodies: list[bytes], magic: int = 1) -> int:
+            real(bodies[: len(bodies) // 2], magic)
+            raise DLedgerError(ResponseCode.DISK_FULL, "no space to create segment")
+
+        def no_truncate(_from_index: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        store.append_many = half_then_full  # type: ignore[method-assign]
+        store.truncate = no_truncate  # type: ignore[method-assign]
+        with pytest.raises(DLedgerError) as err:
+            cluster.members[leader].driver.append_requests([[b"a", b"b"]], cluster.now)
+        assert err.value.code == ResponseCode.DISK_ERROR
+        assert "the entries appended before it could not be cut back" in str(err.value)
+    finally:
+        cluster.close()
