@@ -128,9 +128,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "vote-hold",
-        "dledger/raft/elector.py",
-        "hold = unclean_restart and group and config.max_vote_hold_ms > 0",
-        "hold = False",
+        "dledger/raft/vote_hold.py",
+        "return cls(active=unclean and group and max_ms > 0, max_ms=max_ms)",
+        "return cls(active=False, max_ms=max_ms)",
         "R1: an async member that lost acknowledged entries to a power loss must not vote until "
         "it caught up, or it elects a leader without them",
     ),
@@ -166,7 +166,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rejoin-hold",
-        "dledger/raft/elector.py",
+        "dledger/raft/vote_hold.py",
         "if rejoin_index is not None and group:",
         "if False:",
         "L1: a member that lost its disk (no term, no vote, no log) must not vote until a leader "

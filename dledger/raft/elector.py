@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from typing import Literal
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
@@ -85,12 +84,7 @@ class LeaderElector(LeaderHeartbeats):
         restarted_candidate = member_state.vote_for == member_state.self_id and len(member_state.peer_map) > 1
         self.no_lead_term = member_state.current_term if restarted_candidate else -1
         group = len(member_state.peer_map) > 1  # a single member has nobody to catch up with
-        if rejoin_index is not None and group:
-            kind: Literal["rejoin", "founding"] = "founding" if founding else "rejoin"
-            self.vote_hold = VoteHold(active=True, max_ms=0, kind=kind, min_index=rejoin_index)
-        else:
-            hold = unclean_restart and group and config.max_vote_hold_ms > 0
-            self.vote_hold = VoteHold(active=hold, max_ms=config.max_vote_hold_ms)
+        self.vote_hold = VoteHold.at_start(group, config.max_vote_hold_ms, unclean_restart, rejoin_index, founding)
         self.on_rejoined: Callable[[], None] | None = None
         """Called once when a rejoin or founding hold ends (the shell removes the `rejoin` marker)."""
         self.on_group_exists: Callable[[], None] | None = None
@@ -190,6 +184,8 @@ class LeaderElector(LeaderHeartbeats):
             return reply(VoteResult.UNKNOWN, code=ResponseCode.UNEXPECTED_ARGUMENT)
         if not self_call and req.leader_id == member.self_id:
             return reply(VoteResult.REJECT_UNEXPECTED_LEADER)
+        if not self_call:
+            self.vote_hold.on_asked()  # a founding member then asks every member at once
         candidate = req.leader_id or ""  # a member (checked above)
         if member.is_diverged(candidate, now_ms):  # of another history (LOG_DIVERGED): never
             return reply(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
@@ -332,15 +328,17 @@ class LeaderElector(LeaderHeartbeats):
                 self._parse_pre_vote_round(rnd, now_ms)  # passed: the real round starts now
             if self._vote_round is not None:
                 return []
-        if now_ms < self.next_time_to_request_vote and not self.need_increase_term_immediately:
-            return []
         member = self.member_state
         hold = self.vote_hold
+        due = self.need_increase_term_immediately or hold.probe_due  # probe_due: asked by a peer (vote_hold)
+        if now_ms < self.next_time_to_request_vote and not due:
+            return []
         if (hold.active or not hold.admits(self.own_log_end())) and not self.need_increase_term_immediately:
             # it moves to the terms others reach (below), but neither stands nor votes;
             # an unclean hold asks every member for its log end (see vote_hold)
             self.next_time_to_request_vote = self.next_vote_time(now_ms)
             if hold.wants_log_ends:
+                hold.asked = False
                 return self._start_round(member.peek_next_term(), now_ms, pre_vote=True, probe=True)
             return []
         if member.store.failure is not None and not self.need_increase_term_immediately:

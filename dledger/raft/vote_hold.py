@@ -60,6 +60,12 @@ log end, as above, until either:
   founded, and the member votes and stands. Founding members answer each other so while
   they hold (their logs are empty, they have seen no leader).
 
+A founding member asked by a peer (for a vote or for its log end) asks every member at
+once (`on_asked`), not at its next round: a member started before its peers were up
+would otherwise learn only at its next round, 0.3-1 s later, that the others have
+founded the group and elected a leader meanwhile, and hold as a rejoining member until
+that leader brought it up to date: a leader lost in that window left no quorum.
+
 Why that is safe: an entry E was committed by a leader with a quorum Q1 that acknowledged
 it, each of which had seen that leader first. A founding quorum Q2 answered that none of
 its members has seen a leader. Q1 and Q2 share a member, and only a member that lost its
@@ -141,6 +147,17 @@ class VoteHold:
     expired: bool = False
     floor: LogEnd | None = None
     released: bool = False
+    asked: bool = False  # a peer asked since this member's last log-end round (`on_asked`)
+
+    @classmethod
+    def at_start(cls, group: bool, max_ms: int, unclean: bool, rejoin_index: int | None, founding: bool) -> VoteHold:
+        """The hold a member starts with: a rejoin or founding hold when it lost data
+        (`rejoin_index` not None), an unclean hold after an unclean restart (`max_ms` > 0),
+        none in a group of one (nobody to catch up with)."""
+        if rejoin_index is not None and group:
+            kind: Literal["rejoin", "founding"] = "founding" if founding else "rejoin"
+            return cls(active=True, max_ms=0, kind=kind, min_index=rejoin_index)
+        return cls(active=unclean and group and max_ms > 0, max_ms=max_ms)
 
     @property
     def pending(self) -> bool:
@@ -159,6 +176,20 @@ class VoteHold:
     def wants_log_ends(self) -> bool:
         """Whether a round asking every member for its log end could end the hold."""
         return self.active and self.kind != "rejoin"
+
+    def on_asked(self) -> None:
+        """A peer asked for this member's vote or log end. A founding member then asks
+        every member for its log end at once rather than at its next round: the asker is up
+        and may be founding the group with the others right now; answers collected before
+        a leader's first heartbeat found the group with them, answers after it make this
+        member rejoin (and hold its vote until a leader brought it up to date)."""
+        self.asked = True
+
+    @property
+    def probe_due(self) -> bool:
+        """Whether a founding member should ask every member for its log end now, not at
+        its next round (see `on_asked`)."""
+        return self.asked and self.active and self.kind == "founding"
 
     def on_leader(self, leader_id: str, term: int, leader_end_index: int) -> None:
         """A heartbeat from `leader_id` in `term` that this member accepted; the first one

@@ -135,8 +135,16 @@ class Cluster:
     of every live member plus the network deliveries due."""
 
     def __init__(
-        self, n: int = 3, seed: int = 0, step_ms: int = 5, stores: StoreKind | None = None, **overrides: Any
+        self,
+        n: int = 3,
+        seed: int = 0,
+        step_ms: int = 5,
+        stores: StoreKind | None = None,
+        founding: bool = False,
+        **overrides: Any,
     ) -> None:
+        """`founding`: every member starts as a new group's member does (empty, asking its
+        peers whether the group exists first: dledger.raft.vote_hold)."""
         self.stores: StoreKind = stores or MemoryStores()
         self.clock = ManualClock(0)
         self.seed = seed
@@ -149,16 +157,24 @@ class Cluster:
         for k, node_id in enumerate(self.ids):
             config = DLedgerConfig(group="g", self_id=node_id, peers=peers, **self.options)
             store, term_store = self.stores.open(node_id), MemoryTermStore()
-            member = Member(node_id, config, store, term_store, self._driver(node_id, config, store, term_store, k))
+            driver = self._driver(node_id, config, store, term_store, k, founding)
+            member = Member(node_id, config, store, term_store, driver)
             self.members[node_id] = member
             self._register(node_id)
         self.leaders_by_term: dict[int, set[str]] = {}
 
     def _driver(
-        self, node_id: str, config: DLedgerConfig, store: LogStore, term_store: MemoryTermStore, salt: int
+        self,
+        node_id: str,
+        config: DLedgerConfig,
+        store: LogStore,
+        term_store: MemoryTermStore,
+        salt: int,
+        founding: bool = False,
     ) -> RaftDriver:
         rng = random.Random(self.seed * 1000 + salt + self.clock.now_ms())
-        core = RaftCore(config, store, term_store, rng)
+        rejoin_index = -1 if founding else None
+        core = RaftCore(config, store, term_store, rng, rejoin_index=rejoin_index, founding=founding)
         driver = RaftDriver(core, lambda outbound: self._send(node_id, driver, outbound))
         return driver
 
@@ -262,9 +278,10 @@ class Cluster:
         member.commit_history.clear()
         self.net.unregister(node_id)
 
-    def restart(self, node_id: str, wipe: bool = False) -> None:
+    def restart(self, node_id: str, wipe: bool = False, founding: bool = False) -> None:
         """Start `node_id` again (after `kill`) from what its log and term store kept;
-        `wipe`: with an empty log and term store instead (a replaced disk, DLedger #61)."""
+        `wipe`: with an empty log and term store instead (a replaced disk, DLedger #61);
+        `founding`: as a new group's member (a member killed before it ever ran)."""
         member = self.members[node_id]
         if wipe:
             member.store = self.stores.wipe(node_id, member.store)
@@ -272,7 +289,7 @@ class Cluster:
         else:
             member.store = self.stores.reopen(node_id, member.store)
         salt = self.ids.index(node_id) + 7
-        member.driver = self._driver(node_id, member.config, member.store, member.term_store, salt)
+        member.driver = self._driver(node_id, member.config, member.store, member.term_store, salt, founding)
         member.alive = True
         self._register(node_id)
 

@@ -16,6 +16,7 @@ from dledger.raft.member_state import MemberState, MemoryTermStore
 from dledger.raft.messages import VoteRequest, VoteResponse, VoteResult
 from dledger.raft.vote_hold import FOUNDING_TERMS, VoteHold, founding_term
 from dledger.store.memory import MemoryLogStore
+from tests.raft.cluster import Cluster
 from tests.raft.test_hold_release import probe
 from tests.raft.test_vote_hold import HOLD_MS, PEERS3, heartbeat, vote
 
@@ -146,6 +147,40 @@ def test_foundings_stand_in_terms_of_their_own() -> None:
     assert len(terms) == 100 and all(1 <= t <= FOUNDING_TERMS for t in terms)
 
 
+def test_a_founding_member_asked_by_a_peer_asks_every_member_at_once() -> None:
+    """n0 asked while nobody was up; its next round is due 0.3-1 s later. A pre-vote of n1
+    (a founding member standing) makes it ask at its next tick: n1 is up and founding,
+    and its answer, given before any leader's first heartbeat, founds the group with n0.
+    (Asking only at its next round, n0 learned of the leader n1 and n2 had meanwhile
+    elected, and held its vote as a rejoining member until caught up: a leader lost in
+    that window left no quorum.)"""
+    founder = Founder()
+    for request in probe(founder.elector, 0):
+        founder.answer(request, None, 1)  # nobody is up yet
+    assert founder.elector.tick(10) == []  # the round ended; the next is 0.3-1 s away
+    ask = vote("n1", 700_001, end_index=-1, end_term=-1)
+    ask.pre_vote = True
+    assert founder.elector.handle_vote(ask, 20).vote_result == VoteResult.REJECT_HOLDING_AFTER_RESTART
+    requests = [o.request for o in founder.elector.tick(25) if isinstance(o.request, VoteRequest)]
+    assert sorted(r.remote_id for r in requests) == ["n1", "n2"] and all(r.pre_vote for r in requests)
+    for request in requests:
+        founder.answer(request, EMPTY if request.remote_id == "n1" else None, 27)
+    founder.elector.tick(30)
+    assert not founder.elector.vote_hold.pending and founder.calls == ["ended"]
+    assert founder.elector.tick(35) == []  # asked once: the next round keeps its time
+
+
+def test_only_a_founding_hold_asks_when_asked() -> None:
+    """A rejoining member (or one without a hold) keeps its rounds' times when asked."""
+    founder = Founder()
+    founder.elector.vote_hold.kind = "rejoin"
+    assert founder.elector.tick(0) == []  # a rejoin hold does not ask for log ends
+    ask = vote("n1", 1, end_index=-1, end_term=-1)
+    ask.pre_vote = True
+    founder.elector.handle_vote(ask, 20)
+    assert founder.elector.tick(25) == []
+
+
 def test_its_own_answer_alone_is_not_a_quorum() -> None:
     founder = Founder()
     for request in probe(founder.elector, 0):
@@ -226,3 +261,38 @@ def test_a_rejoining_member_tells_others_that_its_group_exists() -> None:
     founder.elector.tick(2_000)
     assert founder.elector.vote_hold.state == "rejoin" and not founder.member.leader_seen
     assert founder.elector.handle_vote(vote("n2", 0, end_index=-1, end_term=-1), 2_010).leader_seen is True
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_member_started_before_its_peers_founds_with_them_and_a_lost_leader_is_replaced(seed: int) -> None:
+    """n2 starts first and asks while nobody is up; n0 and n1 start a moment later, found
+    the group, elect and commit entries, while their leader's heartbeats and pushes do
+    not reach n2 yet. n2 founds with them (it asks again when they ask it), so when that
+    leader is lost, n2 and the other member elect a new one. Before, n2 learned only at
+    its next round that the group existed and had a leader, and held its vote as a
+    rejoining member until that leader brought it up to date: the leader lost then left
+    n2 holding and no quorum (every seed here)."""
+    cluster = Cluster(seed=seed, founding=True, min_vote_interval_ms=300, max_vote_interval_ms=1000)
+    cluster.kill("n0")
+    cluster.kill("n1")
+    cluster.run_for(20)  # n2's first round: nobody answers
+    cluster.net.filter = lambda src, dst, msg: dst == "n2" and type(msg).__name__ in LEADERS_MESSAGES
+    for node_id in ("n0", "n1"):
+        cluster.restart(node_id, founding=True)
+    cluster.run_until(lambda: cluster.leader() is not None)
+    first = cluster.leader()
+    assert first is not None
+    written = cluster.append(*(b"e%d" % k for k in range(20)))
+    cluster.run_until(written.done)
+    hold = cluster.core("n2").elector.vote_hold
+    cluster.run_until(lambda: hold.state != "founding", 10_000)  # it asked again meanwhile
+    assert hold.state == ""  # founded, not rejoining
+    cluster.kill(first)
+    cluster.net.filter = None
+    cluster.run_until(lambda: cluster.leader() not in (None, first), 10_000)
+    after = cluster.append(b"after")
+    cluster.run_until(after.done)
+    assert cluster.bodies(cluster.leader() or "") == [b"e%d" % k for k in range(20)] + [b"after"]
+
+
+LEADERS_MESSAGES = {"HeartBeatRequest", "PushEntryRequest"}
