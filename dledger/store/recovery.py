@@ -274,6 +274,13 @@ class Recovery:
         rebuilt = -1
         if not index.read_only:
             if count and 0 <= mismatch <= last:
+                if index.table.count and index.table.first_offset > mismatch * INDEX_UNIT_SIZE:
+                    # the first index files are gone (the files cannot be prepended to)
+                    log.warning(
+                        "index files before %s are missing: rebuilding every index file",
+                        index.path_of(int(index.table.first_offset)),
+                    )
+                    index.drop_all()
                 log.warning("rebuilding index units from index %d", mismatch)
                 core.write_units(mismatch_pos, mismatch, last)
                 rebuilt = mismatch

@@ -724,15 +724,21 @@ def test_index_missing_after_prefix_deletion_is_rebuilt(tmp_path: Path) -> None:
         store.close()
 
 
-@pytest.mark.parametrize("how", ["last_file_short", "last_file_missing", "first_file_short"])
+@pytest.mark.parametrize("how", ["last_file_short", "last_file_missing", "first_file_short", "first_file_missing"])
 def test_index_shorter_than_the_data(built: Built, how: str) -> None:
+    """Index files cut or gone: rebuilt from the data (a first file gone: every file; it
+    failed with "index slot 0 is not mapped")."""
     original = built.digest("index")
     files = sorted(built.index_dir.iterdir())
-    expected_rebuild = {"last_file_short": 35, "last_file_missing": 32, "first_file_short": 0}[how]
+    assert len(files) >= 2
+    expected = {"last_file_short": 35, "last_file_missing": 32, "first_file_short": 0, "first_file_missing": 0}
+    expected_rebuild = expected[how]
     if how == "last_file_short":
         os.truncate(files[-1], 100)  # units 32..34 whole, 35 torn
     elif how == "last_file_missing":
         files[-1].unlink()
+    elif how == "first_file_missing":
+        files[0].unlink()
     else:
         os.truncate(files[0], 100)  # a short non-last index file: the index is discarded
     store = open_store(built.node)
