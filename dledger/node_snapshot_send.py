@@ -2,8 +2,9 @@
 request (no data) is streamed on a thread of its own as chunks of `chunk_bytes`, under
 the follower's push quota; a first empty chunk tells where the follower's `install_tmp/`
 ends, so a stream cut short resumes there, not at zero. A newest snapshot that verifies
-but ends below the log's first entry minus one (a newer one is damaged) is not sent:
-a new one is taken at the applied index instead."""
+but ends below the log's first entry minus one (a newer one is damaged; with the whole log
+compacted, the entry after its end) is not sent: a new one is taken at the applied index
+instead."""
 
 from __future__ import annotations
 
@@ -118,8 +119,10 @@ class SnapshotSending:
         if not newest:
             return None
         snapshot = newest[0]
-        if snapshot.index < self.node.store.begin_index - 1:
-            self._renew(snapshot.index)
+        store = self.node.store
+        first = store.begin_index if store.begin_index >= 0 else store.end_index + 1  # compacted whole: none left
+        if snapshot.index < first - 1:
+            self._renew(snapshot.index, first)
             return None
         crc, size = snapshot.meta.crc32, snapshot.meta.size
         if crc is None or size is None:  # a Java meta: no checksum of ours
@@ -136,7 +139,7 @@ class SnapshotSending:
         )
         return snapshot, header
 
-    def _renew(self, usable: int) -> None:
+    def _renew(self, usable: int, first: int) -> None:
         """The newest snapshot that verifies ends below the log's first entry minus one
         (a newer one is damaged): nothing fills the gap after it, so no follower can be
         brought up to date from it. Take one at the applied index now (the dispatcher
@@ -152,7 +155,7 @@ class SnapshotSending:
                 "snapshot %d, the newest that verifies, ends below the log's first entry %d: a follower needs a "
                 "newer one; taking one at the applied index %d",
                 usable,
-                self.node.store.begin_index,
+                first,
                 applied,
             )
 
