@@ -106,7 +106,12 @@ cdef tuple _unit_tuple(const unsigned char *p):
 cdef inline long long _whole(object value) except? -1:
     """An index, count, size or timestamp given to the public API, as a C integer: an
     int or what has `__index__` (numpy integers); a float or a str is a TypeError, as in
-    Python's own indexing (a C-typed argument converts 1.9 to 1 silently)."""
-    if PyLong_CheckExact(value):
+    Python's own indexing (a C-typed argument converts 1.9 to 1 silently). A value past
+    int64 becomes int64's end on its side, which every caller's range check refuses or
+    takes as "no limit" (an index of 2**63 is outside the log, not an OverflowError)."""
+    if not PyLong_CheckExact(value):
+        value = PyNumber_Index(value)
+    try:
         return value
-    return PyNumber_Index(value)
+    except OverflowError:
+        return LLONG_MAX if value > 0 else LLONG_MIN

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-# cython: initializedcheck=False, freethreading_compatible=False, binding=False
+# cython: initializedcheck=False, freethreading_compatible=False, binding=False, embedsignature=True
 """Compiled hot path of the store: codecs, mapped segment tables and the log core.
 
 The pure-Python twin `dledger._store_py` has the same API and must give the same bytes
@@ -31,6 +31,7 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.number cimport PyNumber_Index
 from libc.string cimport memcpy, memset, memmove
 from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.limits cimport LLONG_MAX, LLONG_MIN
 
 cimport cython
 

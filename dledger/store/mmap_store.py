@@ -444,7 +444,7 @@ class MmapLogStore(impl.LogCore, Durability):
             raise DLedgerError(ResponseCode.DISK_ERROR, "store failed after an I/O error")
 
     def close(self) -> None:
-        """Flush, write the checkpoint, unmap (the owner stops `periodic_passes()` first)."""
+        """Flush, checkpoint, unmap (the owner stops `periodic_passes()` first); end_index is -1 after it."""
         if self._closed:
             return
         self._closed = True

@@ -88,3 +88,21 @@ def test_a_member_store_truncate_takes_whole_numbers_only(tmp_path: Path, bad: o
         assert store.end_index == 2
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("index", [2**63, 2**200, -(2**63) - 1, -(2**64)])
+def test_an_index_past_int64_is_outside_the_log(log: MmapLogStore, index: int) -> None:
+    """It was a bare OverflowError ("Python int too large to convert to C long")."""
+    for read in (log.get, log.get_body, log.term_at, log.get_record):  # type: ignore[attr-defined]
+        with pytest.raises(dledger.DLedgerError) as info:
+            read(index)
+        assert info.value.code == dledger.ResponseCode.INDEX_OUT_OF_RANGE
+    if index > 0:
+        assert log.read_columns(index, 10, 1 << 20).count == 0  # past the end, as any index there
+    else:
+        with pytest.raises(dledger.DLedgerError, match="outside"):  # below the start, as -1 is
+            log.read_columns(index, 10, 1 << 20)
+    assert log.read_columns(0, 2**64, 2**70).count == 5  # counts and sizes past int64: no limit
+    with pytest.raises(dledger.DLedgerError, match="append_many writes magic"):
+        log.append_many([b"x"], 2**64)
+    assert log.end_index == 4
