@@ -43,6 +43,7 @@ cdef class LogCore:
     cdef MappedTable data
     cdef MappedTable index
     cdef object roller
+    cdef object on_write_failure  # called with the error when a write fails (not for a full disk)
     cdef pthread_mutex_t lock
     cdef readonly int exclusive  # > 0 while a multi-step change holds the lock (_acquire)
     cdef bint held                # the lock is held (written and read with the GIL only)
@@ -95,10 +96,12 @@ cdef class LogCore:
         pthread_mutex_destroy(&self.lock)
         PyMem_Free(self.stage)
 
-    def _init_core(self, MappedTable data not None, MappedTable index not None, roller) -> None:
+    def _init_core(self, MappedTable data not None, MappedTable index not None, roller,
+                   on_write_failure=None) -> None:
         self.data = data
         self.index = index
         self.roller = roller
+        self.on_write_failure = on_write_failure
 
     # -- locking (also used by the Python layer for truncate / reset / recovery)
 

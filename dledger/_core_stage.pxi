@@ -63,6 +63,9 @@ cdef int _flush_stage(LogCore core) except -1:
         return 0
     full = err in (errno.ENOSPC, errno.EDQUOT)
     core.state = ST_DISK_FULL if full else ST_DISK_ERROR
-    raise DLedgerError(ResponseCode.DISK_FULL if full else ResponseCode.DISK_ERROR,
-                       "writing %d bytes at data position %d failed: %s"
-                       % (n, core.stage_pos, os.strerror(err)))
+    failed = DLedgerError(ResponseCode.DISK_FULL if full else ResponseCode.DISK_ERROR,
+                          "writing %d bytes at data position %d failed: %s"
+                          % (n, core.stage_pos, os.strerror(err)))
+    if not full and core.on_write_failure is not None:
+        core.on_write_failure(failed)
+    raise failed

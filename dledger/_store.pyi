@@ -221,9 +221,16 @@ class LogCore:
         """Times the log's end moved back (truncation)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
-    def _init_core(self, data: MappedTable, index: MappedTable, roller: Callable[[int, int], None]) -> None:
+    def _init_core(
+        self,
+        data: MappedTable,
+        index: MappedTable,
+        roller: Callable[[int, int], None],
+        on_write_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         """Attach the tables; `roller(kind, offset)` (kind 0 = data, 1 = index) must push
-        a segment starting at `offset` when an append needs one."""
+        a segment starting at `offset` when an append needs one; `on_write_failure(error)`
+        is told when a write into the data files failed (not for a full disk)."""
 
     def _acquire(self) -> None:
         """Take the lock for a multi-step change (truncate, reset, recovery, retention, close)."""

@@ -67,15 +67,23 @@ class LogCore:
         self.allow_noop = True
         self.allow_records = True
         self.write_through = False
+        self._on_write_failure: Callable[[BaseException], None] | None = None
         self._stage: list[bytes] = []
         self._stage_len = 0
         self._stage_pos = 0
         self._stage_state = (-1, -1, -1)  # begin, end index, end term before the stage
 
-    def _init_core(self, data: MappedTable, index: MappedTable, roller: Callable[[int, int], None]) -> None:
+    def _init_core(
+        self,
+        data: MappedTable,
+        index: MappedTable,
+        roller: Callable[[int, int], None],
+        on_write_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self._data = data
         self._index = index
         self._roller = roller
+        self._on_write_failure = on_write_failure
 
     def _acquire(self) -> None:
         """Take the lock for a multi-step change (reads always take it here)."""
@@ -160,10 +168,13 @@ class LogCore:
             return
         full = err in (errno.ENOSPC, errno.EDQUOT)
         self.state = STATE_DISK_FULL if full else STATE_DISK_ERROR
-        raise DLedgerError(
+        failed = DLedgerError(
             ResponseCode.DISK_FULL if full else ResponseCode.DISK_ERROR,
             f"writing {len(blob)} bytes at data position {pos} failed: {os.strerror(err)}",
         )
+        if not full and self._on_write_failure is not None:
+            self._on_write_failure(failed)
+        raise failed
 
     def _unit_slot(self, idx: int) -> tuple[memoryview, int]:
         off = idx * INDEX_UNIT_SIZE

@@ -134,7 +134,7 @@ class MmapLogStore(impl.LogCore, Durability):
         created = not ro and not holds_store(self.node_dir)
         self.data_list = SegmentList(self.node_dir / DATA_DIR, cfg.data_file_size, ro, keep_fds=self.write_through)
         self.index_list = SegmentList(self.node_dir / INDEX_DIR, cfg.index_file_size, ro)
-        self._init_core(self.data_list.table, self.index_list.table, self._roll)
+        self._init_core(self.data_list.table, self.index_list.table, self._roll, self._fail)
         self.data_list.load()
         self._load_index()
         self.checkpoint_info = load_checkpoint(self.node_dir)

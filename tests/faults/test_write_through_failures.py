@@ -83,10 +83,17 @@ def test_a_failed_write_appends_nothing(store: MmapLogStore, how: str, code: int
     assert (store.end_index, int(store.write_pos), store.state) == (end, write_pos, state)
     assert store.shrinks == shrinks  # the staged entries were never visible
     assert [store.get_body(i) for i in range(end + 1)] == BEFORE
+    # a failed write fails the store as a failed flush does (a full disk does not)
+    assert (store.failure is failed.value) == (how == "read-only")
+    assert store.health.startswith("failed: DISK_ERROR" if how == "read-only" else "disk full")
     with pytest.raises(DLedgerError) as refused:
         store.append(b"after")
     assert refused.value.code == code
-    store.wait_durable()  # what was acknowledged before is durable, nothing more
+    if how == "full":
+        store.wait_durable()  # what was acknowledged before is durable, nothing more
+    else:  # fail-stop: a failed store confirms nothing any more
+        with pytest.raises(DLedgerError, match="store failed after an I/O error"):
+            store.wait_durable()
 
 
 @pytest.mark.parametrize("how", ["full", "read-only"])
@@ -128,7 +135,8 @@ def test_both_cores_roll_back_a_failed_stage_alike(tmp_path: Path, mod: object) 
         raise DLedgerError(ResponseCode.DISK_FULL, "no next segment")
 
     core = mod.LogCore()  # type: ignore[attr-defined]
-    core._init_core(data, index, no_roll)
+    told: list[BaseException] = []
+    core._init_core(data, index, no_roll, told.append)
     core.write_through = True
     core.term = 3
     assert core.append_many([b"a" * 100, b"b" * 200]) == 0
@@ -138,9 +146,18 @@ def test_both_cores_roll_back_a_failed_stage_alike(tmp_path: Path, mod: object) 
     with pytest.raises(DLedgerError) as failed:
         core.append_many([b"c" * 50] * 4)
     assert failed.value.code == ResponseCode.DISK_FULL
+    assert told == []  # a full disk is not a failed store
     assert (core.begin_index, core.end_index, core.end_term, core.write_pos) == (0, 1, 3, 2 * 48 + 300)
     assert core.state == mod.STATE_DISK_FULL  # type: ignore[attr-defined]
     assert [core.get_body(i) for i in range(2)] == [b"a" * 100, b"b" * 200]
+    read_only = os.open(tmp_path / "data", os.O_RDONLY)
+    os.dup2(read_only, data_fd)
+    os.close(read_only)
+    core.state = mod.STATE_OK  # type: ignore[attr-defined]
+    with pytest.raises(DLedgerError) as broken:
+        core.append(b"d" * 10)
+    assert broken.value.code == ResponseCode.DISK_ERROR and told == [broken.value]
+    assert core.state == mod.STATE_DISK_ERROR  # type: ignore[attr-defined]
     data.pop_last()
     index.pop_last()
 

@@ -5,6 +5,7 @@ leader's flush runs in parallel with replication."""
 from __future__ import annotations
 
 import errno
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -203,4 +204,33 @@ def test_a_failed_leader_flush_leaves_the_outcome_to_the_followers(sync_group: A
     assert new.get(new.append([b"after"]).result(15))[0].body == b"after"
     node_dir = leader.store.node_dir
     leader.shutdown()  # what it had not flushed is not durable: its next start is unclean
+    assert node_dir is not None and (node_dir / "abort").exists()
+
+
+def test_a_failed_leader_write_hands_leadership_over(sync_group: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A write into the leader's data file fails (EBADF: the segment's descriptor is made
+    read-only). Before, only a failed flush marked the store failed: this leader kept
+    leading a group that took no write, logged nothing, and its next start was clean."""
+    leader, followers, _ = sync_group
+    store = leader.store
+    target = store.data_list.table.fd_of(int(store.write_pos))
+    segment = store.data_list.path_of(int(store.write_pos) - int(store.write_pos) % store.data_list.file_size)
+    read_only = os.open(segment, os.O_RDONLY)
+    try:
+        os.dup2(read_only, target)
+    finally:
+        os.close(read_only)
+    end = store.end_index
+    with pytest.raises(DLedgerError) as info:
+        leader.append([b"refused"]).result(15)
+    assert info.value.code == ResponseCode.DISK_ERROR and "failed" in str(info.value)
+    assert store.end_index == end
+    assert leader.status().store_health.startswith("failed: DISK_ERROR (414): writing")
+    failed = [r for r in caplog.records if r.name == "dledger.store.flusher" and "store failed" in r.getMessage()]
+    assert len(failed) == 1
+    wait_until(lambda: any(f.is_leader for f in followers), what="a follower leading")
+    new = next(f for f in followers if f.is_leader)
+    assert new.get(new.append([b"after"]).result(15))[0].body == b"after"
+    node_dir = store.node_dir
+    leader.shutdown()
     assert node_dir is not None and (node_dir / "abort").exists()
