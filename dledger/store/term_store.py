@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dledger.codes import CorruptStoreError
+from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.store import kvfile
 from dledger.store.checkpoint import MAX_VALUE, StoreFileError, load_term
 from dledger.store.layout import CURRTERM_FILE
@@ -57,7 +57,14 @@ class FileTermStore:
 
         Raises:
             ValueError: `term` is outside 0..MAX_STORED_TERM (nothing is written).
+            DLedgerError: DISK_ERROR when the file could not be written (a failed or
+                full disk): the member then neither moves to `term` nor grants the vote.
         """
         if not 0 <= term <= MAX_STORED_TERM:
             raise ValueError(f"term {term} is outside 0..{MAX_STORED_TERM}; not stored")
-        kvfile.write_atomic(self.path, {"currTerm": str(term), "voteLeader": vote_for or ""})
+        try:
+            kvfile.write_atomic(self.path, {"currTerm": str(term), "voteLeader": vote_for or ""})
+        except OSError as exc:
+            raise DLedgerError(
+                ResponseCode.DISK_ERROR, f"cannot store term {term} in {self.path}: {exc.strerror or exc}"
+            ) from exc

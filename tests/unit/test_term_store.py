@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.codes import CorruptStoreError
+from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.raft.messages import MAX_TERM
 from dledger.store.term_store import MAX_STORED_TERM, FileTermStore
 
@@ -113,4 +113,23 @@ def test_persist_refuses_a_term_out_of_range_and_writes_nothing(tmp_path: Path, 
     store.persist(4, "n1")
     with pytest.raises(ValueError, match="not stored"):
         store.persist(term, None)
+    assert FileTermStore(tmp_path).load() == (4, "n1")
+
+
+def test_a_term_that_cannot_be_written_is_a_disk_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed disk (EIO from fsync) was a bare OSError: the elector logged its traceback."""
+    store = FileTermStore(tmp_path)
+    store.persist(4, "n1")
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(DLedgerError) as info:
+        store.persist(5, None)
+    assert info.value.code == ResponseCode.DISK_ERROR
+    assert str(info.value).endswith(f"cannot store term 5 in {tmp_path / 'currterm'}: Input/output error")
+    monkeypatch.undo()
     assert FileTermStore(tmp_path).load() == (4, "n1")
