@@ -53,7 +53,12 @@ class LeaderHeartbeats:
             )
             for peer in self.member_state.other_peer_ids
         }
-        deadline = now_ms + max(1, self.config.heart_beat_time_interval_ms - 10)
+        # answers may take up to half an election timeout (a slow link): a round that ended
+        # at the next heartbeat counted none of them, and CheckQuorum stepped down while every
+        # follower answered (RTT 600 ms with 500 ms heartbeats); heartbeats still go out
+        # at least every half election timeout
+        interval = self.config.heart_beat_time_interval_ms
+        deadline = now_ms + max(1, interval - 10, interval * self.config.max_heart_beat_leak // 2)
         self._hb_round = HeartBeatRound(term, deadline, requests, started_ms=now_ms)
         if not requests:  # a single-node group
             self._finish_heartbeat_round(self._hb_round, now_ms)

@@ -105,7 +105,7 @@ class QuorumAckChecker:
         kept = []
         for term, index, future in self._watchers:
             if term != member.current_term or not member.is_leader:
-                future.set_exception(DLedgerError(ResponseCode.TERM_CHANGED, f"term {term} ended"))
+                future.set_exception(DLedgerError(ResponseCode.TERM_CHANGED, f"its leadership of term {term} ended"))
             elif index <= member.committed_index:
                 future.set_result(index)
             else:
@@ -115,7 +115,7 @@ class QuorumAckChecker:
     def _fail_term(self, term: int, code: ResponseCode) -> None:
         for pending in self._pending.pop(term, {}).values():
             if not pending.future.done():
-                pending.future.set_exception(DLedgerError(code, f"term {term} ended"))
+                pending.future.set_exception(DLedgerError(code, f"its leadership of term {term} ended"))
         self._pending_bytes.pop(term, None)
 
     def on_role_change(self, term: int, role: Role) -> None:

@@ -176,3 +176,23 @@ def test_push_missed_every_third_push_still_commits_everything() -> None:
     assert all(f.exception() is None for f in futures)
     c.run_until(lambda: c.core(victim).member_state.committed_index == futures[-1].result())
     assert c.bodies(victim) == [f"m{i}".encode() for i in range(10)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_round_trip_longer_than_the_heartbeat_interval_keeps_the_leader(seed: int) -> None:
+    """Links of 60-70 ms each way (a round trip of 120-140 ms against 100 ms heartbeats,
+    below half the 300 ms election timeout): every follower answers every heartbeat, only
+    after the next one is due. The leader stepped down again and again (CheckQuorum saw no
+    answer, since a heartbeat round ended at the next heartbeat) and failed its pending
+    appends; now it leads throughout and commits."""
+    cluster = Cluster(seed=seed, max_push_timeout_ms=1000, follower_push_timeout_ms=1000)  # pushes wait for slow links
+    leader = cluster.elect()
+    term = cluster.core(leader).member_state.current_term
+    cluster.net.min_delay_ms, cluster.net.max_delay_ms = 60, 70
+    changes: list[Role] = []
+    cluster.core(leader).elector.listeners.append(lambda _term, role: changes.append(role))
+    written = [cluster.append(b"slow-%d" % k) for k in range(5)]
+    cluster.run_for(3_000)
+    assert changes == [] and cluster.leader() == leader
+    assert cluster.core(leader).member_state.current_term == term
+    assert [f.result() for f in written] == sorted(f.result() for f in written)
