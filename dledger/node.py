@@ -240,10 +240,10 @@ class DLedgerNode:
     def _quorum_pass(self) -> float | None:
         with self._step() as now:
             self.driver.quorum_pass(now)
-            floor = self.core.retention_floor()
-            if self.caller is not None:  # entries the state machine has not applied yet stay
-                floor = min(floor, self.caller.applied_index + 1)
-            floor = min(floor, self.producers.retention_floor())
+            floor = min(self.core.retention_floor(), self.producers.retention_floor())
+            if self.caller is not None:  # what a restart replays (after the newest snapshot) stays
+                snapshot = self.snapshots.last_index if self.snapshots is not None else -1
+                floor = min(floor, self.caller.applied_index + 1, snapshot + 1)
             self.store.set_retention_floor(floor)
             return self.driver.idle_wait(QUORUM)
 

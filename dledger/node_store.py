@@ -59,6 +59,7 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     log_lost = _log_lost(Path(config.default_path))
     precaution = mark_before_repair(config.default_path, REPAIRED) if repair else None
     store = MmapLogStore(config.default_path, as_sync, repair=repair)
+    store.set_retention_floor(0)  # nothing expires before the node knows what its members and machine need
     if precaution is not None and not store.recovery.stop_file:
         clear_rejoin(store.node_dir)  # nothing was cut: the marker was only a precaution
     store.appends_wait = cfg.flush_mode == "sync"

@@ -4,7 +4,9 @@ compacted log brought back by InstallSnapshot (LocalNetwork)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ import pytest
 from dledger.clock import ManualClock
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.node import DLedgerNode
+from dledger.node_store import open_node_store
 from dledger.statemachine.snapshot_files import DATA_FILE, META_FILE, SnapshotMeta
+from dledger.store.mmap_store import MmapLogStore
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
 
@@ -393,3 +397,58 @@ def test_an_install_of_what_the_log_holds_or_has_committed_is_not_needed(tmp_pat
     assert snapshots._holds(5, 1) == snapshots._holds(6, 1) == "its log holds that entry"
     assert snapshots._holds(5, 2) is None  # another term there: the log does not match
     assert snapshots._holds(7, 1) is None  # past the log
+
+
+@pytest.mark.parametrize("snapshots", [False, True])
+def test_time_retention_keeps_what_a_restart_replays(
+    cluster_factory: Callable[..., NodeCluster], snapshots: bool
+) -> None:
+    """A member with a state machine replays the entries after its newest snapshot when it
+    starts (all of them without snapshots). Time retention deleted applied entries of any
+    segment old enough (after a wall clock stepped forward, seconds-old ones): the member
+    then refused to start ("the log starts at index N, not 0"). Now it keeps every entry
+    after the newest snapshot: none goes without snapshots."""
+    options = {**SNAP, "snapshot_threshold": 400} if snapshots else {}
+    cluster = cluster_factory(1, machine_factory=SumMachine, data_file_size=64 * 1024, **options)
+    node = cluster.leader()
+    for start in range(0, 500, 50):
+        node.append([b"%01000d" % k for k in range(start, start + 50)]).result(10)
+    keep = 400 if snapshots else 0
+    wait_until(lambda: node.applied_index == 499 and node.store.begin_index in (0, keep), what="apply, compaction")
+
+    def restarted() -> DLedgerNode:
+        cluster.stop("n0")  # (its producer table is saved: that floor no longer holds entries back)
+        cluster.start("n0")
+        again = cluster.leader()
+        wait_until(lambda: again.applied_index == 499, what="the replay after a restart")
+        assert machine(cluster, "n0").state() == (sum(range(500)), 500)
+        return again
+
+    node = restarted()
+    store = node.store
+    assert isinstance(store, MmapLogStore) and store.data_list.table.count >= 2
+    old = time.time() - 4 * 24 * 3600  # as if the wall clock had stepped four days forward
+    for path in store.data_list.directory.iterdir():
+        os.utime(path, (old, old))
+    node._quorum_pass()  # the pass that sets the floor, run here once more
+    assert store.retention_floor == keep
+    store.cleaner.delete_expired(force=False)
+    assert store.begin_index == keep
+    restarted()
+
+
+def test_a_member_store_expires_nothing_before_its_node_set_the_floor(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    """The store's own floor (every committed entry) held until the node's first pass: a
+    retention pass in between deleted entries its state machine had still to replay."""
+    cluster = cluster_factory(1, machine_factory=SumMachine, data_file_size=64 * 1024)
+    node = cluster.leader()
+    node.append([b"%01000d" % k for k in range(200)]).result(10)
+    cluster.stop("n0")
+    store = open_node_store(cluster.config("n0"))
+    try:
+        assert store.committed_index == 199 and store.retention_floor == 0
+        assert store.cleaner.delete_expired(force=True) == 0
+    finally:
+        store.close()
