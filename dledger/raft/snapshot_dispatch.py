@@ -47,6 +47,7 @@ class InstallSnapshotMixin:
     term: int
     write_index: int
     _retry_at_ms: int
+    _gone_said = -2  # the first readable index last named in the "entries are gone" warning
     _latest_snapshot: SnapshotSource | None
     installing: tuple[int, int] | None
 
@@ -92,11 +93,16 @@ class InstallSnapshotMixin:
         before the next COMPARE) when it has none."""
         snapshot = self._snapshot()
         if snapshot is None:
-            log.warning(
-                "follower %s needs entries below %d, which are gone, and there is no snapshot to install",
-                self.peer_id,
-                self.readable_from(),
-            )
+            first = self.readable_from()
+            if first != self._gone_said:  # once per first index, not at every retry (10 a second)
+                self._gone_said = first
+                log.warning(
+                    "follower %s needs entries below %d, which are gone, and there is no snapshot to install "
+                    "(asking again every %d ms)",
+                    self.peer_id,
+                    first,
+                    INSTALL_RETRY_MS,
+                )
             self._retry_at_ms = now_ms + INSTALL_RETRY_MS
             return False
         self._enter_install()

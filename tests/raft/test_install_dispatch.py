@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
@@ -101,7 +103,7 @@ def test_a_failed_or_lost_install_goes_back_to_compare_after_a_pause() -> None:
     assert dispatcher.state is DispatchState.COMPARE
 
 
-def test_no_snapshot_keeps_comparing_as_dledger_does() -> None:
+def test_no_snapshot_keeps_comparing_as_dledger_does(caplog: pytest.LogCaptureFixture) -> None:
     _ms, dispatcher = compacted_leader(snapshot=None)
     answer_compare(dispatcher, follower_end=3)
     answer_compare(dispatcher, follower_end=3)
@@ -109,6 +111,15 @@ def test_no_snapshot_keeps_comparing_as_dledger_does() -> None:
     assert dispatcher.tick(T0 + INSTALL_RETRY_MS - 1) == []  # a pause, not a busy loop
     [compare] = dispatcher.tick(T0 + INSTALL_RETRY_MS)
     assert compare.type is PushType.COMPARE and compare.prev_index >= 29
+    compares = 0
+    for now in range(T0 + INSTALL_RETRY_MS, T0 + 10 * INSTALL_RETRY_MS, 5):
+        for req in dispatcher.tick(now):
+            compares += 1
+            dispatcher.on_response(
+                req, PushEntryResponse(code=ResponseCode.INCONSISTENT_STATE, term=1, end_index=3), now
+            )
+    said = [r for r in caplog.records if r.name == "dledger.raft.snapshot_dispatch" and "are gone" in r.getMessage()]
+    assert compares >= 5 and len(said) == 1  # once, not at every retry (it was logged 10 times a second)
 
 
 def test_compaction_under_an_appending_follower_moves_it_to_install() -> None:
