@@ -35,7 +35,7 @@ from dledger.node_status import NodeStatus
 from dledger.node_store import collect_status, member_core, open_node_store
 from dledger.raft.driver import ELECTOR, HANDLER, QUORUM, RaftDriver, dispatch_pass
 from dledger.raft.elector import Outbound
-from dledger.raft.log import LogStore, TermStore
+from dledger.raft.log import LogStore, TermStore, first_readable
 from dledger.raft.member_state import Role
 from dledger.raft.messages import (
     InstallSnapshotRequest,
@@ -400,10 +400,8 @@ class DLedgerNode:
         committed = self.core.member_state.committed_index
         if index < 0 or index > committed:
             raise DLedgerError(ResponseCode.INDEX_OUT_OF_RANGE, f"index {index} is not committed (commit {committed})")
-        if index < self.store.begin_index:
-            raise DLedgerError(
-                ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {index} < first kept {self.store.begin_index}"
-            )
+        if index < (first := first_readable(self.store)):  # a compaction may have emptied it (begin -1)
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {index} < first kept {first}")
         start_us = perf_us()
         entries = self.store.get_range(index, min(index + max(count, 1), committed + 1))
         self.metrics.read_latency.observe(perf_us() - start_us)
@@ -412,7 +410,7 @@ class DLedgerNode:
     def iterate(self, from_index: int = 0, to_index: int | None = None, batch: int = 1024) -> Iterator[Entry]:
         """Committed entries from `from_index` up to `to_index` (exclusive) or up to the
         commit index as it stands when the iteration reaches it."""
-        index = max(from_index, self.store.begin_index, 0)
+        index = max(from_index, first_readable(self.store))
         while to_index is None or index < to_index:
             if index > self.core.member_state.committed_index:
                 return
@@ -431,10 +429,8 @@ class DLedgerNode:
         committed = self.core.member_state.committed_index
         if from_index > committed or max_count <= 0:
             return ColumnBatch.empty()
-        if from_index < max(self.store.begin_index, 0):
-            raise DLedgerError(
-                ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {from_index} < first kept {self.store.begin_index}"
-            )
+        if from_index < (first := first_readable(self.store)):
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"index {from_index} < first kept {first}")
         count = min(max_count, committed - from_index + 1)
         start_us = perf_us()
         batch = self.store.read_columns(from_index, count, max_bytes)

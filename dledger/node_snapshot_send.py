@@ -22,7 +22,7 @@ from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.node_producers import NodeProducers
 from dledger.raft.core import RaftCore
-from dledger.raft.log import LogStore
+from dledger.raft.log import LogStore, first_readable
 from dledger.raft.messages import (
     InstallSnapshotRequest,
     InstallSnapshotResponse,
@@ -119,8 +119,7 @@ class SnapshotSending:
         if not newest:
             return None
         snapshot = newest[0]
-        store = self.node.store
-        first = store.begin_index if store.begin_index >= 0 else store.end_index + 1  # compacted whole: none left
+        first = first_readable(self.node.store)  # a compaction may have emptied the log (begin -1)
         if snapshot.index < first - 1:
             self._renew(snapshot.index, first)
             return None

@@ -166,3 +166,10 @@ def data_segment_size(store: object) -> int:
     Entries sit at the same positions on every member, so members share this size."""
     segments = getattr(store, "data_list", None)
     return int(getattr(segments, "file_size", 0) or 0)
+
+
+def first_readable(store: LogStore) -> int:
+    """The first index whose entry `store` holds: its begin index, or end + 1 when a
+    compaction emptied it (begin -1), 0 for a log that never held one."""
+    begin = store.begin_index
+    return begin if begin >= 0 else store.end_index + 1

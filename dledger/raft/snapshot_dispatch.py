@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
-from dledger.raft.log import LogStore
+from dledger.raft.log import LogStore, first_readable
 from dledger.raft.member_state import MemberState
 from dledger.raft.messages import InstallSnapshotRequest, InstallSnapshotResponse, RequestOrResponse
 
@@ -85,8 +85,7 @@ class InstallSnapshotMixin:
 
     def readable_from(self) -> int:
         """The first index whose entry can be read (end + 1 when the log is empty)."""
-        begin = self.store.begin_index
-        return begin if begin >= 0 else self.store.end_index + 1
+        return first_readable(self.store)
 
     def _start_install(self, now_ms: int) -> bool:
         """Move to INSTALL_SNAPSHOT when the leader has a snapshot; False (and a pause

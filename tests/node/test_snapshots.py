@@ -452,3 +452,20 @@ def test_a_member_store_expires_nothing_before_its_node_set_the_floor(
         assert store.cleaner.delete_expired(force=True) == 0
     finally:
         store.close()
+
+
+def test_reads_below_a_log_compacted_to_empty_say_the_entries_are_gone(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    """A snapshot at the last entry compacts the whole log (first index -1): reads of its
+    entries answered INDEX_OUT_OF_RANGE, which a Spark read took for a failure, not for
+    entries compacted away (its failOnDataLoss did not apply)."""
+    cluster = cluster_factory(1, machine_factory=SumMachine, **SNAP)
+    node = cluster.leader()
+    append_values(node, range(20))
+    wait_until(lambda: node.store.begin_index < 0 and node.store.end_index == 19, what="the log compacted to empty")
+    for read in (lambda: node.read_columns(5, 10, 1 << 20), lambda: node.get(5)):
+        with pytest.raises(DLedgerError) as info:
+            read()
+        assert info.value.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN and "first kept 20" in str(info.value)
+    assert list(node.iterate(0, 20)) == []
