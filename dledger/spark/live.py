@@ -343,6 +343,7 @@ def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
 
     next_index = task.start
     errors: list[str] = []
+    gone: list[str] = []  # the nodes that no longer hold next_index (compacted or deleted since planning)
     client = factory(peers_string(task.nodes), task.group, task.timeout_s)
     try:
         for node_id, address in task.nodes:
@@ -370,26 +371,33 @@ def read_task(task: LiveTask, factory: ClientFactory) -> Iterator[ColumnBatch]:
                     if next_index >= task.end:
                         return
                 errors.append(f"{node_id} ({address}): its stream ended at {next_index}")
-            except DLedgerError as exc:
-                if exc.code != ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN:
-                    log.warning("live read of [%d, %d) from %s failed: %s", next_index, task.end, node_id, exc)
-                    errors.append(f"{node_id} ({address}): {exc}")
-                    continue
-                # entries were deleted (retention / snapshot) since the read was planned
-                begin = int(_field(client.metadata(node_id=node_id), "begin_index", -1))
-                next_index = check_data_loss(
-                    next_index, LogBounds(begin, task.end - 1, task.end - 1), task.fail_on_data_loss
-                )
-                yield from read_task(replace(task, start=next_index, nodes=((node_id, address),)), factory)
-                return
             except Exception as exc:
-                log.warning("live read of [%d, %d) from %s failed: %s", next_index, task.end, node_id, exc)
+                if isinstance(exc, DLedgerError) and exc.code == ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN:
+                    gone.append(node_id)  # another node may still hold them: members compact on their own
+                else:
+                    log.warning("live read of [%d, %d) from %s failed: %s", next_index, task.end, node_id, exc)
                 errors.append(f"{node_id} ({address}): {exc}")
+        if len(gone) == len(task.nodes):  # no node holds next_index any more: the entries are gone
+            start = check_data_loss(next_index, _earliest_held(client, gone), task.fail_on_data_loss)
+            if start > next_index:
+                yield from read_task(replace(task, start=start), factory)
+                return
     finally:
         close_client(client)
     raise ReadFailedError(
         f"entries [{next_index}, {task.end}) of group {task.group} could not be read: " + "; ".join(errors)
     )
+
+
+def _earliest_held(client: LedgerClient, nodes: list[str]) -> LogBounds:
+    """The bounds whose first index is the lowest any of `nodes` still holds (each said
+    that it no longer holds the entry a read asked it for)."""
+    earliest = []
+    for node_id in nodes:
+        meta = client.metadata(node_id=node_id)
+        begin, end = int(_field(meta, "begin_index", -1)), int(_field(meta, "end_index", -1))
+        earliest.append(LogBounds(begin, end, end))
+    return min(earliest, key=lambda bounds: bounds.earliest)
 
 
 # -- writing

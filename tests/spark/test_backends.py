@@ -384,6 +384,7 @@ class FakeCluster:
         self.down: set[str] = set()
         self.fail_after: dict[str, int] = {}
         self.begin = 0
+        self.node_begin: dict[str, int] = {}  # a node's own first index, where it differs (compacted alone)
         self.reads: list[tuple[str, int, int | None]] = []
         self.asked: list[str] = []
         self.batch_counts: list[int] = []
@@ -421,8 +422,9 @@ class FakeClient:
         c.reads.append((node, from_index, to_index))
         if node in c.down:
             raise ConnectionError(f"{node} is down")
-        if from_index < c.begin:
-            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{from_index} < {c.begin}")
+        begin = c.node_begin.get(node, c.begin)
+        if from_index < begin:
+            raise DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{from_index} < {begin}")
         stop = min(to_index if to_index is not None else 1 << 62, c.committed[node] + 1)
         served = 0
         index = from_index
@@ -450,7 +452,7 @@ class FakeClient:
             "leader_id": c.leader,
             "node_id": node,
             "peers": {"n0": "127.0.0.1:1", "n1": "127.0.0.1:2", "n2": "127.0.0.1:3"},
-            "begin_index": c.begin,
+            "begin_index": c.node_begin.get(node, c.begin),
             "end_index": len(c.bodies) - 1,
             "committed_index": c.committed[node],
         }
@@ -483,6 +485,36 @@ def test_live_read_skips_deleted_entries_only_when_allowed() -> None:
     with pytest.raises(DataLossError, match="starts at index 12"):
         list(read_task(LiveTask(5, 20, "g", NODES, 1 << 20, True), cluster.factory))
     assert _indexes(read_task(LiveTask(5, 20, "g", NODES, 1 << 20, False), cluster.factory)) == list(range(12, 20))
+
+
+def test_live_read_takes_from_another_node_what_one_node_compacted() -> None:
+    """Members compact on their own: n0 dropped entries 0..19 that n1 and n2 still hold.
+    The read took that for data loss of the whole log (a false failure, or with
+    failOnDataLoss=false entries skipped that other members held)."""
+    cluster = FakeCluster(40)
+    cluster.node_begin["n0"] = 20
+    for fail in (True, False):
+        cluster.reads.clear()
+        assert _indexes(read_task(LiveTask(5, 30, "g", NODES, 1 << 20, fail), cluster.factory)) == list(range(5, 30))
+        assert cluster.reads == [("n0", 5, 30), ("n1", 5, 30)]
+
+
+def test_live_read_decides_data_loss_at_the_lowest_first_index_of_every_node() -> None:
+    cluster = FakeCluster(40)
+    cluster.node_begin.update(n0=20, n1=12, n2=15)
+    with pytest.raises(DataLossError, match="starts at index 12"):
+        list(read_task(LiveTask(5, 30, "g", NODES, 1 << 20, True), cluster.factory))
+    cluster.reads.clear()
+    assert _indexes(read_task(LiveTask(5, 30, "g", NODES, 1 << 20, False), cluster.factory)) == list(range(12, 30))
+    assert cluster.reads[-1] == ("n1", 12, 30)
+
+
+def test_live_read_skips_nothing_while_a_node_that_may_hold_the_entries_is_down() -> None:
+    cluster = FakeCluster(40)
+    cluster.node_begin["n0"] = 20
+    cluster.down |= {"n1", "n2"}
+    with pytest.raises(ReadFailedError, match="n1 is down"):
+        list(read_task(LiveTask(5, 30, "g", NODES, 1 << 20, False), cluster.factory))
 
 
 def test_live_read_fails_over_and_resumes_without_duplicates() -> None:
