@@ -397,8 +397,11 @@ class DLedgerDataSource(DataSource):
         return DLedgerBatchReader(self._plan(schema, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """A streaming reader."""
-        return DLedgerStreamReader(self._plan(schema, streaming=True))
+        """A streaming reader (one that raises what refused the query, see `_RefusedStream`)."""
+        try:
+            return DLedgerStreamReader(self._plan(schema, streaming=True))
+        except Exception as exc:
+            return _RefusedStream(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         """A batch writer (append only)."""
@@ -415,6 +418,33 @@ class DLedgerDataSource(DataSource):
         return DLedgerStreamArrowWriter(
             *writer_setup(dict(self.options), schema_fields(schema), overwrite, type(self).client_factory, True)
         )
+
+
+class _RefusedStream(DataSourceStreamReader):
+    """A stream whose options or schema were refused when its query started: the first
+    call raises that error. (PySpark 4's stream runner reports an error raised by
+    `streamReader()` itself as its own UnboundLocalError, with ours buried above it.)"""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing was read."""
+
+    def stop(self) -> None:
+        """Nothing to release."""
 
 
 __all__ = ["FORMAT", "DLedgerDataSource", "OptionError"]

@@ -66,6 +66,10 @@ def parse_target(options: Mapping[str, str]) -> Target:
     them): exactly one of path and peers; the three TLS files together, and only with
     peers."""
     opts = {name: value.strip() for name, value in lower_keys(options).items()}
+    for name in ("group", "token", *TLS_OPTIONS):  # (an empty path or peers: the messages below)
+        if name.lower() in opts and not opts[name.lower()]:
+            default = f" (default {DEFAULT_GROUP!r})" if name == "group" else ""
+            raise OptionError(f"option {name} is empty: give it a value or leave it out{default}")
     path = opts.get("path") or None
     peers = opts.get("peers") or None
     group = opts.get("group") or DEFAULT_GROUP

@@ -33,6 +33,7 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType  # n
 from dledger.spark.planning import DataLossError  # noqa: E402
 from dledger.spark.sink import write_task  # noqa: E402
 from dledger.spark.source import DLedgerDataSource, DLedgerStreamReader  # noqa: E402
+from dledger.spark.target import OptionError  # noqa: E402
 
 CONFIG = StoreConfig(data_file_size=16 << 10, index_file_size=4096, warm_ahead_bytes=0, checkpoint_interval_ms=0)
 SCHEMA = StructType([StructField("index", LongType()), StructField("body", BinaryType())])
@@ -155,3 +156,25 @@ def test_load_names_a_batch_reads_misspelt_option_and_wants_one_path(spark: Any,
         spark.read.format("dledger").load([str(node), str(node)])
     with pytest.raises(Exception, match=r"option endingIndex \(1\) is before startingIndex \(2\)"):
         spark.read.format("dledger").option("startingIndex", "2").option("endingIndex", "1").load(str(node))
+
+
+@pytest.mark.parametrize(
+    ("options", "schema", "message"),
+    [
+        ({"maxEntriesPerTriger": "5"}, SCHEMA, "unknown option"),
+        ({}, StructType([StructField("index", pyspark.sql.types.IntegerType())]), "column 'index' must be long"),
+    ],
+)
+def test_a_stream_refused_at_its_start_raises_its_own_error(
+    tmp_path: Path, options: dict[str, str], schema: Any, message: str
+) -> None:
+    """With a user schema Spark does not ask the source at `load()`; the query's start does
+    (`streamReader`). An error raised there reached the user behind PySpark's own
+    UnboundLocalError; the reader now raises it from its first call."""
+    with dledger.open_log(tmp_path / "dledger-n0", StoreConfig(data_file_size=1 << 20)) as log:
+        log.append(b"x")
+    made = DLedgerDataSource({"path": str(tmp_path / "dledger-n0"), **options}).streamReader(schema)
+    assert not isinstance(made, DLedgerStreamReader)
+    with pytest.raises(OptionError, match=message):
+        made.initialOffset()
+    made.stop()  # what PySpark calls whatever failed

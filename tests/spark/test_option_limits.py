@@ -83,6 +83,17 @@ def test_an_empty_value_is_refused(name: str) -> None:
         check_options_at_load({"path": "/x", name: ""})
 
 
+@pytest.mark.parametrize("name", ["group", "token", "tlsCa", "tlsCert", "tlsKey"])
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_an_empty_target_option_is_refused_not_defaulted(name: str, blank: str) -> None:
+    """An empty group read from, and appended into, group `default` (say
+    `option("group", os.environ.get("GROUP", ""))`)."""
+    peers = "n0-127.0.0.1:20911"
+    for parse in (lambda o: parse_read_options(o, False), lambda o: parse_write_options(o, False)):
+        with pytest.raises(OptionError, match=f"^option {name} is empty: give it a value or leave it out"):
+            parse({"peers": peers, name: blank})
+
+
 def test_an_end_before_its_start_is_refused() -> None:
     check_options_at_load({"path": "/x", "startingIndex": "5", "endingIndex": "5"})  # empty, but in order
     with pytest.raises(OptionError, match=r"option endingIndex \(4\) is before startingIndex \(5\)"):
