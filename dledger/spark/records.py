@@ -189,7 +189,9 @@ def bodies_of_rows(
     """
     values = batch.column(columns.value)
     if values.null_count:
-        raise ValueError("value (body) must not be null")
+        row = first_row + values.is_null().to_pylist().index(True)
+        name = batch.schema.field(columns.value).name
+        raise ValueError(f"column {name}, row {row}: the value must not be null (an empty value is b'')")
     values = _binary(values)
     n = len(values)
     if not columns.records and not as_records:

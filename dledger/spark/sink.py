@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
+from dledger.entry import HEADER_SIZE, MAGIC_NORMAL, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, send_numbered
 from dledger.spark.live import ClientFactory, append_all, client_factory_for, close_client
 from dledger.spark.options import WriteOptions, parse_write_options
@@ -135,6 +135,11 @@ def write_task(
         close_client(client)
 
 
+MAX_BODY_BYTES = MAX_ENTRY_SIZE - HEADER_SIZE
+"""The largest body any member takes (`ServiceLimits.max_body_bytes` with the default
+`maxEntrySize`; a member configured lower refuses less)."""
+
+
 def _bodies(rows: Iterator[Any], columns: WriteColumns, partition: int, as_records: bool) -> Iterator[list[bytes]]:
     """The bodies of a task's Arrow record batches (`bodies_of_rows`), rows numbered from
     0 in the partition.
@@ -147,6 +152,12 @@ def _bodies(rows: Iterator[Any], columns: WriteColumns, partition: int, as_recor
     for batch in rows:
         try:
             bodies = bodies_of_rows(batch, columns, as_records, first_row)[0]
+            if max(map(len, bodies), default=0) > MAX_BODY_BYTES:  # no member takes it: say which row
+                row = next(k for k, body in enumerate(bodies) if len(body) > MAX_BODY_BYTES)
+                raise ValueError(
+                    f"row {first_row + row}: its entry body would be {len(bodies[row])} bytes, over the "
+                    f"{MAX_BODY_BYTES} a member takes (DLedger's 4 MiB entries, their header included)"
+                )
         except ValueError as exc:
             raise ValueError(f"dledger write, partition {partition}: {exc}") from None
         first_row += batch.num_rows

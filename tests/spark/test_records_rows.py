@@ -60,7 +60,13 @@ def test_long_timestamps_are_milliseconds() -> None:
 @pytest.mark.parametrize(
     ("arrays", "names", "fields", "message"),
     [
-        ([pa.array([None], pa.binary())], ["value"], [("value", "binary")], "must not be null"),
+        ([pa.array([None], pa.binary())], ["value"], [("value", "binary")], "column value, row 7: .* must not be null"),
+        (
+            [pa.array([b"v", b"w", None], pa.binary())],
+            ["body"],
+            [("body", "binary")],
+            "column body, row 9: .* must not be null",
+        ),
         (
             [pa.array([b"v"]), pa.array([-5], pa.int64())],
             ["value", "timestamp"],
@@ -85,7 +91,7 @@ def test_bad_rows_are_clear_errors(
     arrays: list[pa.Array], names: list[str], fields: list[tuple[str, str]], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        bodies_of_rows(pa.record_batch(arrays, names=names), write_columns_of(fields))
+        bodies_of_rows(pa.record_batch(arrays, names=names), write_columns_of(fields), first_row=7)
 
 
 def test_spark_microsecond_times_are_cut_to_milliseconds() -> None:
@@ -184,3 +190,21 @@ def test_a_long_timestamp_past_what_spark_holds_names_the_column_and_row() -> No
     # not wrapped around by the conversion to ms
     with pytest.raises(ValueError, match="column timestamp, row 0: timestamp 9223372036855000 ms is past"):
         bodies_of_rows(seconds, write_columns_of([("value", "binary"), ("timestamp", "timestamp")]))
+
+
+def test_a_value_no_member_takes_fails_its_task_naming_the_row() -> None:
+    """A 5 MiB value failed the job with the member's "a body of N bytes; at most M",
+    naming no partition or row; the task now checks each body before it sends one."""
+    from dledger.config import DLedgerConfig
+    from dledger.spark.sink import MAX_BODY_BYTES, _bodies
+    from dledger.transport.validate import RequestValidator
+
+    config = DLedgerConfig(group="g", self_id="n0", peers="n0-127.0.0.1:20911")
+    assert RequestValidator(config, 1, 1).max_body_bytes == MAX_BODY_BYTES  # the member's default limit
+    columns = write_columns_of([("value", "binary")])
+    fits = pa.record_batch([pa.array([b"a", b"x" * MAX_BODY_BYTES])], names=["value"])
+    big = pa.record_batch([pa.array([b"b", b"c", b"y" * (MAX_BODY_BYTES + 1)])], names=["value"])
+    sent = _bodies(iter([fits, big]), columns, 3, False)
+    assert [len(b) for b in next(sent)] == [1, MAX_BODY_BYTES]
+    with pytest.raises(ValueError, match=rf"partition 3: row 4: its entry body would be {MAX_BODY_BYTES + 1} bytes"):
+        next(sent)
