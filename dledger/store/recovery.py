@@ -113,6 +113,9 @@ class RecoveryReport:
             STOP_UNIT_CONFLICT of this module); STOP_END for a clean log.
         stop_file, stop_offset: where a torn or corrupt tail was cut (or "" / -1).
         index_rebuilt_from: first index whose unit was rewritten, or -1.
+        index_stale_from: read-only: the first index whose unit is missing or names
+            another entry (an index not flushed before the store stopped), which a
+            writable open rebuilds from the data; -1 when none is.
     """
 
     begin_index: int
@@ -123,6 +126,7 @@ class RecoveryReport:
     stop_file: str
     stop_offset: int
     index_rebuilt_from: int
+    index_stale_from: int = -1
 
     @property
     def problem(self) -> str:
@@ -271,7 +275,7 @@ class Recovery:
             self._cut_after(write_pos, reason)
         if count == 0:
             begin, last, last_term = -1, -1, -1
-        rebuilt = -1
+        rebuilt, stale = -1, mismatch if index.read_only and count and 0 <= mismatch <= last else -1
         if not index.read_only:
             if count and 0 <= mismatch <= last:
                 if index.table.count and index.table.first_offset > mismatch * INDEX_UNIT_SIZE:
@@ -286,7 +290,7 @@ class Recovery:
                 rebuilt = mismatch
             self._trim_index(begin, last)
         core._set_state(begin, last, last_term, write_pos)
-        return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt)
+        return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt, stale)
 
     def _head_blank_is_damaged(self) -> bool:
         """True when the first data segment starts with a blank record that no reset
