@@ -208,3 +208,14 @@ def test_a_value_no_member_takes_fails_its_task_naming_the_row() -> None:
     assert [len(b) for b in next(sent)] == [1, MAX_BODY_BYTES]
     with pytest.raises(ValueError, match=rf"partition 3: row 4: its entry body would be {MAX_BODY_BYTES + 1} bytes"):
         next(sent)
+
+
+def test_a_key_that_takes_a_record_past_the_limit_names_its_row() -> None:
+    from dledger.spark.sink import MAX_BODY_BYTES, _bodies
+
+    columns = write_columns_of([("value", "binary"), ("key", "binary")])
+    batch = pa.record_batch(
+        [pa.array([b"v", b"v" * (MAX_BODY_BYTES - 10)]), pa.array([b"k", b"k" * 20])], ["value", "key"]
+    )
+    with pytest.raises(ValueError, match=r"partition 0: row 1: its entry body would be"):
+        next(_bodies(iter([batch]), columns, 0, False))
