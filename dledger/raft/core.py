@@ -170,8 +170,9 @@ class RaftCore:
         of requests of the same magic): one future per request, completing with that
         request's last index once committed. `magics` gives each request's entry magic
         (1 normal, 16 record; omitted: all normal). All or nothing: raises DLedgerError
-        NOT_LEADER, LEADER_TRANSFERRING, REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL
-        (for the requests together) and then appends none of them. A store failure half
+        NOT_LEADER, LEADER_TRANSFERRING (also when its store failed: it hands over),
+        REQUEST_WITH_EMPTY_BODYS or LEADER_PENDING_FULL (for the requests together) and
+        then appends none of them. A store failure half
         way (no room for the next segment) cuts back what the call appended, so that
         nobody was told "not appended" of entries that would commit after all."""
         member = self.member_state
@@ -179,6 +180,8 @@ class RaftCore:
             raise DLedgerError(ResponseCode.NOT_LEADER, f"leader is {member.leader_id}")
         if member.transferee is not None:
             raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"transferring to {member.transferee}")
+        if self.store.failure is not None:  # it hands leadership over (dledger.raft.transfer): nothing appended
+            raise DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"its store failed ({self.store.failure})")
         if not requests or not all(requests):
             raise DLedgerError(ResponseCode.REQUEST_WITH_EMPTY_BODYS)
         sizes = [sum(map(len, bodies)) for bodies in requests]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.member_state import Role
 from dledger.store.mmap_store import MmapLogStore
 from tests.raft.cluster import Cluster, MmapStores
@@ -50,6 +51,24 @@ def test_a_leader_whose_store_failed_hands_leadership_over(
         assert cluster.leader() == new
         term, vote = cluster.core(old).member_state.term_store.load()
         assert vote != old or term == failed_in  # nor voted for itself after its store failed
+    finally:
+        cluster.close()
+
+
+def test_appends_to_a_leader_whose_store_failed_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """Until it has handed over, such a leader refused appends with DISK_ERROR, which
+    clients take as an unknown outcome; nothing is written, so the refusal is definite:
+    LEADER_TRANSFERRING, which clients retry."""
+    cluster = Cluster(3, seed=1, stores=MmapStores(tmp_path))
+    try:
+        leader = cluster.elect()
+        fail_store(cluster, leader)
+        core = cluster.core(leader)
+        end = core.store.end_index
+        with pytest.raises(DLedgerError) as info:
+            core.append_requests([[b"x"]], cluster.now)
+        assert info.value.code == ResponseCode.LEADER_TRANSFERRING and "its store failed" in str(info.value)
+        assert core.store.end_index == end
     finally:
         cluster.close()
 
@@ -105,8 +124,6 @@ def test_a_batch_the_store_fails_half_way_is_cut_back(tmp_path: Path) -> None:
 def test_a_batch_that_cannot_be_cut_back_is_an_unknown_outcome(tmp_path: Path) -> None:
     """When the cut-back fails too, the prefix may still commit: the error is DISK_ERROR,
     which clients take as "outcome unknown", never DISK_FULL ("nothing appended")."""
-    from dledger.codes import DLedgerError, ResponseCode
-
     cluster = Cluster(3, seed=6, stores=MmapStores(tmp_path))
     try:
         leader = cluster.elect()
