@@ -234,11 +234,11 @@ def test_partition_and_heal() -> None:
         t=  640ms n2 LEADER term=2
         t=  650ms n3 FOLLOWER term=2 leader=n2
         t=  650ms n4 FOLLOWER term=2 leader=n2
+        t=  685ms n0 CANDIDATE term=1
         t=  700ms append in the minority: TERM_CHANGED
         t=  700ms append in the majority: 2
         t=  700ms commit n0=0 n1=0 n2=2 n3=-1 n4=-1
         t=  700ms heal
-        t=  735ms n0 CANDIDATE term=1
         t=  755ms n0 CANDIDATE term=2
         t=  755ms n1 CANDIDATE term=2
         t=  850ms n0 FOLLOWER term=2 leader=n2
