@@ -145,9 +145,37 @@ def check_data_loss(start: int, bounds: LogBounds, fail_on_data_loss: bool) -> i
 # -- streaming offsets
 
 
-def make_offset(group: str, index: int) -> dict[str, Any]:
-    """A stream offset: `{"group": g, "index": N}` with N the next index to read."""
-    return {"group": group, "index": int(index)}
+def make_offset(group: str, index: int, term: int | None = None) -> dict[str, Any]:
+    """A stream offset: `{"group": g, "index": N}` with N the next index to read, and
+    `"term"`: the term of entry N - 1 when known (`check_same_log`)."""
+    offset: dict[str, Any] = {"group": group, "index": int(index)}
+    if term is not None:
+        offset["term"] = int(term)
+    return offset
+
+
+def check_same_log(offset: Mapping[str, Any], term_now: int | None, fail_on_data_loss: bool) -> None:
+    """A checkpointed offset against the log the stream reads now: the entry before it
+    must have the term the offset recorded. A re-founded group (its first term random)
+    holds other entries at those indexes: read on, a longer new log would be read from
+    the checkpoint's index, its head never delivered. `term_now` None: not known (no
+    term recorded, or that entry is compacted): nothing to compare.
+
+    Raises:
+        DataLossError: the terms differ and `fail_on_data_loss` is true (false: a WARNING).
+    """
+    recorded = offset.get("term")
+    if recorded is None or term_now is None or int(recorded) == term_now:
+        return
+    index = int(offset["index"])
+    said = (
+        f"the stream's checkpoint is at index {index} after an entry of term {recorded}, but entry {index - 1} "
+        f"of the log now has term {term_now}: the log was replaced (a re-founded group?) since the checkpoint "
+        "was written"
+    )
+    if fail_on_data_loss:
+        raise DataLossError(f"{said}; use a new checkpointLocation to read it from the start")
+    log.warning("%s; failOnDataLoss=false: going on from index %d", said, index)
 
 
 def offset_index(offset: Mapping[str, Any], group: str) -> int:

@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from dledger import allocator
+from dledger.codes import DLedgerError
 from dledger.spark.arrow import record_batches
 from dledger.spark.live import (
     ClientFactory,
@@ -62,6 +63,7 @@ from dledger.spark.planning import (
     admit,
     behind_checkpoint,
     check_data_loss,
+    check_same_log,
     make_offset,
     next_end,
     offset_index,
@@ -226,6 +228,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger = self.clock()
         self._planned_end: int | None = None
         self._initial: int | None = None  # the start initialOffset gave (may wait past the end)
+        self._same_log_checked = False  # a checkpointed offset's term, against the log (once)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -260,6 +263,31 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._client = plan.factory(peers, self.group, plan.timeout_s)
         return view
 
+    def _term_before(self, index: int) -> int | None:
+        """The term of entry `index - 1` (-1 before the first entry), or None when it is
+        no longer (or not yet) there."""
+        if index <= 0:
+            return -1
+        if self.plan.node_dir is not None:
+            with open_store(self.plan.node_dir_path) as store:
+                return int(store.get(index - 1).term) if store.begin_index <= index - 1 <= store.end_index else None
+        self._view()
+        assert self._client is not None
+        try:
+            for batch in self._client.read_committed(index - 1, index, 1 << 16, max_batch_count=1):
+                return int(batch.term[0]) if batch.count else None
+        except DLedgerError:  # compacted away, or not committed here
+            return None
+        return None
+
+    def _check_same_log(self, offset: dict[str, Any]) -> None:
+        """The first offset this reader gets from Spark (a checkpoint's after a restart)
+        against the log (`check_same_log`)."""
+        if not self._same_log_checked:
+            self._same_log_checked = True
+            if "term" in offset:
+                check_same_log(offset, self._term_before(int(offset["index"])), self.plan.options.fail_on_data_loss)
+
     def _latest(self) -> int:
         if self.plan.node_dir is not None:
             return checkpoint_committed(self.plan.node_dir_path) + 1
@@ -270,9 +298,9 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         """startingIndex resolved: earliest, latest (default) or a number; or the first
         record at or after startingTimestamp (committed + 1 when none is)."""
-        offset = make_offset(self.group, self._initial_index())
-        self._initial = offset["index"]
-        return offset
+        index = self._initial_index()
+        self._initial, self._same_log_checked = index, True
+        return make_offset(self.group, index, self._term_before(index))
 
     def _initial_index(self) -> int:
         starting_timestamp = self.plan.options.starting_timestamp
@@ -303,7 +331,8 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._latest()
         if latest < first and first != self._initial:
             self._planned_end = behind_checkpoint(first, latest, self.plan.options.fail_on_data_loss)
-            return make_offset(self.group, latest)
+            return make_offset(self.group, latest, self._term_before(latest))
+        self._check_same_log(start)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = next_end(first, latest, max_rows, self._target)
         min_rows = None if self._target is not None else self.plan.options.min_entries_per_trigger
@@ -314,7 +343,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             end = first
         self._planned_end = end
-        return make_offset(self.group, end)
+        return dict(start) if end == first else make_offset(self.group, end, self._term_before(end))
 
     def reportLatestOffset(self) -> dict[str, Any]:
         """Committed + 1, and how many committed entries no batch has taken yet."""
@@ -327,6 +356,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Tasks of [start, end)."""
         first, stop = offset_index(start, self.group), offset_index(end, self.group)
+        self._check_same_log(start)
         if first >= stop:
             return []
         plan = self.plan

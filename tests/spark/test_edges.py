@@ -178,3 +178,35 @@ def test_a_stream_refused_at_its_start_raises_its_own_error(
     with pytest.raises(OptionError, match=message):
         made.initialOffset()
     made.stop()  # what PySpark calls whatever failed
+
+
+def test_a_stream_restarted_over_a_re_founded_longer_log_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint at index 10 over a re-founded log of 30 entries: the stream went on
+    from index 10 and never delivered the new log's first 10 entries, without a word
+    (helper G). Offsets now record the term of the entry before them; a re-founded group
+    starts in another (random) term."""
+    node = tmp_path / "dledger-n0"
+    config = StoreConfig(data_file_size=1 << 20)
+    with dledger.open_log(node, config) as log:
+        log.term = 7
+        log.append_many([b"old%d" % k for k in range(10)])
+    first = DLedgerDataSource({"path": str(node), "startingIndex": "earliest"}).streamReader(SCHEMA)
+    start = first.initialOffset()
+    end = first.latestOffset(start, ReadAllAvailable())
+    assert (start, end) == ({"group": "default", "index": 0, "term": -1}, {"group": "default", "index": 10, "term": 7})
+    assert first.latestOffset(end, ReadAllAvailable()) == end  # nothing new: the same offset
+    shutil.rmtree(node)
+    with dledger.open_log(node, config) as log:
+        log.term = 9
+        log.append_many([b"new%d" % k for k in range(30)])
+    restarted = DLedgerDataSource({"path": str(node)}).streamReader(SCHEMA)
+    with pytest.raises(DataLossError, match="entry 9 of the log now has term 9: the log was replaced"):
+        restarted.latestOffset(end, ReadAllAvailable())
+    lenient = DLedgerDataSource({"path": str(node), "failOnDataLoss": "false"}).streamReader(SCHEMA)
+    with caplog.at_level(logging.WARNING, logger="dledger.spark.planning"):
+        assert lenient.partitions(end, {"group": "default", "index": 30})
+    assert "failOnDataLoss=false: going on from index 10" in caplog.text
+    old_checkpoint = {"group": "default", "index": 10}  # written before offsets had a term: not checked
+    assert DLedgerDataSource({"path": str(node)}).streamReader(SCHEMA).partitions(old_checkpoint, {"index": 30})
