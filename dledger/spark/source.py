@@ -271,14 +271,14 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.plan.node_dir is not None:
             with open_store(self.plan.node_dir_path) as store:
                 return int(store.get(index - 1).term) if store.begin_index <= index - 1 <= store.end_index else None
-        self._view()
+        if self._client is None:
+            self._view()  # makes the client
         assert self._client is not None
         try:
-            for batch in self._client.read_committed(index - 1, index, 1 << 16, max_batch_count=1):
-                return int(batch.term[0]) if batch.count else None
+            batch = next(iter(self._client.read_committed(index - 1, index, 1 << 16, max_batch_count=1)), None)
         except DLedgerError:  # compacted away, or not committed here
             return None
-        return None
+        return int(batch.term[0]) if batch is not None and batch.count else None
 
     def _check_same_log(self, offset: dict[str, Any]) -> None:
         """The first offset this reader gets from Spark (a checkpoint's after a restart)
