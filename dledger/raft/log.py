@@ -168,7 +168,16 @@ def data_segment_size(store: object) -> int:
     return int(getattr(segments, "file_size", 0) or 0)
 
 
-def first_readable(store: LogStore) -> int:
+class LogEnds(Protocol):
+    """What `first_readable` reads of a log (a LogStore, or a read-only StoreView)."""
+
+    @property
+    def begin_index(self) -> int: ...
+    @property
+    def end_index(self) -> int: ...
+
+
+def first_readable(store: LogEnds) -> int:
     """The first index whose entry `store` holds: its begin index, or end + 1 when a
     compaction emptied it (begin -1), 0 for a log that never held one."""
     begin = store.begin_index

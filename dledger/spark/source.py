@@ -33,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from dledger import allocator
 from dledger.codes import DLedgerError
+from dledger.raft.log import first_readable
 from dledger.spark.arrow import record_batches
 from dledger.spark.live import (
     ClientFactory,
@@ -270,7 +271,7 @@ class DLedgerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return -1
         if self.plan.node_dir is not None:
             with open_store(self.plan.node_dir_path) as store:
-                return int(store.get(index - 1).term) if store.begin_index <= index - 1 <= store.end_index else None
+                return int(store.get(index - 1).term) if first_readable(store) <= index - 1 <= store.end_index else None
         if self._client is None:
             self._view()  # makes the client
         assert self._client is not None

@@ -210,3 +210,16 @@ def test_a_stream_restarted_over_a_re_founded_longer_log_says_so(
     assert "failOnDataLoss=false: going on from index 10" in caplog.text
     old_checkpoint = {"group": "default", "index": 10}  # written before offsets had a term: not checked
     assert DLedgerDataSource({"path": str(node)}).streamReader(SCHEMA).partitions(old_checkpoint, {"index": 30})
+
+
+def test_a_stream_over_a_store_compacted_to_empty_starts_at_its_end(tmp_path: Path) -> None:
+    """A store whose every entry a reset removed (first index -1): the offset's term
+    lookup read the entry before the end as if it were there, and the stream failed."""
+    node = tmp_path / "dledger-n0"
+    with dledger.open_log(node, StoreConfig(data_file_size=1 << 20)) as log:
+        log.term = 3
+        log.append_many([b"e%d" % k for k in range(10)])
+        log.reset(9, 3)
+        assert (log.begin_index, log.end_index) == (-1, 9)
+    reader = DLedgerDataSource({"path": str(node)}).streamReader(SCHEMA)
+    assert reader.initialOffset() == {"group": "default", "index": 10}  # the term before it is gone: none recorded
