@@ -275,22 +275,28 @@ class Recovery:
             self._cut_after(write_pos, reason)
         if count == 0:
             begin, last, last_term = -1, -1, -1
-        rebuilt, stale = -1, mismatch if index.read_only and count and 0 <= mismatch <= last else -1
-        if not index.read_only:
-            if count and 0 <= mismatch <= last:
-                if index.table.count and index.table.first_offset > mismatch * INDEX_UNIT_SIZE:
-                    # the first index files are gone (the files cannot be prepended to)
-                    log.warning(
-                        "index files before %s are missing: rebuilding every index file",
-                        index.path_of(int(index.table.first_offset)),
-                    )
-                    index.drop_all()
-                log.warning("rebuilding index units from index %d", mismatch)
-                core.write_units(mismatch_pos, mismatch, last)
-                rebuilt = mismatch
-            self._trim_index(begin, last)
+        wrong_from = mismatch if count and 0 <= mismatch <= last else -1  # first index unit to rewrite
+        stale = wrong_from if index.read_only else -1  # a writable open rebuilds them
+        rebuilt = -1 if index.read_only else self._rebuild_index(begin, last, wrong_from, mismatch_pos)
         core._set_state(begin, last, last_term, write_pos)
         return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt, stale)
+
+    def _rebuild_index(self, begin: int, last: int, wrong_from: int, wrong_pos: int) -> int:
+        """Rewrite the index units from `wrong_from` (at data position `wrong_pos`; -1:
+        none is wrong) to `last`, then trim the index to [begin, last]; returns `wrong_from`."""
+        index = self.index
+        if wrong_from >= 0:
+            if index.table.count and index.table.first_offset > wrong_from * INDEX_UNIT_SIZE:
+                # the first index files are gone (the files cannot be prepended to)
+                log.warning(
+                    "index files before %s are missing: rebuilding every index file",
+                    index.path_of(int(index.table.first_offset)),
+                )
+                index.drop_all()
+            log.warning("rebuilding index units from index %d", wrong_from)
+            self.core.write_units(wrong_pos, wrong_from, last)
+        self._trim_index(begin, last)
+        return wrong_from
 
     def _head_blank_is_damaged(self) -> bool:
         """True when the first data segment starts with a blank record that no reset
