@@ -126,6 +126,7 @@ class DLedgerNode:
         self.caller: StateMachineCaller | None = None
         if state_machine is not None:
             self.caller = StateMachineCaller(self.store, lambda: self.core.member_state.committed_index, state_machine)
+            self.caller.on_stop = self.core.member_state.machine_stopped  # it hands leadership over
         self._stopped = False
         self.producers = NodeProducers(self.store, node_dir, config, self._fold_limit)
         self.snapshots = NodeSnapshots.open(self, node_dir, close_store=store is None)  # loads the newest

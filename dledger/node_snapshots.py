@@ -324,7 +324,7 @@ class NodeSnapshots(SnapshotSending):
                 except Exception as exc:
                     log.exception("loading installed snapshot %d failed; applying stopped", snapshot.index)
                     if caller is not None:
-                        caller.error = exc
+                        caller.stop(exc)
                     return ResponseCode.LOAD_SNAPSHOT_ERROR
             elif caller is not None:
                 log.warning("the state machine cannot load snapshots: entries up to %d skip it", snapshot.index)

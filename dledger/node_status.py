@@ -24,6 +24,8 @@ class NodeStatus:
         producers: idempotent producers in the member's committed producer table (the
             leader refuses new ones at `max_producers`).
         store_health: "" while the member's store takes writes, else why not.
+        machine_health: "" while the member's state machine applies (or it has none),
+            else why it stopped for good.
     """
 
     group: str
@@ -42,3 +44,4 @@ class NodeStatus:
     snapshot_index: int = -1
     producers: int = 0
     store_health: str = ""
+    machine_health: str = ""

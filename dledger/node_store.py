@@ -295,4 +295,5 @@ def collect_status(core: RaftCore, store: LogStore, peers: dict[str, str], appli
         vote_hold=core.elector.vote_hold.state,
         snapshot_index=snapshot,
         store_health=store.health,
+        machine_health=member.machine_failure,
     )

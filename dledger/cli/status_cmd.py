@@ -40,6 +40,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "snapshot_index": m.snapshot_index if m.reachable else -1,
                 "vote_hold": m.vote_hold if m.reachable else "",
                 "store": m.store_health if m.reachable else "",
+                "machine": m.machine_health if m.reachable else "",
                 "lag": lag,
                 "error": m.error,
             }
@@ -61,9 +62,10 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
 
     Members that do not answer are shown as UNREACHABLE, members that refuse this
     client's credentials as REFUSED (with why). The exit status is 0 only when
-    every member answered, a leader is known and every member's store takes writes
-    (not a full disk, not failed after an I/O error); else the table (or JSON) is
-    still printed and the exit status is 1, with one line saying why.
+    every member answered, a leader is known, every member's store takes writes
+    (not a full disk, not failed after an I/O error) and every state machine applies
+    (none stopped after an apply error); else the table (or JSON) is still printed and
+    the exit status is 1, with one line saying why.
     """
     with open_client(peers, group, timeout_s) as client:
         rows = status_rows(client.status())
@@ -98,11 +100,13 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
                 role += f" (holds vote: {r['vote_hold']})"
             if r["store"]:
                 role += " [red](store takes no write)[/]"
+            if r["machine"]:
+                role += " [red](state machine stopped)[/]"
             table.add_row(r["id"], r["address"], role, *cells)
         Console(width=None if sys.stdout.isatty() else 120).print(table)
         for r in rows:
-            if r["error"] or r["store"]:
-                click.echo(f"{r['id']}: {' '.join((r['error'] or 'store ' + r['store']).split())}")
+            for said in _problems(r):
+                click.echo(f"{r['id']}: {' '.join(said.split())}")
     if rows and all(r["role"] == "REFUSED" for r in rows):
         fail(f"every member refused this client: {' '.join(str(rows[0]['error']).split())}")
     if not any(r["reachable"] for r in rows):
@@ -129,4 +133,15 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
     failing = [f"{r['id']} ({r['store'].split(':')[0]})" for r in rows if r["store"]]
     if failing:
         return f"the store of {', '.join(failing)} takes no write"
+    stopped = [r["id"] for r in rows if r["machine"]]
+    if stopped:
+        return f"the state machine of {', '.join(stopped)} stopped"
     return None
+
+
+def _problems(row: dict[str, Any]) -> list[str]:
+    """What the lines under the table say about one member."""
+    if row["error"]:
+        return [row["error"]]
+    said = [f"store {row['store']}"] if row["store"] else []
+    return said + ([f"state machine stopped: {row['machine']}"] if row["machine"] else [])

@@ -112,6 +112,7 @@ class NodeMetadata:
         peers: {id: address} of the group; members: per-member role and match index.
         vote_hold: why the member holds its vote ("" when it does not).
         store_health: why the member's store takes no write ("" when it does).
+        machine_health: why the member's state machine stopped ("" while it applies).
     """
 
     node_id: str
@@ -130,6 +131,7 @@ class NodeMetadata:
     applied_index: int = -1
     vote_hold: str = ""
     store_health: str = ""
+    machine_health: str = ""
     peers: dict[str, str] = field(default_factory=dict)
     members: tuple[MemberInfo, ...] = ()
 
@@ -189,6 +191,7 @@ def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
         applied_index=message.applied_index,
         vote_hold=message.vote_hold,
         store_health=message.store_health,
+        machine_health=message.machine_health,
         peers=dict(message.peers),
         members=members,
     )

@@ -256,7 +256,7 @@ class Member(_message.Message):
     def __init__(self, id: _Optional[str] = ..., address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., snapshot_index: _Optional[int] = ...) -> None: ...
 
 class MetadataResponse(_message.Message):
-    __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message", "vote_hold", "store_health")
+    __slots__ = ("code", "leader_id", "term", "leader_address", "group", "self_id", "role", "peers", "members", "begin_index", "end_index", "end_term", "committed_index", "applied_index", "message", "vote_hold", "store_health", "machine_health")
     class PeersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -281,6 +281,7 @@ class MetadataResponse(_message.Message):
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     VOTE_HOLD_FIELD_NUMBER: _ClassVar[int]
     STORE_HEALTH_FIELD_NUMBER: _ClassVar[int]
+    MACHINE_HEALTH_FIELD_NUMBER: _ClassVar[int]
     code: int
     leader_id: str
     term: int
@@ -298,7 +299,8 @@ class MetadataResponse(_message.Message):
     message: str
     vote_hold: str
     store_health: str
-    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., peers: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., message: _Optional[str] = ..., vote_hold: _Optional[str] = ..., store_health: _Optional[str] = ...) -> None: ...
+    machine_health: str
+    def __init__(self, code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., leader_address: _Optional[str] = ..., group: _Optional[str] = ..., self_id: _Optional[str] = ..., role: _Optional[str] = ..., peers: _Optional[_Mapping[str, str]] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., begin_index: _Optional[int] = ..., end_index: _Optional[int] = ..., end_term: _Optional[int] = ..., committed_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., message: _Optional[str] = ..., vote_hold: _Optional[str] = ..., store_health: _Optional[str] = ..., machine_health: _Optional[str] = ...) -> None: ...
 
 class LeadershipTransferRequest(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "transfer_id", "transferee_id", "take_leadership_ledger_index")

@@ -341,9 +341,9 @@ class LeaderElector(LeaderHeartbeats):
                 hold.asked = False
                 return self._start_round(member.peek_next_term(), now_ms, pre_vote=True, probe=True)
             return []
-        if member.store.failure is not None and not self.need_increase_term_immediately:
-            self.next_time_to_request_vote = self.next_vote_time(now_ms)  # it could take no write:
-            return []  # it moves to the terms others reach and votes, but does not stand
+        if not self.need_increase_term_immediately and member.stands_aside():
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)  # a failed store or state machine:
+            return []  # it moves to the terms others reach and votes, but does not stand (yet)
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
             if at_max_term(member):
                 self.next_time_to_request_vote, self.need_increase_term_immediately = self.next_vote_time(now_ms), False

@@ -17,6 +17,10 @@ DIVERGED_HOLD_MS = 30_000
 """How long a member whose log contradicts committed entries is neither followed nor
 voted for after the contradiction was last seen (`MemberState.mark_diverged`)."""
 
+UNFIT_ROUNDS_ASIDE = 2
+"""Election rounds a member whose disk is full or whose state machine stopped lets pass
+before it stands (`MemberState.stands_aside`)."""
+
 
 class Role(Enum):
     """`MemberState.Role`."""
@@ -77,8 +81,41 @@ class MemberState:
         self.on_leader_seen: Callable[[], None] | None = None  # persists `leader_seen` (once)
         self._diverged: dict[str, int] = {}  # member -> until when it is neither followed nor voted for
         self.min_next_term = 0  # the lowest term next_term moves to (a founding's own: dledger.raft.vote_hold)
+        self.machine_failure = ""  # why its state machine stopped ("" while it applies): machine_stopped
+        self._rounds_aside = 0  # election rounds it let pass since it last followed a leader (stands_aside)
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
+
+    def unfit_to_lead(self) -> str:
+        """Why this member should not lead ("" when it may): its store failed or its disk
+        is full (it takes no write), or its state machine stopped applying (it answers no
+        read or command). Such a member hands leadership over and does not stand
+        (dledger.raft.transfer)."""
+        if self.store.failure is not None:
+            return f"its store failed ({self.store.failure})"
+        health = self.store.health
+        if health:
+            return f"its store takes no write ({health})"
+        if self.machine_failure:
+            return f"its state machine stopped ({self.machine_failure})"
+        return ""
+
+    def machine_stopped(self, why: BaseException) -> None:
+        """Its state machine stopped applying for good (see `unfit_to_lead`)."""
+        self.machine_failure = f"{type(why).__name__}: {why}"
+
+    def stands_aside(self) -> bool:
+        """Whether this member lets an election round pass instead of standing (it still
+        votes). A failed store never stands. A full disk or a stopped state machine lets
+        UNFIT_ROUNDS_ASIDE rounds pass after its last leader, so that a member fit to
+        lead is elected when one is there, and a group whose every disk is full or whose
+        every machine stopped (the same entry fails everywhere) still elects a leader."""
+        if self.store.failure is not None:
+            return True
+        if self.unfit_to_lead() and self._rounds_aside < UNFIT_ROUNDS_ASIDE:
+            self._rounds_aside += 1
+            return True
+        return False
 
     # -- members of another history
 
@@ -177,6 +214,7 @@ class MemberState:
         self.leader_id = leader_id
         self.transferee = None
         self.min_next_term = 0  # its group's terms are the leader's
+        self._rounds_aside = 0
         self.saw_leader()
 
     def saw_leader(self) -> None:

@@ -22,9 +22,12 @@ Preferred leader: every `check_preferred_leader_interval_ms` a leader that is no
 preferred hands leadership to the live preferred member that lags least, if it lags by
 fewer than `max_leadership_transfer_wait_index` entries.
 
-Failed store: a leader whose store failed (it takes no write any more) hands leadership
-to the live follower that lags least, trying again every FAILED_STORE_RETRY_MS; such a
-member does not stand for election either (`LeaderElector`).
+Unfit leader: a leader whose store takes no write (it failed, or its disk is full) or
+whose state machine stopped (it answers no read or command) hands leadership to the live follower
+that lags least, trying again every FAILED_STORE_RETRY_MS (`MemberState.unfit_to_lead`).
+A transferee that is unfit itself refuses with ILLEGAL_MEMBER_STATE and is not asked
+again for UNFIT_PEER_MS; when every follower refused, the leader keeps leading its log.
+An unfit member does not stand for election either (`MemberState.stands_aside`).
 
 Every outcome is a LeadershipTransferResponse with a code; the futures never raise.
 """
@@ -47,6 +50,9 @@ log = logging.getLogger(__name__)
 
 FAILED_STORE_RETRY_MS = 1_000
 """How often a leader whose store failed tries again to hand leadership over."""
+
+UNFIT_PEER_MS = 30_000
+"""How long an unfit leader does not ask again a follower that refused as unfit itself."""
 
 
 @dataclass
@@ -91,6 +97,7 @@ class LeadershipTransfer:
         self.takeover: _Takeover | None = None
         self.last_check_preferred_ms: int | None = None
         self._failed_store_tried_ms = -FAILED_STORE_RETRY_MS
+        self._unfit_peers: dict[str, int] = {}  # follower -> until when it is not asked (refused as unfit)
 
     # -- replies
 
@@ -157,6 +164,10 @@ class LeadershipTransfer:
         member = self.member_state
         if req.transfer_id != member.leader_id:
             return self._done(req, ResponseCode.INCONSISTENT_LEADER)
+        unfit = member.unfit_to_lead()
+        if unfit:
+            log.warning("%s: refuses to take leadership from %s: %s", member.self_id, req.transfer_id, unfit)
+            return self._done(req, ResponseCode.ILLEGAL_MEMBER_STATE)
         if self.takeover is not None:
             return self._done(req, ResponseCode.LEADER_TRANSFERRING)
         future: Future[LeadershipTransferResponse] = Future()
@@ -176,8 +187,8 @@ class LeadershipTransfer:
             if forwarded is not None:
                 out.append(Outbound(forwarded.remote_id, forwarded))
         elif self.member_state.is_leader:
-            if self.member_state.store.failure is not None:
-                self._hand_over_failed_store(now_ms)
+            if self.member_state.unfit_to_lead():
+                self._hand_over_unfit(now_ms)
             else:
                 self._check_preferred_leader(now_ms)
         return out
@@ -230,6 +241,8 @@ class LeadershipTransfer:
         if resp is None:
             self._finish_handover(ResponseCode.NETWORK_ERROR)
             return
+        if resp.code == ResponseCode.ILLEGAL_MEMBER_STATE:
+            self._unfit_peers[handover.transferee_id] = now_ms + UNFIT_PEER_MS
         self._finish_handover(ResponseCode.of(resp.code), resp.leader_id, resp.term)
 
     def _finish_handover(self, code: ResponseCode, leader_id: str | None = None, term: int | None = None) -> None:
@@ -272,23 +285,25 @@ class LeadershipTransfer:
         live = [p for p in candidates if self.elector.peers_live_table.get(p)]
         return min(live, key=self.fall_behind) if live else None
 
-    def _hand_over_failed_store(self, now_ms: int) -> None:
-        """A leader whose store failed takes no more writes: it hands leadership to the
-        live follower closest to its log, trying again every FAILED_STORE_RETRY_MS (a
-        transfer that times out, a follower that was not live yet). Before, such a leader
-        kept leading while every append failed, though two healthy members were there.
-        Requests in flight settle first: the followers' copies commit them (sync mode's
-        pushes went out before the leader's flush failed), or they time out."""
+    def _hand_over_unfit(self, now_ms: int) -> None:
+        """A leader whose store failed takes no more writes, one whose state machine
+        stopped answers no read: it hands leadership to the live follower closest to its
+        log that did not refuse as unfit itself, trying again every FAILED_STORE_RETRY_MS
+        (a transfer that times out, a follower that was not live yet). Before, such a
+        leader kept leading while every append (or read) failed, though healthy members
+        were there. Requests in flight settle first: the followers' copies commit them
+        (sync mode's pushes went out before the leader's flush failed), or they time out."""
         member = self.member_state
         if member.transferee is not None or now_ms - self._failed_store_tried_ms < FAILED_STORE_RETRY_MS:
             return
         if self.quorum.pending_count(member.current_term):
             return
         self._failed_store_tried_ms = now_ms
-        best = self._least_behind(member.other_peer_ids)
+        asked = (p for p in member.other_peer_ids if self._unfit_peers.get(p, now_ms) <= now_ms)
+        best = self._least_behind(asked)
         if best is None:
             return
-        log.error("%s: its store failed (%s): hands leadership over to %s", member.self_id, member.store.failure, best)
+        log.error("%s: %s: hands leadership over to %s", member.self_id, member.unfit_to_lead(), best)
         self.start(best, member.current_term, now_ms)
 
     # -- transferee side

@@ -135,6 +135,8 @@ class StateMachineCaller:
         self.applied_index = applied_index
         self.applied_term = -1
         self.error: BaseException | None = None
+        self.on_stop: Callable[[BaseException], None] | None = None
+        """Called once when applying stops for good (`stop`), with why."""
         self.observer: Callable[[float, int], None] | None = None  # (latency µs, entries) per batch
         self.after_apply: Callable[[int, int], None] | None = None
         """Called on the apply thread after each batch with the applied (index, term),
@@ -161,7 +163,7 @@ class StateMachineCaller:
         if begin > first:
             gone = f"entries {first}..{begin - 1} left the log before they were applied (no snapshot covers them)"
             log.error("%s; applying stopped", gone)
-            return self._fail(DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, gone))
+            return self.stop(DLedgerError(ResponseCode.INDEX_LESS_THAN_LOCAL_BEGIN, gone))
         last = min(committed, first + self.max_batch - 1)
         entries = self.store.get_range(first, last + 1)
         if not entries:
@@ -176,17 +178,21 @@ class StateMachineCaller:
                     self.observer(perf_us() - start_us, len(user))
         except BaseException as exc:
             log.exception("state machine failed at index %d; applying stopped", first)
-            return self._fail(exc)
+            return self.stop(exc)
         self.set_applied(entries[-1].index, entries[-1].term)
         if self.after_apply is not None:
             self.after_apply(self.applied_index, self.applied_term)
         return True
 
-    def _fail(self, exc: BaseException) -> bool:
-        """Stop applying for good (`error`), waking every waiter; returns False."""
+    def stop(self, exc: BaseException) -> bool:
+        """Stop applying for good (`error`: an apply or a snapshot load failed), waking
+        every waiter and telling `on_stop`; returns False."""
+        first = self.error is None
         self.error = exc
         with self._cond:
             self._cond.notify_all()
+        if first and self.on_stop is not None:
+            self.on_stop(exc)
         return False
 
     def set_applied(self, index: int, term: int) -> None:

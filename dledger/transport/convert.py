@@ -381,6 +381,8 @@ class StatusLike(Protocol):
     def snapshot_index(self) -> int: ...
     @property
     def store_health(self) -> str: ...
+    @property
+    def machine_health(self) -> str: ...
 
 
 def _member_role(status: StatusLike, member_id: str) -> str:
@@ -419,4 +421,5 @@ def status_to_metadata(status: StatusLike, out: Any | None = None) -> Any:
     out.applied_index = status.applied_index
     out.vote_hold = status.vote_hold
     out.store_health = status.store_health
+    out.machine_health = status.machine_health
     return out

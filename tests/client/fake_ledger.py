@@ -75,6 +75,7 @@ class FakeMember(pb_grpc.LedgerServicer):
     def __init__(self, log: FakeLog, node_id: str, page: int = 1000) -> None:
         self.vote_hold = ""  # what Metadata says this member holds its vote for
         self.store_health = ""  # what Metadata says of its store ("": it takes writes)
+        self.machine_health = ""  # what Metadata says of its state machine ("": it applies)
         self.snapshot_index = -1  # what Metadata says of its newest snapshot
         self.log = log
         self.node_id = node_id
@@ -273,6 +274,7 @@ class FakeMember(pb_grpc.LedgerServicer):
             out.begin_index = 0 if self.log.bodies else -1
         out.vote_hold = self.vote_hold
         out.store_health = self.store_health
+        out.machine_health = self.machine_health
         return self._header(out, ResponseCode.SUCCESS)
 
     def LeadershipTransfer(self, request: Any, context: Any) -> Any:

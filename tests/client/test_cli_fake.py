@@ -137,6 +137,18 @@ def test_status_shows_a_member_whose_store_takes_no_write(fake: FakeCluster) -> 
     assert (rows["n1"]["store"], rows["n0"]["store"]) == ("failed: [Errno 5] Input/output error", "")
 
 
+def test_status_shows_a_member_whose_state_machine_stopped(fake: FakeCluster) -> None:
+    """A member whose state machine stopped after an apply error showed as healthy, with
+    status exit 0, while it answered no read (helper F #2c)."""
+    fake["n2"].machine_health = "ValueError: bad command at 7"
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: the state machine of n2 stopped\n"
+    assert "(state machine stopped)" in out and "n2: state machine stopped: ValueError: bad command at 7" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert (rows["n2"]["machine"], rows["n0"]["machine"]) == ("ValueError: bad command at 7", "")
+
+
 def test_status_shows_each_members_last_snapshot_index(fake: FakeCluster) -> None:
     code, out, _ = run(fake, "status")
     assert code == 0 and "snapshot" not in out  # no snapshot anywhere: no column

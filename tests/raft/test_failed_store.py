@@ -14,6 +14,7 @@ import pytest
 
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.member_state import Role
+from dledger._native import impl
 from dledger.store.mmap_store import MmapLogStore
 from tests.raft.cluster import Cluster, MmapStores
 
@@ -143,5 +144,47 @@ def test_a_batch_that_cannot_be_cut_back_is_an_unknown_outcome(tmp_path: Path) -
             cluster.members[leader].driver.append_requests([[b"a", b"b"]], cluster.now)
         assert err.value.code == ResponseCode.DISK_ERROR
         assert "the entries appended before it could not be cut back" in str(err.value)
+    finally:
+        cluster.close()
+
+
+def fill_disk(cluster: Cluster, node_id: str) -> None:
+    store = cluster.core(node_id).member_state.store
+    assert isinstance(store, MmapLogStore)
+    store.state = impl.STATE_DISK_FULL  # what the disk check sets above 90 % (dledger.store.clean)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_leader_whose_disk_is_full_hands_leadership_to_a_follower_with_space(tmp_path: Path, seed: int) -> None:
+    """Such a leader kept leading and every append got DISK_FULL, though its followers
+    had space (helper G #8). A follower whose disk is full refuses to take over."""
+    cluster = Cluster(3, seed=seed, stores=MmapStores(tmp_path))
+    try:
+        old = cluster.elect()
+        full_follower, spacious = (m for m in cluster.ids if m != old)
+        fill_disk(cluster, full_follower)
+        fill_disk(cluster, old)
+        cluster.run_until(lambda: cluster.leader() not in (None, old))
+        assert cluster.leader() == spacious
+        cluster.core(full_follower).member_state.store.state = impl.STATE_OK  # space came back there
+        after = cluster.append(b"after")  # the two members with space commit it
+        cluster.run_until(after.done)
+        assert cluster.bodies(spacious)[-1:] == [b"after"]
+    finally:
+        cluster.close()
+
+
+def test_a_group_whose_every_disk_is_full_keeps_its_leader(tmp_path: Path) -> None:
+    cluster = Cluster(3, seed=3, stores=MmapStores(tmp_path))
+    try:
+        leader = cluster.elect()
+        term = cluster.core(leader).member_state.current_term
+        for member in cluster.ids:
+            fill_disk(cluster, member)
+        cluster.run_for(5_000)
+        assert cluster.leader() == leader and cluster.core(leader).member_state.current_term == term
+        with pytest.raises(DLedgerError) as full:
+            cluster.core(leader).append_requests([[b"x"]], cluster.now)
+        assert full.value.code == ResponseCode.DISK_FULL
     finally:
         cluster.close()

@@ -225,12 +225,14 @@ class FakeStatus:
     vote_hold: str = "rejoin"
     snapshot_index: int = 7
     store_health: str = "disk full: appends refused until space comes back"
+    machine_health: str = "RuntimeError: boom"
 
 
 def test_status_to_metadata() -> None:
     out = _wire(status_to_metadata(FakeStatus()))
     assert out.vote_hold == "rejoin"
     assert out.store_health == "disk full: appends refused until space comes back"
+    assert out.machine_health == "RuntimeError: boom"
     assert (out.code, out.leader_id, out.leader_address, out.term) == (200, "n0", "h:1", 3)
     assert (out.group, out.self_id, out.role) == ("g", "n1", "FOLLOWER")
     assert dict(out.peers) == {"n0": "h:1", "n1": "h:2", "n2": "h:3"}
