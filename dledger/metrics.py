@@ -126,8 +126,8 @@ class _StatusCollector(Collector):
         yield gauge("dledger_ledger_end_index", "last index in the local log", s.end_index)
         yield gauge("dledger_applied_index", "last index applied to the state machine", s.applied_index)
         yield gauge("dledger_producers", "idempotent producers in the committed producer table", s.producers)
-        yield gauge("dledger_store_takes_writes", "1 while the store takes writes, 0 (full disk, failed)", not s.store_health)
-        yield gauge("dledger_state_machine_applies", "0 once the state machine stopped, else 1", not s.machine_health)
+        yield gauge("dledger_store_takes_writes", "0 while the store takes no write (full, failed)", not s.store_health)
+        yield gauge("dledger_state_machine_applies", "0 once the state machine stopped", not s.machine_health)
         lag = GaugeMetricFamily(
             "dledger_commit_lag",
             "leader only: entries each member is behind the leader's end",

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from dledger._native import impl
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.raft.member_state import Role
-from dledger._native import impl
 from dledger.store.mmap_store import MmapLogStore
 from tests.raft.cluster import Cluster, MmapStores
 
