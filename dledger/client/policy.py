@@ -58,6 +58,20 @@ class IndeterminateError(DLedgerError):
         self.args = (f"{self.code.name} ({int(self.code)}): {self.message}",)
 
 
+def same_error(exc: DLedgerError) -> DLedgerError:
+    """A copy of a DLedgerError or IndeterminateError for another caller's thread."""
+    return type(exc)(exc.code, exc.message) if type(exc) in (DLedgerError, IndeterminateError) else exc
+
+
+def unknown_after_resend(refusal: DLedgerError) -> IndeterminateError:
+    """What a refused resend of a write means when an earlier attempt of it had an
+    unknown outcome: still unknown. The refusal is of the resend only (e.g. no leader
+    was found in time, while the first attempt committed); taken as "not appended", a
+    caller writing the records again would append them twice."""
+    said = re.sub(r"\s*[(;]?\s*nothing was appended\)?", "", refusal.message)
+    return IndeterminateError(refusal.code, f"an earlier attempt's outcome is unknown, and resending it failed: {said}")
+
+
 class Decision(Enum):
     """What the client does with one answer (see the module docstring)."""
 

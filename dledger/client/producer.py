@@ -25,16 +25,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import secrets
 import threading
 from collections import deque
-from collections.abc import Iterator
 from typing import Any
 
-import grpc  # type: ignore[import-untyped]
-
-from dledger.client.interrupts import DeferredCtrlC
 from dledger.client.members import Members, optional_timeout
 from dledger.client.policy import (
     Decision,
@@ -42,14 +37,14 @@ from dledger.client.policy import (
     code_decision,
     rpc_code,
     rpc_decision,
-    status_details,
-    status_name,
+    unknown_after_resend,
 )
+from dledger.client.producer_stream import ProducerStream
 from dledger.client.types import Batch, ProducerStamp, ProducerStats, SendFuture, Target, finish_batch
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import MAX_APPEND_BYTES, MAX_BODIES_PER_APPEND
 from dledger.entry import HEADER_SIZE, MAGIC_RECORD, MAX_ENTRY_SIZE
-from dledger.record import encode_record
+from dledger.record import STAMP_SIZE, encode_record
 from dledger.transport.convert import pb
 
 log = logging.getLogger(__name__)
@@ -62,65 +57,6 @@ MAX_LINGER_MS = 3_600_000
 MAX_IDEMPOTENT_IN_FLIGHT = 5
 DEFAULT_IN_FLIGHT = 8
 """A plain producer's `max_in_flight` when none is given."""
-
-
-class _Stream:
-    """One AppendStream to one member: requests go through a queue, a reader thread
-    matches the in-order answers with the in-flight batches."""
-
-    def __init__(self, producer: Producer, target: Target) -> None:
-        self.producer = producer
-        self.target = target
-        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.inflight: deque[tuple[int, Batch]] = deque()
-        self.usable = True
-        self.ended = False
-        with DeferredCtrlC():  # starting a call is not to be cut (see dledger.client.interrupts)
-            self.call = producer.members.stubs(target.address).AppendStream(self._requests())
-        self.reader = threading.Thread(target=self._read, name=f"dledger-producer-{target.node_id}", daemon=True)
-
-    def start(self) -> None:
-        """Start reading answers (after the producer registered the stream)."""
-        self.reader.start()
-
-    def _requests(self) -> Iterator[Any]:
-        return iter(self.requests.get, None)
-
-    def end(self) -> None:
-        """Half-close: no more requests (once, under the producer lock)."""
-        if not self.ended:
-            self.ended = True
-            self.requests.put(None)
-
-    def _read(self) -> None:
-        producer = self.producer
-        try:
-            for answer in self.call:
-                with producer.cond:
-                    if not self.inflight:
-                        break
-                    request_id, batch = self.inflight.popleft()
-                    if answer.request_id != request_id:
-                        self.inflight.appendleft((request_id, batch))
-                        raise _Mismatch(f"answer {answer.request_id} for request {request_id}")
-                    producer.on_answer(self, batch, answer)
-                    if not self.usable and not self.inflight:
-                        self.end()
-            status, details = "UNAVAILABLE", f"{self.target.node_id} ended the stream"
-        except grpc.RpcError as exc:
-            status, details = status_name(exc), status_details(exc)
-        except _Mismatch as exc:
-            status, details = "INTERNAL", str(exc)
-            self.call.cancel()
-        with producer.cond:
-            self.usable = False
-            self.end()
-            producer.on_broken(self, status, details)
-            producer._streams.discard(self)
-
-
-class _Mismatch(Exception):
-    """An answer that does not belong to the oldest in-flight request."""
 
 
 class Producer:
@@ -191,10 +127,11 @@ class Producer:
         self._buffered = 0
         self._unfinished = 0
         self._ids = itertools.count(1)
-        self._stream: _Stream | None = None
-        self._streams: set[_Stream] = set()
+        self._stream: ProducerStream | None = None
+        self._streams: set[ProducerStream] = set()
         self._target: Target | None = members.leader
         self._closed = False
+        self._stopped: DLedgerError | None = None  # an idempotent producer's batch failed: see _stop_numbering
         self._sender = threading.Thread(target=self._send_loop, name="dledger-producer", daemon=True)
         self._sender.start()
 
@@ -223,11 +160,16 @@ class Producer:
         if self.stamp is not None:
             body = encode_record(body)
         size = len(body)
-        if size > MAX_BODY_BYTES:
-            raise ValueError(f"a body of {size} bytes; at most {MAX_BODY_BYTES}")
+        limit = (
+            MAX_BODY_BYTES if self.stamp is None else MAX_BODY_BYTES - STAMP_SIZE
+        )  # the leader stamps a batch's first
+        if size > limit:
+            raise ValueError(f"a body of {size} bytes; at most {limit}")
         with self.cond:
             if self._closed:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "the producer is closed")
+            if self._stopped is not None:
+                raise self._stopped
             if (
                 self._buffered
                 and self._buffered + size > self.max_buffered_bytes
@@ -367,9 +309,9 @@ class Producer:
             group=self.members.group, bodies=batch.bodies, request_id=request_id, magic=MAGIC_RECORD, stamp=stamp
         )
 
-    def _open_stream(self, deadline_ms: int) -> _Stream:
+    def _open_stream(self, deadline_ms: int) -> ProducerStream:
         target = self._target or self.members.discover(deadline_ms)
-        stream = _Stream(self, target)
+        stream = ProducerStream(self, target)
         with self.cond:
             self._streams.add(stream)
             old, self._stream, self._target = self._stream, stream, target
@@ -396,6 +338,8 @@ class Producer:
     # -- answers (reader threads, under the lock)
 
     def _done(self, batch: Batch, first_index: int = -1, error: BaseException | None = None) -> None:
+        if batch.maybe_appended and isinstance(error, DLedgerError) and not isinstance(error, IndeterminateError):
+            error = unknown_after_resend(error)  # a refused resend says nothing of the attempt before it
         self._buffered -= batch.size
         self._unfinished -= 1
         stats = self.stats
@@ -409,6 +353,32 @@ class Producer:
             stats.failed += count
         finish_batch(batch, first_index, error)
         self.cond.notify_all()
+        if self.stamp is not None and isinstance(error, DLedgerError) and not isinstance(error, IndeterminateError):
+            self._stop_numbering(batch, error)
+
+    def _stop_numbering(self, failed: Batch, error: DLedgerError) -> None:
+        """Under the lock: a numbered batch failed for good (nothing of it appended), so
+        every later sequence number follows a gap the leader refuses for ever
+        (OUT_OF_ORDER_SEQUENCE). Before, the producer kept sending and every later batch
+        failed at its delivery timeout, for the producer's life. Now it stops at once:
+        the batches not yet answered fail with one error naming the first failure, and
+        `send` raises it. A new producer (a new id, or a higher epoch) starts again."""
+        if self._stopped is not None:
+            return
+        assert self.stamp is not None
+        self._stopped = DLedgerError(
+            error.code,
+            f"the idempotent producer {self.stamp.producer_id} (epoch {self.stamp.epoch}) stopped: its batch at "
+            f"sequence {failed.first_seq} failed ({error.message}), and later records would follow a gap in its "
+            "sequence numbers, so none was appended: make a new producer (a new id or a higher epoch)",
+        )
+        earlier = deque(b for b in self._retry if b.first_seq < failed.first_seq)  # still resent
+        later = [b for b in self._retry if b.first_seq > failed.first_seq]
+        for batch in [*later, *self._ready, *([self._open] if self._open else [])]:
+            self._done(batch, error=self._stopped)
+        self._retry = earlier
+        self._ready.clear()
+        self._open = None
 
     def _again(self, batch: Batch, refusal: DLedgerError, backoff: bool, front: bool = False) -> None:
         """Send `batch` again later (it provably appended nothing): after the batches
@@ -423,7 +393,7 @@ class Producer:
             self._retry_after_ms = self.clock.now_ms() + self._retry_wait_ms
         self.cond.notify_all()
 
-    def on_answer(self, stream: _Stream, batch: Batch, answer: Any) -> None:
+    def on_answer(self, stream: ProducerStream, batch: Batch, answer: Any) -> None:
         """One AppendResponse for `batch` arrived on `stream`."""
         self._inflight -= 1
         decision = code_decision(answer.code)
@@ -440,6 +410,9 @@ class Producer:
             self._again(batch, IndeterminateError(answer.code, text), backoff=True)
             return
         if self.stamp is not None and answer.code == ResponseCode.OUT_OF_ORDER_SEQUENCE:
+            if self._stopped is not None:  # an earlier batch failed for good: this one never follows it
+                self._done(batch, error=self._stopped)
+                return
             # an earlier batch is being sent again: this one follows it (until its deadline)
             self._again(batch, DLedgerError(answer.code, text), backoff=True)
             return
@@ -454,7 +427,11 @@ class Producer:
             refusal = DLedgerError(answer.code, text)
             self._again(batch, refusal, backoff=decision is Decision.RETRY or self._target is None)
 
-    def on_broken(self, stream: _Stream, status: str, details: str) -> None:
+    def forget_stream(self, stream: ProducerStream) -> None:
+        """Under the lock: `stream` ended and answers nothing more."""
+        self._streams.discard(stream)
+
+    def on_broken(self, stream: ProducerStream, status: str, details: str) -> None:
         """`stream` failed or ended: its unanswered batches are sent again when they
         provably appended nothing, and fail as indeterminate otherwise."""
         decision = rpc_decision(status, details)

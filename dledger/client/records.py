@@ -12,9 +12,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dledger.client.members import Members
-from dledger.client.policy import IndeterminateError
+from dledger.client.policy import IndeterminateError, unknown_after_resend
 from dledger.client.types import AppendResult, ProducerStamp
 from dledger.clock import Clock
+from dledger.codes import DLedgerError
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD, Entry
 from dledger.record import Header, Record, encode_record, encode_record_objects, record_of
 from dledger.transport.convert import pb
@@ -115,6 +116,7 @@ class RecordMethods:
             stamp=pb.ProducerStamp(producer_id=stamp.producer_id, epoch=stamp.epoch, first_sequence=stamp.first_seq),
         )
         deadline = self.members.deadline_ms()
+        resent = False
         while True:
             try:
                 answer = self._write("Append", request, deadline)
@@ -123,6 +125,11 @@ class RecordMethods:
                 if self.clock.now_ms() + RESEND_PAUSE_MS >= deadline:
                     raise
                 self.clock.sleep_ms(RESEND_PAUSE_MS)
+                resent = True
+            except DLedgerError as exc:
+                if resent:  # a refused resend says nothing of the attempt before it
+                    raise unknown_after_resend(exc) from exc
+                raise
         runs = tuple((run.first_index, run.count) for run in answer.runs)
         first = runs[0][0] if runs else -1
         return AppendResult(first, len(bodies), answer.term, answer.leader_id or "", answer.duplicate, runs)

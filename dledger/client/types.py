@@ -43,7 +43,13 @@ class AppendResult:
 
     @property
     def last_index(self) -> int:
-        """Index of the request's last body."""
+        """Index of the request's last body: the end of the last run for a stamped
+        request (its records may sit in several runs; -1 with no runs, as `first_index`)."""
+        if self.runs:
+            first, count = self.runs[-1]
+            return first + count - 1
+        if self.first_index < 0:
+            return -1
         return self.first_index + self.count - 1
 
 

@@ -9,10 +9,11 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from dledger.client import DLedgerClient, IndeterminateError, SendFuture
+from dledger.client import AppendResult, DLedgerClient, IndeterminateError, ProducerStamp, SendFuture
 from dledger.client.producer import MAX_BODY_BYTES
 from dledger.clock import ManualClock, MonotonicClock
 from dledger.codes import DLedgerError, ResponseCode
+from dledger.record import STAMP_SIZE, Record
 from tests.client.fake_ledger import Action, FakeCluster
 
 pytestmark = pytest.mark.unit
@@ -267,3 +268,74 @@ def test_append_many_takes_a_generator_once(client: DLedgerClient, fake: FakeClu
     """A generator was consumed summing its sizes and the request went out empty."""
     assert client.append_many(b"%d" % i for i in range(3)) == 0
     assert fake.log.bodies == [b"0", b"1", b"2"]
+
+
+def test_a_refused_resend_of_a_batch_that_may_have_been_appended_stays_indeterminate(
+    client: DLedgerClient, fake: FakeCluster
+) -> None:
+    """The first attempt may have been appended (here it was); the resend is refused.
+    The batch failed with a definite error ("nothing was appended"), so a caller that
+    sent its records again wrote them twice (helper H #2: no leader found in time for the
+    resend, while the first attempt committed)."""
+    fake["n0"].script(
+        Action("code", code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, append=True),
+        Action("code", code=ResponseCode.UNEXPECTED_ARGUMENT),
+    )
+    with client.producer(linger_ms=0, idempotent=True, producer_id=7) as producer:
+        error = producer.send(b"a").exception(5)
+    assert isinstance(error, IndeterminateError) and error.code is ResponseCode.UNEXPECTED_ARGUMENT
+    assert "earlier attempt's outcome is unknown" in str(error) and "nothing was appended" not in str(error)
+    assert len(fake.log.bodies) == 1
+
+
+def test_append_records_whose_resend_is_refused_stays_indeterminate(client: DLedgerClient, fake: FakeCluster) -> None:
+    fake["n0"].script(
+        Action("code", code=ResponseCode.WAIT_QUORUM_ACK_TIMEOUT, append=True),
+        Action("not_leader"),
+        Action("code", code=ResponseCode.UNEXPECTED_ARGUMENT),
+    )
+    with pytest.raises(IndeterminateError) as unknown:
+        client.append_records([Record(b"v")], stamp=ProducerStamp(7, 0, 0))
+    assert unknown.value.code is ResponseCode.UNEXPECTED_ARGUMENT and len(fake.log.bodies) == 1
+
+
+def test_the_last_index_of_a_stamped_result_is_the_end_of_its_last_run() -> None:
+    """It was first_index + count - 1, another record's index when a retry's records sat
+    in several runs, and 0 for an old duplicate with no runs (helper H #4)."""
+    split = AppendResult(100, 5, 1, "n0", runs=((100, 2), (103, 3)))
+    assert (split.first_index, split.last_index) == (100, 105)
+    assert AppendResult(-1, 2, 1, "n0", duplicate=True).last_index == -1
+    assert AppendResult(7, 3, 1, "n0").last_index == 9
+
+
+def test_an_idempotent_producer_whose_batch_failed_for_good_stops_at_once(
+    client: DLedgerClient, fake: FakeCluster
+) -> None:
+    """Every later sequence number follows the failed batch's gap, which the leader
+    refuses for ever: the producer kept sending, and every later batch failed at its
+    delivery timeout for the rest of its life (helper H #3). It now stops at once and
+    says why; a new producer starts again."""
+    fake["n0"].script(Action("code", code=ResponseCode.UNEXPECTED_ARGUMENT))
+    producer = client.producer(linger_ms=0, idempotent=True, producer_id=7, max_batch_count=1, max_in_flight=1)
+    first, second = producer.send(b"a"), producer.send(b"b")
+    assert first.exception(5).code is ResponseCode.UNEXPECTED_ARGUMENT  # type: ignore[union-attr]
+    stopped = second.exception(5)
+    assert isinstance(stopped, DLedgerError) and not isinstance(stopped, IndeterminateError)
+    assert "producer 7 (epoch 0) stopped: its batch at sequence 0 failed" in str(stopped)
+    with pytest.raises(DLedgerError, match="make a new producer"):
+        producer.send(b"c")
+    producer.close()
+    assert fake.log.bodies == []
+    with client.producer(linger_ms=0, idempotent=True, producer_id=7, epoch=1) as again:
+        again.send(b"d").result(5)
+    assert len(fake.log.bodies) == 1
+
+
+def test_an_idempotent_producer_refuses_a_body_its_stamp_would_make_too_large(client: DLedgerClient) -> None:
+    """The leader adds a 36-byte stamp to a batch's first record; a body that fit the
+    plain limit but not with the stamp failed the batch on the leader (helper H #3)."""
+    with (
+        client.producer(idempotent=True, producer_id=7) as producer,
+        pytest.raises(ValueError, match=f"at most {MAX_BODY_BYTES - STAMP_SIZE}"),
+    ):
+        producer.send(b"x" * (MAX_BODY_BYTES - STAMP_SIZE))
