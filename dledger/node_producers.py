@@ -335,6 +335,8 @@ class NodeProducers:
                     ResponseCode.OUT_OF_ORDER_SEQUENCE,
                     f"producer {producer_id}: sequence {first_seq} after a gap; expected sequence {check.expected_seq}",
                 )
+            if check.runs:  # DUPLICATE, PARTIAL: the numbers the log holds must name these records
+                self._same_records(check.runs, bodies, producer_id, epoch, first_seq)
             if verdict in (Verdict.DUPLICATE, Verdict.STALE):
                 return StampedAppend(check.runs, True, self._committed(driver, check.runs, now_ms))
             if not table.admits(producer_id, self.max_producers, max(table.clock_ms, self.wall_ms())):
@@ -348,6 +350,38 @@ class NodeProducers:
             if verdict is Verdict.PARTIAL and check.runs:
                 future = _both(self._committed(driver, check.runs, now_ms), future)
             return StampedAppend((*check.runs, run), False, future)
+
+    def _same_records(
+        self, runs: tuple[tuple[int, int], ...], bodies: Sequence[bytes], producer_id: int, epoch: int, first_seq: int
+    ) -> None:
+        """Refuse a request whose sequence numbers the log holds for other records: a
+        producer that started again under the same id and epoch with new records (a
+        restarted process, two processes with one derived id). Before, its records were
+        answered as duplicates, acknowledged at the old records' indexes and never
+        appended (helper H #1). The records' keys, headers and values are compared, not
+        their timestamps. Records no longer in the log cannot be compared (STALE stays a
+        duplicate: a Spark task's retry resends its whole partition).
+
+        Raises:
+            DLedgerError: PRODUCER_FENCED, naming the first sequence number that differs.
+        """
+        k = 0  # the request's record the run starts with
+        for first, count in runs:
+            try:
+                held = self.store.get_range(first, first + count)
+            except DLedgerError:  # compacted away (a log compacted to empty has no range to read)
+                held = []
+            for entry, body in zip(held if len(held) == count else (), bodies[k : k + count], strict=False):
+                stored = entry.body[1 + STAMP_SIZE + 8 :] if record_stamp(entry.body) is not None else entry.body[9:]
+                if stored != body[9:]:  # key, headers, value (a resend may be timed anew: timestamp None)
+                    raise DLedgerError(
+                        ResponseCode.PRODUCER_FENCED,
+                        f"producer {producer_id} epoch {epoch}: sequence {first_seq + k + entry.index - first} is "
+                        f"the record at index {entry.index}, and this request's record differs: an id and epoch "
+                        "number one stream of records, so a producer that starts again with other records needs "
+                        "a higher epoch or a new id (nothing was appended)",
+                    )
+            k += count
 
     def _append_new(
         self,

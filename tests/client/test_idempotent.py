@@ -99,6 +99,34 @@ def test_a_resent_request_is_answered_with_the_same_indexes_and_appended_once(cl
     assert client.get_record(first.first_index).key == b"k0"
 
 
+def test_a_producer_that_starts_again_with_other_records_under_its_id_and_epoch_is_refused(
+    client: DLedgerClient,
+) -> None:
+    """A restarted process with a stable id (epoch 0 again) got its new records
+    acknowledged at the old records' indexes, as duplicates, and none was appended
+    (helper H #1). The leader now compares the records the log holds for those numbers:
+    another record is PRODUCER_FENCED; the same one resent (a new timestamp) is still a
+    duplicate, and a higher epoch starts the producer again."""
+    pid = derive_producer_id("restarted", 1)
+    first = client.append_records(_records(pid, 0, 3), stamp=ProducerStamp(pid, 0, 0))
+    other = [Record(value=b"run2-%d" % k, key=b"k%d" % k) for k in range(3)]
+    with pytest.raises(DLedgerError) as fenced:
+        client.append_records(other, stamp=ProducerStamp(pid, 0, 0))
+    assert fenced.value.code is ResponseCode.PRODUCER_FENCED
+    assert f"sequence 0 is the record at index {first.first_index}" in str(fenced.value)
+    mixed = [*_records(pid, 1, 1), Record(value=b"run2-2", key=b"k2"), Record(value=b"new")]  # seq 2 differs
+    with pytest.raises(DLedgerError, match=f"sequence 2 is the record at index {first.first_index + 2}"):
+        client.append_records(mixed, stamp=ProducerStamp(pid, 0, 1))
+    again = client.append_records(_records(pid, 0, 3), stamp=ProducerStamp(pid, 0, 0))
+    assert again.duplicate and again.runs == first.runs
+    with client.producer(idempotent=True, producer_id=pid, epoch=1) as producer:
+        producer.send(b"run2-0").result(10)  # a new epoch: appended
+    assert [v for v in _values(client) if v.startswith((b"p%d-" % pid, b"run2"))] == [
+        *(b"p%d-s%d" % (pid, s) for s in range(3)),
+        b"run2-0",
+    ]
+
+
 def test_gaps_old_epochs_and_unknown_producers_are_refused_with_nothing_appended(client: DLedgerClient) -> None:
     pid = derive_producer_id("test", 2)
     client.append_records(_records(pid, 0, 2), stamp=ProducerStamp(pid, 1, 0))
