@@ -313,12 +313,13 @@ class NodeSnapshots(SnapshotSending):
         """Load an installed snapshot into the machine (apply held off) and move the log,
         committed and applied indexes to it."""
         node = self.node
-        if self.manager is not None:
-            self.manager.wait_idle()
         caller = node.caller
         hold: AbstractContextManager[object] = caller.apply_lock if caller is not None else nullcontext()
         with self._load_lock, hold:
             if self.manager is not None:
+                # with apply held off no save can start (the apply thread starts them), so
+                # the one in flight is the last: a machine may refuse a load while it saves
+                self.manager.wait_idle()
                 try:
                     self.manager.load(snapshot)
                 except Exception as exc:
