@@ -22,6 +22,7 @@ from dledger.client.policy import (
     IndeterminateError,
     rpc_code,
     rpc_decision,
+    same_error,
     status_details,
     status_name,
 )
@@ -76,11 +77,6 @@ GETS_IN_FLIGHT = 1
 GET_WINDOW = 1024
 """Concurrent gets whose first indexes fall in the same window of this many entries
 share one Get (a `get` of more entries goes alone)."""
-
-
-def _same_error(exc: DLedgerError) -> DLedgerError:
-    """A copy of a DLedgerError or IndeterminateError for another caller's thread."""
-    return type(exc)(exc.code, exc.message) if type(exc) in (DLedgerError, IndeterminateError) else exc
 
 
 def _check_bodies(bodies: Sequence[bytes]) -> None:
@@ -326,21 +322,26 @@ class DLedgerClient(RecordMethods):
         """The appends of concurrent calls (of one magic: the combiner's lane) as one
         request (all or nothing, like any request): each call gets its own slice of the
         indexes, or its copy of the error, within the earliest caller's deadline. When
-        nothing was sent (the request could not be built) or appended (refused as
-        UNEXPECTED_ARGUMENT), perhaps for one caller's bodies, each call is sent alone."""
+        nothing was sent (unbuildable) or appended (UNEXPECTED_ARGUMENT: perhaps for one
+        caller's bodies), each call is sent alone; after running out of the earliest
+        caller's time, each call whose own deadline has not passed."""
         magic = calls[0][2]
         bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _, _ in calls for body in call_bodies]
         request = None
         try:
             request = _append_message(self.group, bodies, magic)
-            shared = self._append_request(bodies, min(deadline for _, deadline, _ in calls), magic, request)
+            earliest = min(deadline for _, deadline, _ in calls)
+            shared = self._append_request(bodies, earliest, magic, request)
         except Exception as exc:
             refused = type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT
             if len(calls) > 1 and (request is None or refused):
                 return [self._append_alone(call_bodies, deadline, magic) for call_bodies, deadline, _ in calls]
             if not isinstance(exc, DLedgerError):
                 raise  # the combiner hands it to every caller
-            return [exc, *(_same_error(exc) for _ in calls[1:])]
+            now = self.clock.now_ms()  # nothing appended, out of the earliest caller's time:
+            if len(calls) > 1 and type(exc) is DLedgerError and now >= earliest:  # the others try alone
+                return [self._append_alone(b, d, magic) if d > now else same_error(exc) for b, d, _ in calls]
+            return [exc, *(same_error(exc) for _ in calls[1:])]
         results: list[AppendResult | BaseException] = []
         first = shared.first_index
         for call_bodies, _, _ in calls:

@@ -26,6 +26,7 @@ from dledger.client.policy import (
     IndeterminateError,
     read_decision,
     rpc_code,
+    same_error,
     status_details,
     status_name,
 )
@@ -69,16 +70,24 @@ def send_shared_queries(
 ) -> list[bytes | BaseException]:
     """The queries of concurrent calls of one read mode (request, mode, deadline) as one
     request, within the earliest caller's deadline: each call gets its answer, or its copy
-    of the error (the combiner's `send`)."""
-    mode = calls[0][1]
+    of the error (the combiner's `send`). When that deadline passed without an answer
+    (nothing happened: reads, a refused RAFT_LOG), a call with time left is sent on its
+    own within its own deadline: a call with a 10 s timeout failed after the 2 s of the
+    call it shared a request with (helper I #3)."""
+    mode, earliest = calls[0][1], min(d for _, _, d in calls)
     try:
-        return list(send_queries(members, write, [r for r, _, _ in calls], mode, min(d for _, _, d in calls)))
+        return list(send_queries(members, write, [r for r, _, _ in calls], mode, earliest))
     except DLedgerError as exc:
-        if len(calls) > 1 and type(exc) is DLedgerError and exc.code in ALONE_AFTER:
-            # perhaps one caller's request (too big, or the machine's query failed on it):
-            # nothing happened (reads; a refused RAFT_LOG appended nothing): each on its own
-            return [_alone(members, write, request, mode, deadline) for request, _, deadline in calls]
-        return [exc, *(type(exc)(exc.code, exc.message) for _ in calls[1:])]
+        now = members.clock.now_ms()
+        if len(calls) > 1 and type(exc) is DLedgerError and (exc.code in ALONE_AFTER or now >= earliest):
+            # ALONE_AFTER: perhaps one caller's request (too big, or the machine's query
+            # failed on it): each on its own; out of the earliest caller's time: the others
+            alone = exc.code in ALONE_AFTER
+            return [
+                _alone(members, write, request, mode, deadline) if alone or deadline > now else same_error(exc)
+                for request, _, deadline in calls
+            ]
+        return [exc, *(same_error(exc) for _ in calls[1:])]
 
 
 def _alone(members: Members, write: Write, request: bytes, mode: ReadMode, deadline: int) -> bytes | BaseException:
