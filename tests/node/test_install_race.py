@@ -12,7 +12,7 @@ from typing import BinaryIO
 
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
-from tests.node.test_snapshots import SNAP, append_values
+from tests.node.test_snapshots import SNAP, leave_a_follower_behind
 
 
 class RefusesLoadWhileSaving(SumMachine):
@@ -42,13 +42,7 @@ def test_an_install_never_meets_a_save_the_apply_thread_starts_meanwhile(
     cluster_factory: Callable[..., NodeCluster],
 ) -> None:
     cluster = cluster_factory(3, machine_factory=RefusesLoadWhileSaving, **SNAP)
-    leader = cluster.leader()
-    append_values(leader, range(5))
-    lagging = next(i for i in cluster.ids if i != leader.config.self_id)
-    wait_until(lambda: cluster.nodes[lagging].applied_index >= 4, what="the follower caught up once")
-    cluster.stop(lagging)
-    append_values(leader, range(5, 60))
-    wait_until(lambda: leader.store.begin_index > 10, what="the leader compacted")
+    _leader, lagging = leave_a_follower_behind(cluster)
     follower = cluster.start(lagging)
     manager, caller = follower.snapshots.manager, follower.caller  # type: ignore[union-attr]
     assert manager is not None and caller is not None

@@ -204,11 +204,9 @@ def test_apply_goes_on_while_a_save_is_in_flight(cluster_factory: Callable[..., 
     assert snapshot_dirs(node_dir(cluster, "n0"))[0] < 59  # the captured index, not the later one
 
 
-@pytest.mark.parametrize("wiped", [False, True], ids=["left-behind", "wiped"])
-def test_follower_behind_a_compacted_log_is_brought_back_by_install(
-    cluster_factory: Callable[..., NodeCluster], wiped: bool
-) -> None:
-    cluster = cluster_factory(3, machine_factory=SumMachine, **SNAP)
+def leave_a_follower_behind(cluster: NodeCluster) -> tuple[DLedgerNode, str]:
+    """Append 0..59, a follower stopped after 0..4, until the leader compacted past it;
+    the leader and the stopped follower's id."""
     leader = cluster.leader()
     append_values(leader, range(5))
     lagging = next(i for i in cluster.ids if i != leader.config.self_id)
@@ -216,6 +214,15 @@ def test_follower_behind_a_compacted_log_is_brought_back_by_install(
     cluster.stop(lagging)
     append_values(leader, range(5, 60))
     wait_until(lambda: leader.store.begin_index > 10, what="the leader compacted")
+    return leader, lagging
+
+
+@pytest.mark.parametrize("wiped", [False, True], ids=["left-behind", "wiped"])
+def test_follower_behind_a_compacted_log_is_brought_back_by_install(
+    cluster_factory: Callable[..., NodeCluster], wiped: bool
+) -> None:
+    cluster = cluster_factory(3, machine_factory=SumMachine, **SNAP)
+    leader, lagging = leave_a_follower_behind(cluster)
     if wiped:
         shutil.rmtree(node_dir(cluster, lagging))
         cluster.start(lagging, initial_cluster_state="existing")
