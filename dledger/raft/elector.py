@@ -342,7 +342,7 @@ class LeaderElector(LeaderHeartbeats):
                 return self._start_round(member.peek_next_term(), now_ms, pre_vote=True, probe=True)
             return []
         if not self.need_increase_term_immediately and member.stands_aside():
-            self.next_time_to_request_vote = self.next_vote_time(now_ms)  # a failed store or state machine:
+            self.next_time_to_request_vote = self.next_vote_time(now_ms)  # unfit to lead (its store, its machine):
             return []  # it moves to the terms others reach and votes, but does not stand (yet)
         if self.last_parse_result == ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term_immediately:
             if at_max_term(member):
