@@ -37,6 +37,7 @@ from dledger.client.policy import (
     code_decision,
     rpc_code,
     rpc_decision,
+    same_error,
     unknown_after_resend,
 )
 from dledger.client.producer_stream import ProducerStream
@@ -160,16 +161,15 @@ class Producer:
         if self.stamp is not None:
             body = encode_record(body)
         size = len(body)
-        limit = (
-            MAX_BODY_BYTES if self.stamp is None else MAX_BODY_BYTES - STAMP_SIZE
-        )  # the leader stamps a batch's first
+        # the leader stamps the first record of each numbered request (STAMP_SIZE bytes more)
+        limit = MAX_BODY_BYTES if self.stamp is None else MAX_BODY_BYTES - STAMP_SIZE
         if size > limit:
             raise ValueError(f"a body of {size} bytes; at most {limit}")
         with self.cond:
             if self._closed:
                 raise DLedgerError(ResponseCode.UNEXPECTED_ARGUMENT, "the producer is closed")
             if self._stopped is not None:
-                raise self._stopped
+                raise same_error(self._stopped)  # each caller its own exception object
             if (
                 self._buffered
                 and self._buffered + size > self.max_buffered_bytes
@@ -375,7 +375,7 @@ class Producer:
         earlier = deque(b for b in self._retry if b.first_seq < failed.first_seq)  # still resent
         later = [b for b in self._retry if b.first_seq > failed.first_seq]
         for batch in [*later, *self._ready, *([self._open] if self._open else [])]:
-            self._done(batch, error=self._stopped)
+            self._done(batch, error=same_error(self._stopped))
         self._retry = earlier
         self._ready.clear()
         self._open = None
@@ -411,7 +411,7 @@ class Producer:
             return
         if self.stamp is not None and answer.code == ResponseCode.OUT_OF_ORDER_SEQUENCE:
             if self._stopped is not None:  # an earlier batch failed for good: this one never follows it
-                self._done(batch, error=self._stopped)
+                self._done(batch, error=same_error(self._stopped))
                 return
             # an earlier batch is being sent again: this one follows it (until its deadline)
             self._again(batch, DLedgerError(answer.code, text), backoff=True)
