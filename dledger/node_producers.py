@@ -40,7 +40,7 @@ from dledger.raft.log import LogStore
 from dledger.raft.producer_ids import ProducerIdBlocks
 from dledger.raft.producer_log import FOLD_BATCH_ENTRIES, ProducerLog, StampFold
 from dledger.raft.producers import MAX_ID, ProducerTable, Stamp, Verdict
-from dledger.record import STAMP_SIZE, record_stamp, stamp_record_body
+from dledger.record import STAMP_SIZE, record_content, record_stamp, stamp_record_body
 from dledger.store.kvfile import fsync_dir, write_synced
 
 log = logging.getLogger(__name__)
@@ -372,8 +372,7 @@ class NodeProducers:
             except DLedgerError:  # compacted away (a log compacted to empty has no range to read)
                 held = []
             for entry, body in zip(held if len(held) == count else (), bodies[k : k + count], strict=False):
-                stored = entry.body[1 + STAMP_SIZE + 8 :] if record_stamp(entry.body) is not None else entry.body[9:]
-                if stored != body[9:]:  # key, headers, value (a resend may be timed anew: timestamp None)
+                if record_content(entry.body) != record_content(body):
                     raise DLedgerError(
                         ResponseCode.PRODUCER_FENCED,
                         f"producer {producer_id} epoch {epoch}: sequence {first_seq + k + entry.index - first} is "

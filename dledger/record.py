@@ -57,6 +57,7 @@ __all__ = [
     "encode_records",
     "now_ms",
     "check_append",
+    "record_content",
     "record_of",
     "record_stamp",
     "split_records",
@@ -270,6 +271,14 @@ def stamp_record_body(
     if not 1 <= count <= MAX_STAMP_COUNT:
         raise ValueError(f"stamp_record_body: count must be in 1..{MAX_STAMP_COUNT}, got {count}")
     return bytes((STAMPED_VERSION,)) + _STAMP.pack(producer_id, epoch, first_seq, count, append_time_ms) + body[1:]
+
+
+def record_content(body: bytes) -> bytes:
+    """The key, headers and value of a record body (version 1 or stamped), as its bytes:
+    what a record sent again keeps, though its timestamp may be taken anew and the leader
+    stamps a request's first record (docs/FORMAT.md "Records")."""
+    stamp = STAMP_SIZE if body[:1] == _STAMPED_FIRST else 0
+    return body[1 + stamp + 8 :]  # version, stamp, timestamp (int64)
 
 
 def record_stamp(body: bytes) -> tuple[int, int, int, int, int] | None:

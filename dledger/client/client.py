@@ -327,10 +327,9 @@ class DLedgerClient(RecordMethods):
         caller's time, each call whose own deadline has not passed."""
         magic = calls[0][2]
         bodies = calls[0][0] if len(calls) == 1 else [body for call_bodies, _, _ in calls for body in call_bodies]
-        request = None
+        request, earliest = None, min(deadline for _, deadline, _ in calls)
         try:
             request = _append_message(self.group, bodies, magic)
-            earliest = min(deadline for _, deadline, _ in calls)
             shared = self._append_request(bodies, earliest, magic, request)
         except Exception as exc:
             refused = type(exc) is DLedgerError and exc.code == ResponseCode.UNEXPECTED_ARGUMENT

@@ -78,11 +78,10 @@ def send_shared_queries(
     try:
         return list(send_queries(members, write, [r for r, _, _ in calls], mode, earliest))
     except DLedgerError as exc:
-        now = members.clock.now_ms()
-        if len(calls) > 1 and type(exc) is DLedgerError and (exc.code in ALONE_AFTER or now >= earliest):
+        now, alone = members.clock.now_ms(), exc.code in ALONE_AFTER
+        if len(calls) > 1 and type(exc) is DLedgerError and (alone or now >= earliest):
             # ALONE_AFTER: perhaps one caller's request (too big, or the machine's query
             # failed on it): each on its own; out of the earliest caller's time: the others
-            alone = exc.code in ALONE_AFTER
             return [
                 _alone(members, write, request, mode, deadline) if alone or deadline > now else same_error(exc)
                 for request, _, deadline in calls

@@ -12,7 +12,14 @@ import pytest
 from dledger import entry
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.entry import MAGIC_NORMAL, MAGIC_RECORD
-from dledger.record import STAMP_SIZE, check_append, encode_record, record_stamp, stamp_record_body
+from dledger.record import (
+    STAMP_SIZE,
+    check_append,
+    encode_record,
+    record_content,
+    record_stamp,
+    stamp_record_body,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -110,3 +117,17 @@ def test_stamp_constants_agree_with_the_c_layout() -> None:
     assert defines["DL_REC_STAMPED"] == entry.RECORD_STAMPED == 2
     assert defines["DL_REC_STAMP_SIZE"] == entry.RECORD_STAMP_SIZE == STAMP_SIZE == struct.calcsize(">qqqIq")
     assert defines["DL_REC_MAX_STAMP_COUNT"] == entry.MAX_STAMP_COUNT == 65_536
+
+
+def test_record_content_is_what_a_resent_record_keeps() -> None:
+    """Key, headers and value; not the timestamp (a resend may take it anew) nor the
+    leader's stamp (the idempotent producer's duplicate check compares these)."""
+    body = encode_record(b"value", b"key", 1_000, [("h", b"v")])
+    stamped = stamp_record_body(body, 7, 0, 0, 1, 2_000)
+    assert (
+        record_content(stamped)
+        == record_content(body)
+        == record_content(encode_record(b"value", b"key", 5, [("h", b"v")]))
+    )
+    assert record_content(body) != record_content(encode_record(b"other", b"key", 1_000, [("h", b"v")]))
+    assert record_content(body).endswith(b"value")
