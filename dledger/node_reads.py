@@ -78,8 +78,26 @@ class NodeReads:
         if mode is not ReadMode.RAFT_LOG and not callable(getattr(caller.state_machine, "query", None)):
             raise DLedgerError(ResponseCode.UNSUPPORTED, "the state machine answers no queries (it has no query())")
         if caller.error is not None:
-            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"the state machine failed: {caller.error!r}")
+            raise self._stopped(caller.error)
         return caller
+
+    def _stopped(self, error: BaseException) -> DLedgerError:
+        """The refusal of a member whose state machine stopped. A leader that hands
+        leadership over (`LeadershipTransfer.hands_over`) says LEADER_TRANSFERRING, and a
+        follower NOT_LEADER: the client asks again, or the leader, whose machine may
+        apply (before, INTERNAL_ERROR failed the read, and a client that still took this
+        member for the leader failed every read). A member that has nobody to hand over
+        to (every machine stopped, a group of one) says INTERNAL_ERROR, a final error."""
+        why = f"its state machine stopped ({error!r})"
+        with self.node.step() as now:
+            member = self.node.core.member_state
+            if not member.is_leader:
+                leader = member.leader_id
+                known = f"leader is {leader}" if leader not in (None, member.self_id) else "no leader known"
+                return DLedgerError(ResponseCode.NOT_LEADER, f"{why}; {known}")
+            if self.node.core.transfer.hands_over(now):
+                return DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"{why}: it hands leadership over")
+        return DLedgerError(ResponseCode.INTERNAL_ERROR, f"the state machine failed: {error!r}")
 
     def query(self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float) -> QueryResult:
         """Answer `requests` in `mode` within `timeout_s`.
@@ -87,7 +105,9 @@ class NodeReads:
         Raises:
             DLedgerError: UNSUPPORTED (no state machine, or no `query`), NOT_LEADER
                 (LEASE or RAFT_LOG on a follower; READ_INDEX without a leader, or on a
-                deposed one), TIMEOUT, INTERNAL_ERROR (the machine failed); RAFT_LOG: the
+                deposed one), TIMEOUT, INTERNAL_ERROR (a query failed, or the machine
+                stopped and nobody can take over: `_stopped`), LEADER_TRANSFERRING or
+                NOT_LEADER (the machine stopped; another member answers); RAFT_LOG: the
                 append's errors (WAIT_QUORUM_ACK_TIMEOUT / TERM_CHANGED: unknown outcome).
         """
         caller = self._caller(mode)
@@ -102,7 +122,7 @@ class NodeReads:
             index = self._read_index(deadline)
         if not caller.wait_applied(index, max(0.0, deadline - time.monotonic())):
             if caller.error is not None:
-                raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"the state machine failed: {caller.error!r}")
+                raise self._stopped(caller.error)
             raise DLedgerError(ResponseCode.TIMEOUT, f"index {index} not applied in time")
         machine = caller.state_machine
         try:

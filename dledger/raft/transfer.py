@@ -285,6 +285,18 @@ class LeadershipTransfer:
         live = [p for p in candidates if self.elector.peers_live_table.get(p)]
         return min(live, key=self.fall_behind) if live else None
 
+    def hands_over(self, now_ms: int) -> bool:
+        """Whether this leader is handing leadership over, or is unfit and has a follower
+        left to ask (one that did not refuse as unfit itself in the last UNFIT_PEER_MS):
+        what an unfit leader's refusals tell clients, "ask again" (LEADER_TRANSFERRING)
+        or a final error."""
+        if self.handover is not None:
+            return True
+        member = self.member_state
+        return bool(member.unfit_to_lead()) and any(
+            self._unfit_peers.get(p, now_ms) <= now_ms for p in member.other_peer_ids
+        )
+
     def _hand_over_unfit(self, now_ms: int) -> None:
         """A leader whose store failed takes no more writes, one whose state machine
         stopped answers no read: it hands leadership to the live follower closest to its

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import pytest
 from prometheus_client import generate_latest
 
+from dledger.codes import DLedgerError, ReadMode, ResponseCode
 from dledger.entry import Entry
+from dledger.node import DLedgerNode
 from tests.node.conftest import NodeCluster, Recorder, wait_until
 
 
@@ -23,6 +26,9 @@ class Poisoned(Recorder):
         if self.armed and any(e.body == b"poison" for e in entries):
             raise ValueError("the poisoned entry")
         super().on_apply(entries)
+
+    def query(self, request: bytes) -> bytes:
+        return b"%d" % len(self.applied)
 
 
 def bodies(entries: Sequence[Entry]) -> list[bytes]:
@@ -51,3 +57,42 @@ def test_a_leader_whose_state_machine_stopped_hands_over_and_says_why(
         labels = f'group="g",self_id="{node.config.self_id}"'
         assert f"dledger_state_machine_applies{{{labels}}} {applies}" in text
         assert f"dledger_store_takes_writes{{{labels}}} 1.0" in text
+
+
+def refusal(node: DLedgerNode, mode: ReadMode = ReadMode.READ_INDEX) -> DLedgerError:
+    with pytest.raises(DLedgerError) as err:
+        node.reads.query([b"count"], mode, 5.0)
+    return err.value
+
+
+def test_a_member_whose_state_machine_stopped_sends_readers_on(cluster_factory: Callable[..., NodeCluster]) -> None:
+    """Before, its reads failed with INTERNAL_ERROR, a final error: also those of a client
+    that still took it for the leader after it had handed over."""
+    cluster = cluster_factory(machine_factory=Poisoned)
+    old = cluster.leader()
+    old_id = old.status().self_id
+    cluster.machines[old_id].armed = True
+    old.append([b"poison"]).result(timeout=10)
+    wait_until(lambda: old.status().machine_health != "", what="its machine stops")
+    # while it leads it hands over (ask again), once it follows it names the leader
+    assert refusal(old).code in (ResponseCode.LEADER_TRANSFERRING, ResponseCode.NOT_LEADER)
+    wait_until(lambda: any(n.is_leader for i, n in cluster.nodes.items() if i != old_id), what="a new leader")
+    new = cluster.leader()
+    wait_until(lambda: old.status().leader_id == new.status().self_id, what="it follows the new leader")
+    for mode in ReadMode:
+        error = refusal(old, mode)
+        assert error.code == ResponseCode.NOT_LEADER, mode
+        assert f"leader is {new.status().self_id}" in error.message and "the poisoned entry" in error.message
+    assert new.reads.query([b"count"], ReadMode.READ_INDEX, 5.0).answers  # the new leader answers
+
+
+def test_a_group_of_one_whose_state_machine_stopped_fails_its_reads_for_good(
+    cluster_factory: Callable[..., NodeCluster],
+) -> None:
+    cluster = cluster_factory(n=1, machine_factory=Poisoned)
+    only = cluster.leader()
+    cluster.machines["n0"].armed = True
+    only.append([b"poison"]).result(timeout=10)
+    wait_until(lambda: only.status().machine_health != "", what="its machine stops")
+    error = refusal(only)
+    assert error.code == ResponseCode.INTERNAL_ERROR and "the poisoned entry" in error.message

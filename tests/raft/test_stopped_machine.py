@@ -45,8 +45,10 @@ def test_a_leader_whose_state_machine_stopped_hands_leadership_over(
     cluster = Cluster(3, seed=seed)
     try:
         old = cluster.elect()
+        assert not cluster.core(old).transfer.hands_over(cluster.now)  # fit: it hands nothing over
         with caplog.at_level(logging.ERROR, logger="dledger.raft.transfer"):
             stop_machine(cluster, old)
+            assert cluster.core(old).transfer.hands_over(cluster.now)  # its reads say "ask again"
             cluster.run_until(lambda: cluster.leader() not in (None, old))
         new = cluster.leader()
         assert new is not None and cluster.role(old) is not Role.LEADER
@@ -105,10 +107,12 @@ def test_a_group_whose_every_state_machine_stopped_keeps_one_leader_for_its_log(
         for member in cluster.ids:
             stop_machine(cluster, member)
         term = cluster.core(leader).member_state.current_term
+        assert cluster.core(leader).transfer.hands_over(cluster.now)  # a follower is left to ask
         with caplog.at_level(logging.ERROR, logger="dledger.raft.transfer"):
             cluster.run_for(5 * FAILED_STORE_RETRY_MS)
         asked = sorted(r.getMessage().rsplit(" ", 1)[1] for r in caplog.records if "hands leadership" in r.getMessage())
         assert asked == sorted(m for m in cluster.ids if m != leader)
+        assert not cluster.core(leader).transfer.hands_over(cluster.now)  # every one refused: reads fail for good
         assert cluster.leader() == leader and cluster.core(leader).member_state.current_term == term
         done = cluster.append(b"still")
         cluster.run_until(done.done)
