@@ -105,7 +105,15 @@ READ_OPTIONS = (
 MAX_PER_TRIGGER_OPTIONS = ("maxEntriesPerTrigger", "maxOffsetsPerTrigger")
 MIN_PER_TRIGGER_OPTIONS = ("minEntriesPerTrigger", "minOffsetsPerTrigger")
 STREAM_OPTIONS = (*MAX_PER_TRIGGER_OPTIONS, *MIN_PER_TRIGGER_OPTIONS, "maxTriggerDelay")
-WRITE_OPTIONS = ("batchEntries", "batchBytes", "rpcTimeoutMs", "exactlyOnce", "abortWaitMs", "writerName")
+WRITE_OPTIONS = (
+    "batchEntries",
+    "batchBytes",
+    "rpcTimeoutMs",
+    "connectTimeoutMs",
+    "exactlyOnce",
+    "abortWaitMs",
+    "writerName",
+)
 MAX_WRITER_NAME = 256
 """Longest `writerName` (characters)."""
 BATCH_ONLY_OPTIONS = ("endingIndex", "endingTimestamp")
@@ -171,6 +179,8 @@ class WriteOptions:
         batch_entries: bodies per `append_many` call.
         batch_bytes: body bytes per `append_many` call (at least one body is sent).
         rpc_timeout_ms: per-RPC deadline.
+        connect_timeout_ms: how long the driver's first contact with the cluster, in
+            `writer()`, may take: unreachable peers fail the write before any task runs.
         exactly_once: number each task's rows for the idempotent producer (records);
             False: at-least-once (a value alone as plain entries).
         abort_wait_ms: how long a failed write's abort waits for its cancelled tasks.
@@ -183,6 +193,7 @@ class WriteOptions:
     batch_entries: int = DEFAULT_WRITE_BATCH_ENTRIES
     batch_bytes: int = DEFAULT_WRITE_BATCH_BYTES
     rpc_timeout_ms: int = DEFAULT_RPC_TIMEOUT_MS
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     exactly_once: bool = True
     abort_wait_ms: int = DEFAULT_ABORT_WAIT_MS
     writer_name: str | None = None
@@ -361,6 +372,7 @@ def parse_write_options(options: Mapping[str, str], overwrite: bool, streaming: 
         batch_entries=parse_int(opts, "batchEntries", DEFAULT_WRITE_BATCH_ENTRIES, 1, MAX_BODIES_PER_APPEND, member),
         batch_bytes=parse_int(opts, "batchBytes", DEFAULT_WRITE_BATCH_BYTES, maximum=MAX_APPEND_BYTES, why=member),
         rpc_timeout_ms=_timeout_ms(opts, "rpcTimeoutMs", DEFAULT_RPC_TIMEOUT_MS),
+        connect_timeout_ms=_timeout_ms(opts, "connectTimeoutMs", DEFAULT_CONNECT_TIMEOUT_MS),
         exactly_once=exactly_once,
         abort_wait_ms=parse_int(opts, "abortWaitMs", DEFAULT_ABORT_WAIT_MS, 0, MAX_ABORT_WAIT_MS, "10 minutes"),
         writer_name=_writer_name(opts, exactly_once, streaming),

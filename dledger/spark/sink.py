@@ -25,7 +25,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from dledger.entry import HEADER_SIZE, MAGIC_NORMAL, MAGIC_RECORD, MAX_ENTRY_SIZE
 from dledger.spark.exactly_once import ProducerWriteError, StampedClient, TaskIds, send_numbered
-from dledger.spark.live import ClientFactory, append_all, client_factory_for, close_client
+from dledger.spark.live import ClientFactory, append_all, client_factory_for, close_client, fetch_view_once
 from dledger.spark.options import WriteOptions, parse_write_options
 from dledger.spark.records import bodies_of_rows
 from dledger.spark.sink_report import abort_report, commit_report
@@ -72,11 +72,15 @@ def writer_setup(
     streaming: bool = False,
 ) -> tuple[WriteOptions, ClientFactory, WriteColumns]:
     """Validate a write on the driver (`streaming`: of a streaming query): options,
-    append mode and the columns; the clients of its tasks are made by
+    append mode, the columns, and that a member of the cluster answers within
+    `connectTimeoutMs` (before, unreachable peers failed each task after `rpcTimeoutMs`,
+    30 s, and again in each of Spark's retries); the clients of its tasks are made by
     `factory_for(target)`."""
     parsed = parse_write_options(options, overwrite, streaming)
     columns = write_columns_of(fields)
-    return parsed, factory_for(parsed.target), columns
+    factory = factory_for(parsed.target)
+    fetch_view_once(parsed.target, factory, min(parsed.connect_timeout_ms, parsed.rpc_timeout_ms) / 1000)
+    return parsed, factory, columns
 
 
 def task_ids(job_id: str | None, writer_epoch: int | None = None) -> TaskIds:

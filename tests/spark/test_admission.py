@@ -1,6 +1,7 @@
 """The stream reader's admission control and progress report, driven without a Spark
 session: the reader's offsets over a real store directory, on a manual clock; and the
-driver's first contact with an unreachable cluster, which uses the connect timeout."""
+driver's first contact with an unreachable cluster, which uses the connect timeout, for
+reads and (in `writer()`, before any task runs) for writes."""
 
 from __future__ import annotations
 
@@ -102,3 +103,28 @@ def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> N
     with pytest.raises(DLedgerError, match=r"within 5\.0 s"):
         stream.initialOffset()
     assert asked == [1.5, 5.0]
+
+
+def test_a_write_to_an_unreachable_cluster_fails_in_writer_within_the_connect_timeout() -> None:
+    """Before, `writer()` asked nothing: each task failed after rpcTimeoutMs (30 s), and
+    again in each of Spark's retries."""
+    asked: list[float] = []
+
+    def factory(peers: str, group: str, timeout_s: float) -> Any:
+        asked.append(timeout_s)
+        raise DLedgerError(ResponseCode.NETWORK_ERROR, f"no member of {peers} answered within {timeout_s} s")
+
+    class Unreachable(DLedgerDataSource):
+        @classmethod
+        def client_factory(cls, target: Any) -> Any:
+            return factory
+
+    peers = "n0-127.0.0.1:1"
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(DLedgerError, match=r"within 1\.5 s"):
+        Unreachable({"peers": peers, "connectTimeoutMs": "1500"}).writer(schema, False)
+    with pytest.raises(DLedgerError, match=r"within 5\.0 s"):
+        Unreachable({"peers": peers}).streamWriter(schema, False)
+    with pytest.raises(DLedgerError, match=r"within 0\.5 s"):  # never longer than the rpc timeout
+        Unreachable({"peers": peers, "rpcTimeoutMs": "500"}).writer(schema, False)
+    assert asked == [1.5, 5.0, 0.5]

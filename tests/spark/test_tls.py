@@ -130,6 +130,9 @@ def test_a_read_certificate_cannot_write_and_plaintext_cannot_reach_the_cluster(
     hinted = r"TIMEOUT .*Metadata failed: timed out.*; hint: n0 .* serve TLS: pass the options tlsCert, tlsKey and "
     with pytest.raises(Exception, match=hinted):  # the TLS handshakes fail; the hint says why
         plain.option("connectTimeoutMs", "1000").load().collect()
+    plain_write = df.write.format("dledger").mode("append").option("peers", tls_group.peers).option("group", GROUP)
+    with pytest.raises(Exception, match=hinted):  # a write asks in writer(), before any task runs
+        plain_write.option("connectTimeoutMs", "1000").save()
     with tls_group.client("reader") as client:
         records = client.get_records(0, client.metadata().committed_index + 1)
     assert records and all(r.value != b"refused" for r in records)
