@@ -20,7 +20,7 @@ from dledger.cli.errors import GuardedCommand, fail, interrupted
 from dledger.cli.param_types import NonEmptyPath
 from dledger.codes import CorruptStoreError, DLedgerError
 from dledger.config import ConfigError
-from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK
+from dledger.entry import HEADER_SIZE, INDEX_UNIT_SIZE, MAGIC_BLANK, MAGIC_NOOP, MAGIC_NORMAL, MAGIC_RECORD
 from dledger.store import (
     MmapLogStore,
     StoreConfig,
@@ -271,9 +271,10 @@ class Report:
 def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
     """Fill `report` from an open read-only store: every entry, begin/end, checkpoint."""
     begin, end = int(store.begin_index), int(store.end_index)
-    checked = 0
+    checked, java = 0, JAVA_MAY_OPEN
     if begin >= 0 and begin > end + 1:
         report.problems.append(f"begin index {begin} is beyond end index {end} + 1")
+        java = "not known"
     elif begin >= 0:
         stale = store.recovery.index_stale_from  # entries from there on were checked by recovery's scan
         if stale >= 0:
@@ -281,15 +282,14 @@ def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
                 f"the index units from entry {stale} on are missing or stale (an index not flushed before the store "
                 "stopped): rebuilt from the data when the store is opened for writing"
             )
-        for index in range(begin, end + 1 if stale < 0 else stale):
-            try:
-                store.get(index)
-            except DLedgerError as exc:
-                report.problems.append(f"entry {index}: {exc.message}")
-                break
-            checked += 1
-        else:
-            checked += end + 1 - stale if stale >= 0 else 0
+        read_to = end + 1 if stale < 0 else stale
+        checked, java = _read_entries(store, range(begin, read_to), report)
+        if checked and store.get(begin).pos != store.data_list.table.first_offset:
+            java = JAVA_HEAD_BLANK
+        if stale >= 0 and checked == read_to - begin:  # recovery's scan checked the rest
+            checked += end + 1 - stale
+            if java == JAVA_MAY_OPEN:
+                java = f"not known: entries from {stale} on were not read"
     info = load_checkpoint(node)
     report.notes += [f"ignored invalid {why}" for why in info.rejected]
     if not info.known and end >= 0:
@@ -310,6 +310,7 @@ def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
         write_position=int(store.write_pos),
         segments=f"{store.data_list.table.count} data x {store.config.data_file_size} B, "
         f"{store.index_list.table.count} index x {store.config.index_file_size} B",
+        java_dledger=java,
     )
     if store.recovery.problem:
         report.notes.append(
@@ -318,6 +319,43 @@ def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
         )
     report.notes += [f"foreign file {name} ignored" for name in store.data_list.foreign_files]
     report.notes += [f"foreign file {name} ignored" for name in store.index_list.foreign_files]
+
+
+JAVA_MAY_OPEN = "may open it: plain entries only"
+"""What `check` says of a store Java DLedger opens as dledger-py does (helper J checked
+java_compat stores with Java DLedger 0.2.7 and 0.3.1.2: the same entries, both ways)."""
+
+
+JAVA_HEAD_BLANK = (
+    "must not open it: its log starts after a prefix reset's head blank, which Java DLedger <= 0.3 misreads"
+)
+
+
+def _read_entries(store: MmapLogStore, indexes: range, report: Report) -> tuple[int, str]:
+    """Read every entry of `indexes` (its CRC checked): how many were read before a
+    problem (added to `report`), and what Java DLedger may do with them."""
+    checked, java = 0, JAVA_MAY_OPEN
+    for index in indexes:
+        try:
+            magic = store.get(index).magic
+        except DLedgerError as exc:
+            report.problems.append(f"entry {index}: {exc.message}")
+            return checked, java if java != JAVA_MAY_OPEN else "not known"
+        if magic != MAGIC_NORMAL and java == JAVA_MAY_OPEN:
+            java = _java_refusal(index, magic)
+        checked += 1
+    return checked, java
+
+
+def _java_refusal(index: int, magic: int) -> str:
+    """What `check` says of a store Java DLedger must not open (helper J: Java 0.2.7 and
+    0.3.1.2 cut their log at the first such entry, committed entries and files after it
+    included, or read it as an entry of theirs)."""
+    kind = "a NOOP" if magic == MAGIC_NOOP else "a record" if magic == MAGIC_RECORD else "an entry"
+    return (
+        f"must not open it: entry {index} is {kind} (magic {magic}), which Java DLedger cuts its log at "
+        "(committed entries included) or reads as data; only a java_compat store is for Java"
+    )
 
 
 def _inspect_snapshots(node: Path, report: Report) -> None:

@@ -18,7 +18,9 @@ import dledger
 from dledger.cli.main import main as cli
 from dledger.cli.store_tools import Report, _inspect
 from dledger.codes import DLedgerError
+from dledger.record import Record
 from dledger.store import StoreConfig
+from dledger.store.mmap_store import MmapLogStore
 
 CONFIG = StoreConfig(data_file_size=4096, index_file_size=1024)
 
@@ -290,3 +292,31 @@ def test_check_names_a_segment_that_is_no_file_and_says_repair_once(tmp_path: Pa
     (noise / "data" / "00000000000000000000").write_bytes(os.urandom(1 << 16))
     result = run("check", str(noise))
     assert result.exit_code == 1 and result.stderr.count("check --repair") == 1, result.stderr
+
+
+def test_check_says_whether_java_dledger_may_open_the_store(store: Path, tmp_path: Path) -> None:
+    """Helper J: Java DLedger opens plain entries as dledger-py does, but cuts its log at
+    the first NOOP or record (committed entries and later files included, silently), and
+    misreads a prefix reset's head blank."""
+
+    def java(node: Path) -> str:
+        result = run("check", "--json", str(node))  # a reset store has a problem (no snapshot): exit 1
+        return str(json.loads(result.output.splitlines()[0])["java_dledger"])
+
+    assert java(store) == "may open it: plain entries only"
+    records = tmp_path / "records" / "dledger-n0"
+    with dledger.open_log(records, CONFIG) as log:
+        log.append_many([b"plain"] * 3)
+        log.append_records([Record(b"v", key=b"k", timestamp=1)])
+        log.append_many([b"plain"])
+    assert java(records).startswith("must not open it: entry 3 is a record (magic 16), which Java DLedger cuts")
+    noops = tmp_path / "noops" / "dledger-n0"
+    with MmapLogStore.open(noops, CONFIG) as raw:
+        raw.append_many([b"plain"] * 2)
+        raw.append_noop()
+    assert java(noops).startswith("must not open it: entry 2 is a NOOP (magic 2)")
+    with MmapLogStore.open(store, CONFIG) as raw:
+        raw.reset(20, 1)
+    assert java(store) == (
+        "must not open it: its log starts after a prefix reset's head blank, which Java DLedger <= 0.3 misreads"
+    )
