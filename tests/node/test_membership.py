@@ -40,6 +40,14 @@ def _stop_a_follower(cluster: NodeCluster) -> tuple[str, Path]:
     return victim, cluster.base / f"dledger-{victim}"
 
 
+def _repair_cut_off(cluster: NodeCluster, victim: str) -> DLedgerNode:
+    """Start `victim` with `repair=True` while nobody can reach it, so that its marker
+    and hold are seen before it catches up (which can take milliseconds and removes
+    the marker); `cluster.net.heal()` lets it catch up."""
+    cluster.net.isolate(victim, [n for n in cluster.ids if n != victim])
+    return cluster.start(victim, repair=True)
+
+
 def _caught_up(cluster: NodeCluster, node: DLedgerNode, index: int) -> None:
     wait_until(lambda: node.status().committed_index >= index, what="the member to catch up")
     wait_until(lambda: not node.core.elector.vote_hold.pending, what="the hold to end")
@@ -189,11 +197,12 @@ def test_a_damaged_committed_tail_is_cut_by_repair_and_caught_up(cluster_factory
     with pytest.raises(CorruptStoreError, match="below the committed index"):
         cluster.start(victim)
     assert victim not in cluster.nodes  # nothing started
-    node = cluster.start(victim, repair=True)
+    node = _repair_cut_off(cluster, victim)
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == committed
     assert node.store.end_index < last  # cut back
     assert node.core.elector.vote_hold.active and node.status().vote_hold == "rejoin"
+    cluster.net.heal()
     _caught_up(cluster, node, last)
     assert load_rejoin(node_dir) is None
     assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
@@ -265,10 +274,11 @@ def test_a_damaged_checkpoint_takes_the_same_repair_path(cluster_factory: Factor
     _damage_last_entry(node_dir)
     with pytest.raises(CorruptStoreError, match="no valid checkpoint"):
         cluster.start(victim)
-    node = cluster.start(victim, repair=True)
+    node = _repair_cut_off(cluster, victim)
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == -1
     assert node.core.elector.vote_hold.active
+    cluster.net.heal()
     _caught_up(cluster, node, last)
     assert load_rejoin(node_dir) is None
 
@@ -329,10 +339,11 @@ def test_repair_of_a_store_whose_data_is_gone_rejoins(cluster_factory: Factory) 
     last, victim, node_dir = _lose_segments(cluster)
     with pytest.raises(CorruptStoreError, match="no data segments, but entries up to"):
         cluster.start(victim)
-    node = cluster.start(victim, repair=True)
+    node = _repair_cut_off(cluster, victim)
     marker = load_rejoin(node_dir)
     assert marker is not None and marker.catch_up_index == last
     assert node.core.elector.vote_hold.kind == "rejoin"
+    cluster.net.heal()
     _caught_up(cluster, node, last)
     assert [e.body for e in node.get(0, last + 1)] == [f"entry-{k}".encode() for k in range(last + 1)]
 
