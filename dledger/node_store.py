@@ -271,6 +271,18 @@ def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) 
             f"{node_dir} is a store of group {identity.group!r}, not {config.group!r}: move it away and start "
             "the member with an empty directory and --initial-cluster-state existing",
         )
+    derived = derive_group_id(config.group, config.peer_map)
+    if identity.group_id and identity.group_id != derived:  # "": a joining member that has not heard a leader
+        # helper K: a peers list cut down to the member itself made it a group of one that
+        # acknowledged writes the group never got (they were lost when the list came back)
+        raise DLedgerError(
+            ResponseCode.ILLEGAL_MEMBER_STATE,
+            f"{node_dir} is a store of group {config.group!r} founded with other members than the peers given "
+            f"({', '.join(sorted(config.peer_map))}; group id {identity.group_id}, not {derived}): with another "
+            "member list this member could elect a leader without a majority of its group and acknowledge writes "
+            "the group never gets. Start it with the peers list the group was founded with (the members' ids; "
+            "their addresses may change)",
+        )
 
 
 def collect_status(core: RaftCore, store: LogStore, peers: dict[str, str], applied: int, snapshot: int) -> NodeStatus:

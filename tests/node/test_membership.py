@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dledger.codes import CorruptStoreError, DLedgerError
+from dledger.codes import CorruptStoreError, DLedgerError, ResponseCode
 from dledger.node import DLedgerNode
 from dledger.store import MmapLogStore, load_checkpoint
 from dledger.store.membership import derive_group_id, load_identity, load_rejoin, write_identity
@@ -170,6 +170,31 @@ def test_a_store_of_another_member_or_group_is_refused(
     for state in states:  # refused, and the store's lock released each time
         with pytest.raises(DLedgerError, match=message):
             cluster.start("n2", initial_cluster_state=state)
+
+
+@pytest.mark.parametrize(
+    "peers",
+    [
+        "n2-127.0.0.1:30002",  # a list cut down to itself (a typo, `dledger cluster -n 1` on the directory)
+        "n1-127.0.0.1:30001;n2-127.0.0.1:30002",
+        "n0-127.0.0.1:30000;n1-127.0.0.1:30001;n2-127.0.0.1:30002;n3-127.0.0.1:30003",
+    ],
+)
+def test_a_member_started_with_another_member_list_is_refused(cluster_factory: Factory, peers: str) -> None:
+    """Helper K: a member whose peers list named only itself started as a group of one,
+    elected itself and acknowledged writes (clients with the group's list found it
+    too) that the group never got: lost once the list came back. Its identity holds the
+    group id its founding members derived from their ids: another member list is refused.
+    New addresses for the same members are not."""
+    cluster = cluster_factory()
+    cluster.leader()
+    cluster.stop("n2")
+    with pytest.raises(DLedgerError, match="founded with other members than the peers given") as err:
+        cluster.start("n2", peers=peers)
+    assert err.value.code == ResponseCode.ILLEGAL_MEMBER_STATE and "n2" not in cluster.nodes
+    moved = "n0-127.0.0.1:31000;n1-127.0.0.1:31001;n2-127.0.0.1:31002"
+    node = cluster.start("n2", peers=moved)  # the store's lock was released, and addresses may change
+    wait_until(lambda: node.status().leader_id is not None, what="n2 to follow the leader")
 
 
 def _damage_last_entry(node_dir: Path) -> None:
