@@ -465,7 +465,7 @@ class VoteResponse(_message.Message):
     def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., vote_result: _Optional[_Union[VoteResponse.Result, str]] = ..., ledger_end_index: _Optional[int] = ..., ledger_end_term: _Optional[int] = ..., leader_seen: _Optional[bool] = ...) -> None: ...
 
 class HeartBeatRequest(_message.Message):
-    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "group_id", "incarnation")
+    __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term", "ledger_end_index", "group_id", "incarnation", "retention_floor")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     REMOTE_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -475,6 +475,7 @@ class HeartBeatRequest(_message.Message):
     LEDGER_END_INDEX_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FLOOR_FIELD_NUMBER: _ClassVar[int]
     group: str
     remote_id: str
     local_id: str
@@ -484,7 +485,8 @@ class HeartBeatRequest(_message.Message):
     ledger_end_index: int
     group_id: str
     incarnation: str
-    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ...) -> None: ...
+    retention_floor: int
+    def __init__(self, group: _Optional[str] = ..., remote_id: _Optional[str] = ..., local_id: _Optional[str] = ..., code: _Optional[int] = ..., leader_id: _Optional[str] = ..., term: _Optional[int] = ..., ledger_end_index: _Optional[int] = ..., group_id: _Optional[str] = ..., incarnation: _Optional[str] = ..., retention_floor: _Optional[int] = ...) -> None: ...
 
 class HeartBeatResponse(_message.Message):
     __slots__ = ("group", "remote_id", "local_id", "code", "leader_id", "term")

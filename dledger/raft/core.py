@@ -117,6 +117,7 @@ class RaftCore:
         }
         self.handler = EntryHandler(config, self.member_state)
         self.transfer = LeadershipTransfer(config, self.member_state, self.elector, self.quorum)
+        self.member_state.group_floor = self.retention_floor  # what its heartbeats announce as leader
         self.reads = ReadIndex(config, self.member_state)
         """Linearizable reads: ReadIndex rounds and the lease (dledger.raft.read_index)."""
         self.elector.on_quorum_round = self.reads.on_quorum_heartbeat
@@ -452,9 +453,13 @@ class RaftCore:
         """The lowest log index some member may still need; retention must keep it
         (`store.set_retention_floor`). On the leader: the smallest follower match index
         + 1 (a follower not matched yet in this term counts as needing everything), never
-        above committed + 1; elsewhere: committed + 1. A follower below the newest
-        snapshot is not waited for: it gets the snapshot (it needs only the entries
-        after the snapshot's last index)."""
+        above committed + 1, announced in its heartbeats; elsewhere: committed + 1, and
+        never above what the leader last announced (0 before it did), so that a follower
+        that leads next can still bring a lagging member back (helper K: followers of a
+        plain log deleted what a member that was down needed, and when the leader failed
+        too the group could not commit). A follower below the newest snapshot is not
+        waited for: it gets the snapshot (it needs only the entries after the snapshot's
+        last index)."""
         member = self.member_state
         floor = member.committed_index + 1
         covered = self.latest_snapshot[0] + 1 if self.latest_snapshot is not None else 0
@@ -462,6 +467,8 @@ class RaftCore:
             for dispatcher in self.dispatchers.values():
                 match = dispatcher.match_index if dispatcher.term == member.current_term else -1
                 floor = min(floor, max(match + 1, covered))
+        else:
+            floor = min(floor, member.leader_floor)
         return max(floor, 0)
 
     def get_committed(self, index: int) -> bytes:

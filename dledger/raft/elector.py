@@ -252,15 +252,14 @@ class LeaderElector(LeaderHeartbeats):
         if req.term == member.current_term:
             if member.leader_id is None:
                 self.change_role_to_follower(req.term, leader)
-                self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
-                self.member_state.adopt_group_id(req.group_id, self.on_group_id)
-                return reply(ResponseCode.SUCCESS)
-            if member.leader_id == leader:
+            elif member.leader_id == leader:
                 self.last_leader_heart_beat_time = now_ms
-                self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
-                self.member_state.adopt_group_id(req.group_id, self.on_group_id)
-                return reply(ResponseCode.SUCCESS)
-            return reply(ResponseCode.INCONSISTENT_LEADER)
+            else:
+                return reply(ResponseCode.INCONSISTENT_LEADER)
+            self.vote_hold.on_leader(leader, req.term, req.ledger_end_index)
+            member.adopt_group_id(req.group_id, self.on_group_id)
+            member.leader_floor = req.retention_floor  # its retention keeps what a lagging member needs
+            return reply(ResponseCode.SUCCESS)
         # a larger term: become candidate there first, the next heartbeat then succeeds;
         # a leader exists (a founding member may not follow it for a heartbeat yet: vote_hold)
         member.saw_leader()

@@ -50,6 +50,7 @@ class LeaderHeartbeats:
                 **self.member_state.request_header(peer),
                 term=term,
                 ledger_end_index=self.member_state.ledger_end_index,
+                retention_floor=self.member_state.group_floor(),
             )
             for peer in self.member_state.other_peer_ids
         }

@@ -83,6 +83,8 @@ class MemberState:
         self.min_next_term = 0  # the lowest term next_term moves to (a founding's own: dledger.raft.vote_hold)
         self.machine_failure = ""  # why its state machine stopped ("" while it applies): machine_stopped
         self._rounds_aside = 0  # election rounds it let pass since it last followed a leader (stands_aside)
+        self.leader_floor = 0  # the retention floor its leader last announced (0: keep everything)
+        self.group_floor: Callable[[], int] = lambda: 0  # as leader: the one it announces (RaftCore sets it)
         # the log may have been truncated by recovery: never trust a commit above its end
         self._committed_index = min(store.committed_index, store.end_index)
 

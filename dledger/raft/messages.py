@@ -142,6 +142,9 @@ class HeartBeatRequest(RequestOrResponse):
     ledger_end_index: int = -1
     group_id: str = ""
     incarnation: str = ""
+    retention_floor: int = 0
+    """The lowest index some member may still need (`RaftCore.retention_floor`), which the
+    follower's retention keeps too; 0: keep everything."""
 
 
 @dataclass(slots=True, kw_only=True)

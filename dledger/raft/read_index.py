@@ -183,7 +183,12 @@ class ReadIndex:
         member = self.member_state
         term = member.current_term
         requests = {
-            peer: HeartBeatRequest(**member.request_header(peer), term=term, ledger_end_index=member.ledger_end_index)
+            peer: HeartBeatRequest(
+                **member.request_header(peer),
+                term=term,
+                ledger_end_index=member.ledger_end_index,
+                retention_floor=member.group_floor(),
+            )
             for peer in member.other_peer_ids
         }
         deadline = now_ms + max(1, self.config.max_push_timeout_ms)

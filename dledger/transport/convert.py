@@ -84,7 +84,7 @@ _PEER_MESSAGES: dict[type[RequestOrResponse], tuple[str, tuple[str, ...]]] = {
         ("ledger_end_index", "ledger_end_term", "pre_vote", "leadership_transfer", "group_id", "incarnation"),
     ),
     VoteResponse: ("VoteResponse", ("ledger_end_index", "ledger_end_term", "leader_seen")),
-    HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index", "group_id", "incarnation")),
+    HeartBeatRequest: ("HeartBeatRequest", ("ledger_end_index", "group_id", "incarnation", "retention_floor")),
     HeartBeatResponse: ("HeartBeatResponse", ()),
     PushEntryRequest: (
         "PushEntryRequest",

@@ -236,7 +236,12 @@ class RequestValidator:
                 )
             )
         if isinstance(request, HeartBeatRequest):
-            return _within("ledger_end_index", request.ledger_end_index, -1, MAX_INDEX)
+            return _first_failure(
+                (
+                    _within("ledger_end_index", request.ledger_end_index, -1, MAX_INDEX),
+                    _within("retention_floor", request.retention_floor, 0, MAX_INDEX + 1),
+                )
+            )
         if isinstance(request, InstallSnapshotRequest):
             return _install_chunk(request)
         return self._push(request)

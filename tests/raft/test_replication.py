@@ -555,16 +555,22 @@ def test_retention_floor_follows_the_slowest_follower_and_the_commit_index() -> 
     c.run_for(50)
     committed = c.core(leader).member_state.committed_index
     assert c.core(leader).retention_floor() == committed + 1
-    assert c.core(f1).retention_floor() == committed + 1 == c.core(f2).retention_floor()
+    # the followers keep what the leader's next heartbeat says its members need
+    c.run_until(lambda: c.core(f1).retention_floor() == committed + 1 == c.core(f2).retention_floor())
     # f2 is cut off: the leader keeps what f2 still needs while the commit index moves on
     c.net.isolate(f2)
     f_more = c.append(b"d", b"e")
     c.run_until(f_more.done)
     assert c.core(leader).member_state.committed_index == f_more.result()
     assert c.core(leader).retention_floor() == committed + 1
-    assert c.core(f1).retention_floor() == c.core(f1).member_state.committed_index + 1
+    # f1 keeps it too (the leader's heartbeats say so): were the leader lost, f1 would lead
+    # and still bring f2 back (helper K: followers deleted it, and the group could not commit)
+    c.run_until(lambda: c.core(f1).member_state.committed_index == f_more.result())
+    c.run_for(2 * c.core(leader).config.heart_beat_time_interval_ms)
+    assert c.core(f1).retention_floor() == committed + 1
     c.net.heal()
     c.run_until(lambda: c.core(leader).retention_floor() == f_more.result() + 1)
+    c.run_until(lambda: c.core(f1).retention_floor() == f_more.result() + 1)  # the next heartbeat says so
 
 
 def test_retention_floor_never_exceeds_committed_plus_one_and_is_zero_before_matching() -> None:
@@ -575,7 +581,11 @@ def test_retention_floor_never_exceeds_committed_plus_one_and_is_zero_before_mat
     core = RaftCore(config, store, MemoryTermStore(1, "n0"), random.Random(0))
     assert core.retention_floor() == 0  # a candidate that committed nothing
     core.member_state.update_committed_index(4)
-    assert core.retention_floor() == 5
+    assert core.retention_floor() == 0  # no leader said what its members need
+    core.member_state.leader_floor = 3
+    assert core.retention_floor() == 3
+    core.member_state.leader_floor = 9
+    assert core.retention_floor() == 5  # never above its own commit index + 1
     core.elector.change_role_to_leader(1)
     assert core.retention_floor() == 0  # followers not matched yet in this term
     for d in core.dispatchers.values():

@@ -171,7 +171,7 @@ def test_fuzz_vote(live: Any, data: st.DataObject, target: str) -> None:
 @fuzz_settings
 @given(data=st.data(), target=MEMBER)
 def test_fuzz_heartbeat(live: Any, data: st.DataObject, target: str) -> None:
-    request = pb.HeartBeatRequest(**header(data, target, {"ledger_end_index": I64}))
+    request = pb.HeartBeatRequest(**header(data, target, {"ledger_end_index": I64, "retention_floor": I64}))
     call(lambda: live[0].peer_stub(target).HeartBeat(request, timeout=30))
     check_member(live, target)
 

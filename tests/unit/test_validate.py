@@ -49,6 +49,7 @@ def run(first: int, terms: list[int]) -> bytes:
 
 def test_a_leaders_real_messages_pass(v: RequestValidator) -> None:
     assert v.peer_request(HeartBeatRequest(**FROM_N1, term=3, ledger_end_index=9), 3) is None
+    assert v.peer_request(HeartBeatRequest(**FROM_N1, term=3, ledger_end_index=9, retention_floor=10), 3) is None
     assert v.peer_request(VoteRequest(**FROM_N1, term=4, ledger_end_index=9, ledger_end_term=3), 3) is None
     append = PushEntryRequest(
         **FROM_N1, term=3, first_index=5, count=2, prev_index=4, prev_term=2, last_term=3, entries=run(5, [2, 3])
@@ -198,3 +199,8 @@ def test_a_read_index_request_names_no_leader_but_this_member(v: RequestValidato
     assert v.peer_request(ReadIndexRequest(**ask, leader_id="n0"), 3) is None
     for leader in ("bogus", "n2"):
         assert code(v.peer_request(ReadIndexRequest(**ask, leader_id=leader), 3)) == R.UNEXPECTED_MEMBER
+
+
+@pytest.mark.parametrize("floor", [-1, MAX_INDEX + 2, 2**63 - 1])
+def test_a_heartbeats_retention_floor_is_an_index_or_one_past_it(v: RequestValidator, floor: int) -> None:
+    assert code(v.peer_request(HeartBeatRequest(**FROM_N1, term=3, retention_floor=floor), 3)) == R.UNEXPECTED_ARGUMENT
