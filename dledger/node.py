@@ -108,7 +108,7 @@ class DLedgerNode:
             self.term_store: TermStore = term_store or FileTermStore(config.default_path)
             # a store on disk remembers whether its last run ended cleanly, and its place in the group
             node_dir = self.store.node_dir
-            marker = self._abort_marker = AbortMarker(node_dir) if node_dir is not None else None
+            marker = self._abort_marker = AbortMarker(node_dir, config.store.flush_mode) if node_dir else None
             self.core, self.membership = member_core(
                 config, self.store, self.term_store, rng or random.Random(), lambda: bool(marker and marker.arm())
             )

@@ -208,7 +208,7 @@ def member_core(
 ) -> tuple[RaftCore, Membership]:
     """A member's Raft core on its store: its membership read first (a store of another
     member or group is refused before anything is written), then `unclean_restart()`
-    asked (a shell arms its abort marker there: an unclean last run makes an async member
+    asked (a shell arms its abort marker there: an unclean end of an async run makes a member
     hold its vote), and what the elector learns persisted (`Membership.bind`).
 
     Raises:
@@ -233,7 +233,7 @@ def member_core(
     hold = core.elector.vote_hold
     if hold.active and hold.kind == "unclean":
         log.warning(
-            "%s: its last run did not end cleanly and async flush may have lost entries it acknowledged: it holds "
+            "%s: its last run (async flush) did not end cleanly and may have lost entries it acknowledged: it holds "
             "its vote until it caught up with a leader, or every member told it its log end, for at most %d ms",
             config.self_id,
             hold.max_ms,

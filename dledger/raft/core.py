@@ -57,9 +57,10 @@ class RaftCore:
         store: its log.
         term_store: where term and vote are persisted.
         rng: randomness for vote intervals (seed it for deterministic runs).
-        unclean_restart: the member's last shutdown was not clean (a crash or a power
-            loss); with async flush it then holds its vote until it caught up with a
-            leader (`dledger.raft.vote_hold`).
+        unclean_restart: the member's last run, in async flush mode, did not shut down
+            cleanly (a crash or a power loss: the abort marker says which mode it ran
+            in); it then holds its vote until it caught up with a leader
+            (`dledger.raft.vote_hold`).
         rejoin_index: the member lost data (a wiped or repaired store, see
             dledger.store.membership) and holds its vote, without time limit, until it
             caught up with a leader and its committed index reached this (-1: no floor);
@@ -86,12 +87,12 @@ class RaftCore:
         self.store = store
         self.member_state = MemberState(config, store, term_store)
         self.member_state.group_id, self.member_state.incarnation = group_id, incarnation
-        # with async flush, entries acknowledged before an unclean shutdown may be gone
+        # entries acknowledged before an unclean shutdown of an async run may be gone
         self.elector = LeaderElector(
             config,
             self.member_state,
             rng,
-            unclean_restart and config.store.flush_mode == "async",
+            unclean_restart,
             rejoin_index,
             founding,
         )

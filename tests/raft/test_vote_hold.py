@@ -163,9 +163,11 @@ def test_the_leader_announces_its_ledger_end_in_heartbeats() -> None:
 
 @pytest.mark.parametrize(
     ("flush_mode", "peers", "holds"),
-    [("async", PEERS3, True), ("sync", PEERS3, False), ("async", "n0-127.0.0.1:20911", False)],
+    # `unclean_restart`: a run in async mode ended uncleanly (the abort marker says which
+    # mode it ran in); this run's own mode does not matter
+    [("async", PEERS3, True), ("sync", PEERS3, True), ("async", "n0-127.0.0.1:20911", False)],
 )
-def test_only_async_members_of_a_group_hold(flush_mode: str, peers: str, holds: bool) -> None:
+def test_members_of_a_group_hold_after_an_async_runs_unclean_end(flush_mode: str, peers: str, holds: bool) -> None:
     config = DLedgerConfig(group="g", self_id="n0", peers=peers, store=member_store_config(flush_mode=flush_mode))
     core = RaftCore(config, MemoryLogStore(), MemoryTermStore(), random.Random(1), unclean_restart=True)
     assert core.elector.vote_hold.active is holds

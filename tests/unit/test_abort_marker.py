@@ -28,6 +28,27 @@ def test_the_marker_tells_a_clean_end_from_an_unclean_one(tmp_path: Path) -> Non
     assert marker.arm() is False
 
 
+@pytest.mark.parametrize(
+    ("crashed", "then", "may_have_lost"),
+    [("async", "sync", True), ("sync", "async", False), ("sync", "sync", False), ("async", "async", True)],
+)
+def test_the_crashed_runs_flush_mode_decides_not_the_next_ones(
+    tmp_path: Path, crashed: str, then: str, may_have_lost: bool
+) -> None:
+    """Helper K: the hold after a crash followed the new run's flush mode, so a member
+    that crashed in async mode (and may have lost acknowledged entries) and was restarted
+    with --flush-mode sync did not hold its vote."""
+    AbortMarker(tmp_path, crashed).arm()  # the run that crashes: no clear()
+    assert AbortMarker(tmp_path, then).arm() is may_have_lost
+
+
+def test_a_marker_that_names_no_flush_mode_counts_as_async(tmp_path: Path) -> None:
+    (tmp_path / ABORT_FILE).write_bytes(b"")  # an older version's, or cut short by the crash
+    assert AbortMarker(tmp_path, "sync").arm() is True
+    (tmp_path / ABORT_FILE).write_bytes(b"flushMode=sy")
+    assert AbortMarker(tmp_path, "sync").arm() is True
+
+
 def _node(tmp_path: Path, flush_mode: str = "async") -> DLedgerNode:
     config = DLedgerConfig(
         group="g",
@@ -59,3 +80,16 @@ def test_a_node_holds_its_vote_after_an_unclean_end_in_async_mode(tmp_path: Path
     finally:
         after_crash.shutdown()
     assert not marker.exists()
+
+
+def test_a_member_that_crashed_in_async_mode_holds_when_restarted_in_sync_mode(tmp_path: Path) -> None:
+    first = _node(tmp_path, "async")
+    first.shutdown()
+    clear_rejoin(tmp_path / "dledger-n0")  # as if it had founded the group with its peers
+    crashed = _node(tmp_path, "async")
+    crashed.store.close()  # the process dies in async mode
+    after = _node(tmp_path, "sync")
+    try:
+        assert after.core.elector.vote_hold.active and after.core.elector.vote_hold.kind == "unclean"
+    finally:
+        after.shutdown()
