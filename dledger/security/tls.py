@@ -132,6 +132,11 @@ class TlsConfig:
         cert, key, ca = self.read()
         if cert and not key_matches(cert, key):
             raise TlsError(f"the TLS key {self.key} is not the key of the certificate {self.cert}")
+        if cert and not issued_by(cert, ca):  # helper K: such a member started, and sat isolated
+            raise TlsError(
+                f"the TLS certificate {self.cert} is not signed by the CA {self.ca}: every peer that trusts this CA "
+                "refuses it (give the CA that signed it, or a certificate signed by this CA)"
+            )
         if cert:
             check_validity(cert, self.cert, now or datetime.datetime.now(datetime.UTC))
         return cert, key, ca
@@ -243,6 +248,27 @@ def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
         return False
     encoding = serialization.Encoding.DER
     return bool(cert_key.public_bytes(encoding, public) == private.public_key().public_bytes(encoding, public))
+
+
+def issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    """Whether the first certificate of `cert_pem` is signed by a certificate of `ca_pem`
+    or by one that follows it in `cert_pem` (an intermediate sent along); False for data
+    that does not parse."""
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+
+    try:
+        leaf, *chain = x509.load_pem_x509_certificates(cert_pem)
+        issuers = x509.load_pem_x509_certificates(ca_pem) + chain
+    except ValueError:
+        return False
+    for issuer in issuers:
+        try:
+            leaf.verify_directly_issued_by(issuer)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return True
+    return False
 
 
 def is_loopback(address: str) -> bool:

@@ -7,6 +7,7 @@ import datetime
 import json
 import logging
 import os
+import re
 from pathlib import Path
 
 import click
@@ -22,7 +23,7 @@ from dledger.clock import ManualClock
 from dledger.config import ConfigError, DLedgerConfig
 from dledger.security.certs import CertPlan, CertsError, issue_member_cert, write_dev_certs
 from dledger.security.identity import Identity, identity_from_uris, identity_of
-from dledger.security.tls import TlsConfig, TlsError, is_loopback, key_matches
+from dledger.security.tls import TlsConfig, TlsError, is_loopback, issued_by, key_matches
 from dledger.security.watch import RECHECK_S, FileWatch
 from dledger.transport.grpc_client import GrpcTransport
 
@@ -461,3 +462,29 @@ def test_a_client_key_that_is_not_its_certificates_is_a_usage_error(tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert f"the TLS key {n1.key} is not the key of the certificate {n0.cert}" in result.output
     assert "TlsError" not in result.output
+
+
+def test_a_certificate_that_its_ca_did_not_sign_is_refused(tmp_path: Path) -> None:
+    """Helper K: a member whose certificate came from another CA than its --tls-ca
+    started and sat isolated, every handshake failing on both sides, with no log line."""
+    write_dev_certs(tmp_path / "a", CertPlan("g", ("n0", "n1"), {}))
+    write_dev_certs(tmp_path / "b", CertPlan("g", ("n0", "n1"), {}))
+    own = TlsConfig.in_directory(tmp_path / "a", "n0")
+    cert, _, ca = own.read()
+    other_ca = TlsConfig.in_directory(tmp_path / "b", "n0").ca
+    assert issued_by(cert, ca) and not issued_by(cert, Path(other_ca).read_bytes())
+    assert issued_by(cert + ca, Path(other_ca).read_bytes())  # an issuer sent along in the chain counts
+    assert not issued_by(b"-----BEGIN CERTIFICATE-----\ngarbage\n", ca)
+    mixed = TlsConfig(own.cert, own.key, other_ca)
+    message = f"the TLS certificate {own.cert} is not signed by the CA {other_ca}"
+    with pytest.raises(TlsError, match=re.escape(message)):
+        mixed.read_matching()
+    config = DLedgerConfig(  # a member's peer transport checks it at start
+        group="g", self_id="n0", peers="n0-127.0.0.1:20911;n1-127.0.0.1:20912", store_base_dir=str(tmp_path),
+        tls_cert=mixed.cert, tls_key=mixed.key, tls_ca=mixed.ca,
+    )  # fmt: skip
+    with pytest.raises(TlsError, match="is not signed by the CA"):
+        GrpcTransport(config)
+    argv = ["status", "-p", "n0-127.0.0.1:1", "--tls-cert", own.cert, "--tls-key", own.key, "--tls-ca", other_ca]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2 and message in result.output and "TlsError" not in result.output
