@@ -228,8 +228,12 @@ class Group:
         """Entries 0..upto as the member serves them (committed only)."""
         entries: list[pb.Entry] = []
         while len(entries) <= upto:
+            # wait_for_ready: the channel to a member that was stopped may still be in its
+            # reconnect backoff just after the member came back (failed once under load)
             answer = self.ledger_stub(node_id).Get(
-                pb.GetRequest(group=GROUP, index=len(entries), count=upto + 1 - len(entries)), timeout=10
+                pb.GetRequest(group=GROUP, index=len(entries), count=upto + 1 - len(entries)),
+                timeout=10,
+                wait_for_ready=True,
             )
             assert answer.code == 200, f"get {len(entries)} from {node_id}: {answer.code} {answer.message}"
             entries.extend(answer.entries)
