@@ -82,8 +82,9 @@ def test_the_maximum_caps_and_availablenow_never_waits(tmp_path: Path) -> None:
     assert stream.latestOffset(first, ReadAllAvailable())["index"] == 4
 
 
-def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> None:
-    asked: list[float] = []
+def unreachable_source(asked: list[float]) -> type[DLedgerDataSource]:
+    """The dledger format whose clients never reach a member (each records its timeout
+    in `asked`)."""
 
     def factory(peers: str, group: str, timeout_s: float) -> Any:
         asked.append(timeout_s)
@@ -94,6 +95,12 @@ def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> N
         def client_factory(cls, target: Any) -> Any:
             return factory
 
+    return Unreachable
+
+
+def test_planning_against_an_unreachable_cluster_uses_the_connect_timeout() -> None:
+    asked: list[float] = []
+    Unreachable = unreachable_source(asked)
     peers = "n0-127.0.0.1:1"
     source = Unreachable({"peers": peers, "connectTimeoutMs": "1500", "rpcTimeoutMs": "20000"})
     batch = source.reader(SCHEMA)
@@ -109,16 +116,7 @@ def test_a_write_to_an_unreachable_cluster_fails_in_writer_within_the_connect_ti
     """Before, `writer()` asked nothing: each task failed after rpcTimeoutMs (30 s), and
     again in each of Spark's retries."""
     asked: list[float] = []
-
-    def factory(peers: str, group: str, timeout_s: float) -> Any:
-        asked.append(timeout_s)
-        raise DLedgerError(ResponseCode.NETWORK_ERROR, f"no member of {peers} answered within {timeout_s} s")
-
-    class Unreachable(DLedgerDataSource):
-        @classmethod
-        def client_factory(cls, target: Any) -> Any:
-            return factory
-
+    Unreachable = unreachable_source(asked)
     peers = "n0-127.0.0.1:1"
     schema = StructType([StructField("value", BinaryType())])
     with pytest.raises(DLedgerError, match=r"within 1\.5 s"):
