@@ -186,7 +186,9 @@ class SimNode:
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
         # every restart follows a crash or a power loss: never a clean shutdown
-        unclean = self.incarnation > 1 and not self.new_disk  # a new disk has no abort marker
+        # (the abort marker says whether the crashed run flushed asynchronously: only then
+        # may it have lost what it acknowledged; a new disk has no marker)
+        unclean = self.incarnation > 1 and not self.new_disk and self.config.store.flush_mode == "async"
         core, _ = member_core(self.config, store, FileTermStore(self.dir), rng, lambda: unclean)
         self.new_disk = False
         driver = RaftDriver(core, lambda outbound: sim._send(self, driver, outbound))

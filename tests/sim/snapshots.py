@@ -167,7 +167,8 @@ class SimMember:
         store = sim.store_class(self.dir, sim.store_config)
         self.incarnation += 1
         rng = random.Random(sim.seed * 7919 + self.salt * 104729 + self.incarnation)
-        unclean = self.incarnation > 1 and not self.wiped  # every restart follows a crash
+        # every restart follows a crash; the abort marker says whether that run was async
+        unclean = self.incarnation > 1 and not self.wiped and self.config.store.flush_mode == "async"
         core, _ = member_core(self.config, store, FileTermStore(self.dir), rng, lambda: unclean)
         self.wiped = False
         self.machine = DigestMachine()
