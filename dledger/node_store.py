@@ -174,7 +174,7 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
     identity = load_identity(node_dir)
     rejoin = load_rejoin(node_dir)
     if identity is not None:
-        _check_owner(identity, config, node_dir)
+        _check_owner(identity, config, node_dir, derived)
         if rejoin is not None:
             _log_hold(config.self_id, rejoin, node_dir)
         return Membership(identity, rejoin)
@@ -259,7 +259,9 @@ def _log_hold(self_id: str, marker: RejoinMarker, node_dir: Path) -> None:
     )
 
 
-def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) -> None:
+def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path, derived: str) -> None:
+    """Refuse a store of another member or group, or of this group founded with other
+    members (`derived`: the group id the peers given make)."""
     if identity.member_id != config.self_id:
         raise DLedgerError(
             ResponseCode.ILLEGAL_MEMBER_STATE,
@@ -271,7 +273,6 @@ def _check_owner(identity: NodeIdentity, config: DLedgerConfig, node_dir: Path) 
             f"{node_dir} is a store of group {identity.group!r}, not {config.group!r}: move it away and start "
             "the member with an empty directory and --initial-cluster-state existing",
         )
-    derived = derive_group_id(config.group, config.peer_map)
     if identity.group_id and identity.group_id != derived:  # "": a joining member that has not heard a leader
         # helper K: a peers list cut down to the member itself made it a group of one that
         # acknowledged writes the group never got (they were lost when the list came back)
