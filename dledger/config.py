@@ -388,6 +388,9 @@ class DLedgerConfig:
     reset_snapshot_entries_but_keep_last_entries_num: int = field(
         default=10, metadata={"yaml": "resetSnapshotEntriesButKeepLastEntriesNum"}
     )
+    # dledger-py (etcd's SnapshotCatchUpEntries): a leader's compaction keeps up to this
+    # many entries before the snapshot for a live follower behind it (dledger.raft.log_floors)
+    snapshot_catch_up_entries: int = field(default=5000, metadata={"yaml": "snapshotCatchUpEntries"})
 
     # dledger-py: the state machine the member applies committed entries to: `kv` (the
     # key-value store of dledger.kv) or `package.module:factory`; None: a plain log

@@ -70,6 +70,7 @@ MEMBER_BOUNDS: Bounds = {
     "snapshot_threshold": (1, INT64_MAX),
     "max_snapshot_reserved_num": (1, INT64_MAX),
     "reset_snapshot_entries_but_keep_last_entries_num": (0, INT64_MAX),
+    "snapshot_catch_up_entries": (0, INT64_MAX),
 }
 """`DLedgerConfig`'s numeric settings: (lowest, highest) of whole numbers, both allowed;
 of fractions (floats), above the lowest and at most the highest."""

@@ -6,7 +6,8 @@
 - Compaction: after each committed snapshot the log prefix is reset
   (`snapshotEntryResetStrategy`: up to the snapshot, or keeping its last
   `resetSnapshotEntriesButKeepLastEntriesNum` entries), never past the applied or the
-  committed index.
+  committed index, nor, on the leader, past what a live follower still needs (within
+  `snapshotCatchUpEntries`, dledger.raft.log_floors).
 - Sending (leader): the dispatcher's `InstallSnapshotRequest` (no data) is streamed as
   chunks of `CHUNK_BYTES` (dledger.node_snapshot_send).
 - Receiving (follower): every chunk is checked by the Raft core (addressing, members,
@@ -182,11 +183,16 @@ class NodeSnapshots(SnapshotSending):
             node.producers.close()
         covered = node.producers.retention_floor() - 1
         upto = min(upto, node.core.member_state.committed_index, applied, store.end_index, covered)
+        kept_for_followers = node.core.compaction_floor(index) - 1
+        if kept_for_followers < upto:
+            log.info("compaction after snapshot %d keeps the log from %d for a follower", index, kept_for_followers + 1)
+            upto = kept_for_followers
         if store.begin_index < 0 or upto < store.begin_index:
             return
         before_term = term if upto == index else store.term_at(upto)
         store.reset(upto, before_term)
-        log.info("log compacted up to %d after snapshot %d; it starts at %d", upto, index, store.begin_index)
+        start = f"it starts at {store.begin_index}" if store.begin_index >= 0 else "it holds no entry now"
+        log.info("log compacted up to %d after snapshot %d; %s", upto, index, start)
 
     def stop(self) -> None:
         """Start no more saves or streams; wait for the save in flight."""

@@ -23,6 +23,7 @@ from dledger.raft.dispatcher import EntryDispatcher
 from dledger.raft.elector import LeaderElector, Outbound
 from dledger.raft.entry_handler import EntryHandler
 from dledger.raft.log import LogStore, TermStore
+from dledger.raft.log_floors import compaction_floor, retention_floor
 from dledger.raft.member_state import MemberState, Role
 from dledger.raft.messages import (
     HeartBeatRequest,
@@ -451,26 +452,16 @@ class RaftCore:
     # -- log retention and reads
 
     def retention_floor(self) -> int:
-        """The lowest log index some member may still need; retention must keep it
-        (`store.set_retention_floor`). On the leader: the smallest follower match index
-        + 1 (a follower not matched yet in this term counts as needing everything), never
-        above committed + 1, announced in its heartbeats; elsewhere: committed + 1, and
-        never above what the leader last announced (0 before it did), so that a follower
-        that leads next can still bring a lagging member back (helper K: followers of a
-        plain log deleted what a member that was down needed, and when the leader failed
-        too the group could not commit). A follower below the newest snapshot is not
-        waited for: it gets the snapshot (it needs only the entries after the snapshot's
-        last index)."""
-        member = self.member_state
-        floor = member.committed_index + 1
-        covered = self.latest_snapshot[0] + 1 if self.latest_snapshot is not None else 0
-        if member.is_leader:
-            for dispatcher in self.dispatchers.values():
-                match = dispatcher.match_index if dispatcher.term == member.current_term else -1
-                floor = min(floor, max(match + 1, covered))
-        else:
-            floor = min(floor, member.leader_floor)
-        return max(floor, 0)
+        """The lowest log index some member may still need (dledger.raft.log_floors)."""
+        return retention_floor(self.member_state, self.dispatchers.values(), self.latest_snapshot)
+
+    def compaction_floor(self, snapshot_index: int) -> int:
+        """The lowest index the log keeps after snapshot `snapshot_index`: on the leader
+        what its live followers still need, within `snapshot_catch_up_entries`
+        (dledger.raft.log_floors)."""
+        return compaction_floor(
+            self.config, self.member_state, self.dispatchers, self.elector.peers_live_table, snapshot_index
+        )
 
     def get_committed(self, index: int) -> bytes:
         """The body at `index` if it is committed on this member (never uncommitted data)."""

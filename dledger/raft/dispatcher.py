@@ -209,8 +209,11 @@ class EntryDispatcher(InstallSnapshotMixin):
         if now_ms < self._retry_at_ms:
             return []
         self._control = None
-        if self.state is DispatchState.APPEND and self.write_index < self.readable_from():
-            self._start_install(now_ms)  # compacted under a lagging follower
+        if self.state is DispatchState.APPEND and self.write_index <= self.floor_index():
+            # compacted under a lagging follower: its next entry is gone, or the term of
+            # the entry before it (a push names it; an unknown term contradicts the
+            # follower's committed entry there: it took this leader for another history)
+            self._start_install(now_ms)
             if self.state is DispatchState.APPEND:
                 self._change_state(DispatchState.COMPARE)
             return []

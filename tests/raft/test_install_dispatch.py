@@ -2,7 +2,8 @@
 a follower whose match point is below the leader's compacted log gets the snapshot,
 then the dispatcher COMPAREs from its last index; failures go back to COMPARE after a
 pause; without a snapshot it stays in COMPARE; the retention floor stops waiting for a
-follower a snapshot covers."""
+follower a snapshot covers; the leader's compaction keeps what a live follower a few
+entries behind needs (dledger.raft.log_floors)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,19 @@ def test_compaction_under_an_appending_follower_moves_it_to_install() -> None:
     assert dispatcher.state is DispatchState.INSTALL_SNAPSHOT and dispatcher.installing == (40, 1)
 
 
+def test_a_follower_whose_match_point_lost_its_term_to_compaction_gets_the_snapshot() -> None:
+    """RESET_BUT_KEEP_SOME_SYNC: the log starts at 20, the entry before it is not the
+    snapshot's, so its term is not known. A follower matched at 19 was pushed entries with
+    (prev 19, term -1), which it took for another history (the simulation's seed 2)."""
+    _ms, dispatcher = compacted_leader(reset_to=9, snapshot=(29, 1))
+    answer_compare(dispatcher, follower_end=19)
+    answer_compare(dispatcher, follower_end=19)
+    assert dispatcher.state is DispatchState.APPEND and dispatcher.write_index == 20
+    dispatcher.store.reset(19, 1)  # the leader compacts to 19 (keeping 10 before the snapshot)
+    assert dispatcher.tick(T0 + 400) == []
+    assert dispatcher.state is DispatchState.INSTALL_SNAPSHOT and dispatcher.installing == (29, 1)
+
+
 def test_the_floor_is_the_snapshot_index_with_reset_all_and_the_first_entry_with_keep_some() -> None:
     _ms, reset_all = compacted_leader(reset_to=29, snapshot=(29, 1))
     assert reset_all.floor_index() == 29
@@ -159,3 +173,41 @@ def test_retention_no_longer_waits_for_a_follower_a_snapshot_covers() -> None:
     assert core.retention_floor() == 61  # n2 gets the snapshot: only what follows it is needed
     core.latest_snapshot = (99, 1)
     assert core.retention_floor() == 100  # both behind it: nothing of the log is needed by them
+
+
+def leader_with_followers(matches: dict[str, int], live: dict[str, bool], **settings: int) -> RaftCore:
+    """A leader of term 1 holding entries 0..99, its followers matched at `matches`."""
+    config = DLedgerConfig(group="g", self_id="n0", peers=PEERS, **settings)
+    store = MemoryLogStore()
+    store.term = 1
+    store.append_many([b"x"] * 100)
+    core = RaftCore(config, store, MemoryTermStore(1, "n0"), random.Random(1))
+    core.member_state.change_to_leader(1)
+    core.member_state.update_committed_index(99)
+    for peer, match in matches.items():
+        core.dispatchers[peer].reset(1)
+        core.dispatchers[peer].match_index = match
+        core.dispatchers[peer].state = DispatchState.APPEND
+    core.elector.peers_live_table.update(live)
+    return core
+
+
+def test_compaction_keeps_what_a_live_follower_a_few_entries_behind_needs() -> None:
+    core = leader_with_followers({"n1": 99, "n2": 93}, {"n1": True, "n2": True})
+    assert core.compaction_floor(95) == 93  # n2's match point (its term is pushed): then entries
+    assert core.compaction_floor(93) == 94  # matched at the snapshot: its term is the snapshot's
+    assert core.compaction_floor(90) == 91  # both past the snapshot: nothing more is kept
+    core.elector.peers_live_table["n2"] = False  # not answering: it gets the snapshot
+    assert core.compaction_floor(95) == 96
+
+
+def test_compaction_keeps_at_most_the_catch_up_entries_and_never_for_an_unmatched_follower() -> None:
+    core = leader_with_followers({"n1": 99, "n2": 10}, {"n1": True, "n2": True}, snapshot_catch_up_entries=20)
+    assert core.compaction_floor(95) == 76  # n2 is further behind than 20 entries: the snapshot
+    core.dispatchers["n2"].state = DispatchState.COMPARE  # not matched in this term
+    assert core.compaction_floor(95) == 96
+    off = leader_with_followers({"n1": 99, "n2": 93}, {"n1": True, "n2": True}, snapshot_catch_up_entries=0)
+    assert off.compaction_floor(95) == 96  # 0: DLedger's compaction, up to the snapshot
+    follower = leader_with_followers({"n1": 99, "n2": 93}, {"n1": True, "n2": True})
+    follower.member_state.change_to_follower(1, "n1")
+    assert follower.compaction_floor(95) == 96  # a follower keeps nothing for others
