@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dledger.codes import DLedgerError, ResponseCode
-from dledger.config import DLedgerConfig
+from dledger.config import DLedgerConfig, StoreConfig
+from dledger.config_bounds import STORE_BOUNDS
+from dledger.entry import INDEX_UNIT_SIZE
 from dledger.node_status import NodeStatus
 from dledger.raft.core import RaftCore
 from dledger.raft.elector import LeaderElector
@@ -54,7 +56,7 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
     """
     if config.store_type == "MEMORY":
         return MemoryLogStore()
-    cfg = keep_store_sizes(config.default_path, config.store, trust_lone_data=False)
+    cfg = _store_sizes(config)
     as_sync = replace(cfg, flush_mode="async", data_writes="pwrite" if cfg.write_through else "mmap")
     log_lost = _log_lost(Path(config.default_path))
     precaution = mark_before_repair(config.default_path, REPAIRED) if repair else None
@@ -89,6 +91,31 @@ def open_node_store(config: DLedgerConfig, *, repair: bool = False) -> LogStore:
             marker.catch_up_index,
         )
     return store
+
+
+def _store_sizes(config: DLedgerConfig) -> StoreConfig:
+    """`config.store` with the segment sizes the member's store was made with: those its
+    identity recorded, else read off its files (`keep_store_sizes`: a lone data segment
+    shorter than configured may be a cut file, so the configured size stands). Helper K:
+    one restart with a bigger `--segment-size` extended a lone data segment for good, and
+    the member then refused every leader's pushes (SEGMENT_SIZE_MISMATCH)."""
+    identity = load_identity(config.default_path)
+    data, index = (identity.data_file_size, identity.index_file_size) if identity is not None else (0, 0)
+    (low, high), (index_low, index_high) = STORE_BOUNDS["data_file_size"], STORE_BOUNDS["index_file_size"]
+    if not (low <= data <= high and index_low <= index <= index_high and index % INDEX_UNIT_SIZE == 0):
+        return keep_store_sizes(config.default_path, config.store, trust_lone_data=False)
+    if (data, index) != (config.store.data_file_size, config.store.index_file_size):
+        log.info(
+            "%s keeps the segment sizes it was made with: %d data, %d index bytes", config.default_path, data, index
+        )
+    return replace(config.store, data_file_size=data, index_file_size=index)
+
+
+def _with_sizes(identity: NodeIdentity, store: LogStore) -> NodeIdentity:
+    """`identity` recording the segment sizes of `store` (a file store's)."""
+    if not isinstance(store, MmapLogStore):
+        return identity
+    return replace(identity, data_file_size=store.config.data_file_size, index_file_size=store.config.index_file_size)
 
 
 def _term_lost(store: MmapLogStore, config: DLedgerConfig) -> bool:
@@ -175,6 +202,9 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
     rejoin = load_rejoin(node_dir)
     if identity is not None:
         _check_owner(identity, config, node_dir, derived)
+        if not identity.data_file_size:  # written before the sizes were recorded: they are now
+            identity = _with_sizes(identity, store)
+            write_identity(node_dir, identity)
         if rejoin is not None:
             _log_hold(config.self_id, rejoin, node_dir)
         return Membership(identity, rejoin)
@@ -195,6 +225,7 @@ def prepare_membership(config: DLedgerConfig, store: LogStore) -> Membership:
             rejoin = RejoinMarker(-1, "a founding member: asks its peers whether the group exists", founding=True)
             write_rejoin(node_dir, rejoin)
             _log_hold(config.self_id, rejoin, node_dir)
+    identity = _with_sizes(identity, store)
     write_identity(node_dir, identity)
     return Membership(identity, rejoin)
 

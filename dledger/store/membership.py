@@ -76,6 +76,9 @@ class NodeIdentity:
         group: the group's name ("" in a file that does not say).
         leader_seen: this incarnation has followed or been a leader: its group exists
             (what a member that lost its disk learns from it, dledger.raft.vote_hold).
+        data_file_size, index_file_size: the segment sizes its store was made with (0:
+            not recorded, a file written before they were): a member opens its store
+            with them whatever it is configured with (see dledger.node_store).
     """
 
     group_id: str
@@ -83,6 +86,8 @@ class NodeIdentity:
     incarnation: str
     group: str = ""
     leader_seen: bool = False
+    data_file_size: int = 0
+    index_file_size: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +121,8 @@ def load_identity(node_dir: str | os.PathLike[str]) -> NodeIdentity | None:
         kvfile.read_str(values, "incarnation"),
         kvfile.read_str(values, "group"),
         kvfile.read_str(values, "leaderSeen") == "true",
+        kvfile.read_int(values, "dataFileSize", 0),
+        kvfile.read_int(values, "indexFileSize", 0),
     )
 
 
@@ -130,6 +137,9 @@ def write_identity(node_dir: str | os.PathLike[str], identity: NodeIdentity) -> 
     }
     if identity.leader_seen:
         values["leaderSeen"] = "true"
+    if identity.data_file_size and identity.index_file_size:
+        values["dataFileSize"] = str(identity.data_file_size)
+        values["indexFileSize"] = str(identity.index_file_size)
     kvfile.write_atomic(Path(node_dir) / IDENTITY_FILE, values)
 
 

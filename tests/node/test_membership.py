@@ -18,7 +18,7 @@ from dledger.node import DLedgerNode
 from dledger.store import MmapLogStore, load_checkpoint
 from dledger.store.membership import derive_group_id, load_identity, load_rejoin, write_identity
 from tests.e2e.harness import free_ports
-from tests.node.conftest import NodeCluster, wait_until
+from tests.node.conftest import STORE, NodeCluster, wait_until
 from tests.security.test_tls_cli import dledger as run_cli
 
 Factory = Callable[..., NodeCluster]
@@ -384,3 +384,34 @@ def test_an_unclean_restart_says_why_it_holds_its_vote(
         cluster.start(victim)
     [said] = [r.message for r in caplog.records if "did not end cleanly" in r.message]
     assert "holds its vote until it caught up with a leader" in said and "at most" in said
+
+
+def test_a_member_keeps_the_segment_sizes_its_store_was_made_with(cluster_factory: Factory) -> None:
+    """Helper K: one restart with a bigger segment size extended a lone data segment for
+    good, and the member refused every leader's pushes after it (SEGMENT_SIZE_MISMATCH).
+    The identity records the sizes the store was made with; a member opens it with them."""
+    cluster = cluster_factory()
+    _fill(cluster, 5)
+    victim, node_dir = _stop_a_follower(cluster)
+    made = load_identity(node_dir)
+    sizes = (STORE["data_file_size"], STORE["index_file_size"])
+    assert made is not None and (made.data_file_size, made.index_file_size) == sizes
+    [segment] = (node_dir / "data").iterdir()
+    bigger = dataclasses.replace(cluster.config(victim).store, data_file_size=2 * sizes[0])
+    node = cluster.start(victim, store=bigger)
+    assert node.store.config.data_file_size == sizes[0] and segment.stat().st_size == sizes[0]
+    last = _fill(cluster, 5)  # it takes its leader's pushes
+    wait_until(lambda: node.status().committed_index >= last, what="the member to follow")
+
+    cluster.stop(victim)
+    with segment.open("r+b") as f:
+        f.truncate(sizes[0] // 2)  # a cut lone segment, and a configured size that matches it
+    smaller = dataclasses.replace(bigger, data_file_size=sizes[0] // 2)
+    node = cluster.start(victim, store=smaller)
+    assert node.store.config.data_file_size == sizes[0] and segment.stat().st_size == sizes[0]  # extended back
+
+    cluster.stop(victim)
+    write_identity(node_dir, dataclasses.replace(made, data_file_size=0, index_file_size=0))  # an older file
+    cluster.start(victim)
+    again = load_identity(node_dir)
+    assert again is not None and (again.data_file_size, again.index_file_size) == sizes  # recorded now
