@@ -1,6 +1,6 @@
 """`dledger status`: every member's role, term, log range, commit index, lag behind
 the leader, vote hold and store health, as a table or JSON; exit 0 only when every member
-answered, a leader is known and every store takes writes (a health check)."""
+answered, follows the leader, and every store takes writes (a health check)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
                 "id": m.node_id,
                 "address": m.address,
                 "reachable": m.reachable,
-                "role": m.role if m.reachable else "REFUSED" if _refused(m.error) else "UNREACHABLE",
+                "role": _role(m),
                 "term": m.term,
                 "leader": m.leader_id,
                 "begin_index": m.begin_index,
@@ -48,6 +48,15 @@ def status_rows(members: list[NodeMetadata]) -> list[dict[str, Any]]:
     return rows
 
 
+def _role(member: NodeMetadata) -> str:
+    """A member's role as `status` shows it: REFUSED when it answered with a refusal (of
+    this client's credentials or role, of the group, or because another member answers at
+    its address), UNREACHABLE when it did not answer."""
+    if member.reachable:
+        return member.role if member.error is None else "REFUSED"
+    return "REFUSED" if _refused(member.error) else "UNREACHABLE"
+
+
 def _refused(error: str | None) -> bool:
     """Whether a member that gave no status refused this client (its credentials or role)
     rather than not answering."""
@@ -61,11 +70,12 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
     """Show every member: role, term, log range, commit index and lag behind the leader.
 
     Members that do not answer are shown as UNREACHABLE, members that refuse this
-    client's credentials as REFUSED (with why). The exit status is 0 only when
-    every member answered, a leader is known, every member's store takes writes
-    (not a full disk, not failed after an I/O error) and every state machine applies
-    (none stopped after an apply error); else the table (or JSON) is still printed and
-    the exit status is 1, with one line saying why.
+    client's credentials, or another member answering at a member's address, as
+    REFUSED (with why). The exit status is 0 only when every member answered, a leader
+    is known and every other member follows it in its term, every member's store takes
+    writes (not a full disk, not failed after an I/O error) and every state machine
+    applies (none stopped after an apply error); else the table (or JSON) is still
+    printed and the exit status is 1, with one line saying why.
     """
     with open_client(peers, group, timeout_s) as client:
         rows = status_rows(client.status())
@@ -119,7 +129,7 @@ def status(as_json: bool, peers: str, group: str, timeout_s: float) -> None:
 def status_problem(rows: list[dict[str, Any]]) -> str | None:
     """Why `status` exits 1 when some member answered (None: every member answered and
     a leader is known); `status` itself reports that none did."""
-    down = [r for r in rows if not r["reachable"]]
+    down = [r for r in rows if r["role"] in ("UNREACHABLE", "REFUSED")]
     said = []  # "n1 unreachable", "n2 refused"
     for kind, what in (("UNREACHABLE", "unreachable"), ("REFUSED", "refused")):
         ids = [r["id"] for r in down if r["role"] == kind]
@@ -130,6 +140,9 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
         return f"no leader: no member that answered is leading{f' ({why})' if why else ''}"
     if down:
         return f"{why}: {len(rows) - len(down)} of {len(rows)} members answered"
+    astray = _not_following(rows)
+    if astray:
+        return astray
     failing = [f"{r['id']} ({r['store'].split(':')[0]})" for r in rows if r["store"]]
     if failing:
         return f"the store of {', '.join(failing)} takes no write"
@@ -137,6 +150,23 @@ def status_problem(rows: list[dict[str, Any]]) -> str | None:
     if stopped:
         return f"the state machine of {', '.join(stopped)} stopped"
     return None
+
+
+def _not_following(rows: list[dict[str, Any]]) -> str | None:
+    """Which members that answered do not follow the leader of the highest term (helper K:
+    a member that changed its address, or refuses its leader's pushes, showed as healthy):
+    None when every one does. Right after an election a member may not have heard the new
+    leader yet: a health check then fails once."""
+    leader = max((r for r in rows if r["role"] == "LEADER"), key=lambda r: r["term"])
+    astray = []
+    for r in rows:
+        if r is not leader and (r["leader"] != leader["id"] or r["term"] != leader["term"]):
+            seen = f"leader {r['leader']}" if r["leader"] else "no leader"
+            astray.append(f"{r['id']} ({r['role']}, term {r['term']}, sees {seen})")
+    if not astray:
+        return None
+    verb = "does" if len(astray) == 1 else "do"
+    return f"{', '.join(astray)} {verb} not follow leader {leader['id']} (term {leader['term']})"
 
 
 def _problems(row: dict[str, Any]) -> list[str]:

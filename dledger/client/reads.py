@@ -171,11 +171,13 @@ def member_metadata(members: Members, node_id: str | None) -> NodeMetadata:
 
 def member_status(members: Members) -> list[NodeMetadata]:
     """See `DLedgerClient.status`."""
-    request = pb.MetadataRequest(group=members.group)
+
+    def ask(target: Target) -> Any:  # addressed: another member at that address refuses (UNKNOWN_MEMBER)
+        request = pb.MetadataRequest(group=members.group, remote_id=target.node_id)
+        return members.stubs(target.address).Metadata.future(request, timeout=members.timeout_s)
+
     with DeferredCtrlC():  # starting calls is not to be cut (see dledger.client.interrupts)
-        calls = [
-            (t, members.stubs(t.address).Metadata.future(request, timeout=members.timeout_s)) for t in members.all()
-        ]
+        calls = [(t, ask(t)) for t in members.all()]
     out: list[NodeMetadata] = []
     for target, call in calls:
         try:

@@ -77,6 +77,10 @@ class FakeMember(pb_grpc.LedgerServicer):
         self.store_health = ""  # what Metadata says of its store ("": it takes writes)
         self.machine_health = ""  # what Metadata says of its state machine ("": it applies)
         self.snapshot_index = -1  # what Metadata says of its newest snapshot
+        self.own_view: tuple[str, int, str | None] | None = None
+        """(role, term, leader) Metadata says instead of the group's (a member astray)."""
+        self.answers_as: str | None = None
+        """Another member id this member has (as if the peers list named the wrong one)."""
         self.log = log
         self.node_id = node_id
         self.page = page
@@ -253,8 +257,11 @@ class FakeMember(pb_grpc.LedgerServicer):
             next_index = stop
 
     def Metadata(self, request: Any, context: Any) -> Any:
-        out = pb.MetadataResponse(group="default", self_id=self.node_id)
+        own_id = self.answers_as or self.node_id
+        out = pb.MetadataResponse(group="default", self_id=own_id)
         refusal = self.metadata_refusal
+        if refusal is None and request.remote_id not in ("", own_id):
+            refusal = Action("code", code=ResponseCode.UNKNOWN_MEMBER, details=f"this member is '{own_id}'")
         if refusal is not None and refusal.kind == "abort":
             context.abort(refusal.status, refusal.details)
         if refusal is not None:
@@ -275,7 +282,13 @@ class FakeMember(pb_grpc.LedgerServicer):
         out.vote_hold = self.vote_hold
         out.store_health = self.store_health
         out.machine_health = self.machine_health
-        return self._header(out, ResponseCode.SUCCESS)
+        self._header(out, ResponseCode.SUCCESS)
+        if self.own_view is not None:
+            (out.role, out.term, leader) = self.own_view
+            out.ClearField("leader_id")
+            if leader is not None:
+                out.leader_id = leader
+        return out
 
     def LeadershipTransfer(self, request: Any, context: Any) -> Any:
         out = pb.LeadershipTransferResponse(group="default", local_id=self.node_id)

@@ -149,6 +149,33 @@ def test_status_shows_a_member_whose_state_machine_stopped(fake: FakeCluster) ->
     assert (rows["n2"]["machine"], rows["n0"]["machine"]) == ("ValueError: bad command at 7", "")
 
 
+def test_status_fails_while_a_member_does_not_follow_the_leader(fake: FakeCluster) -> None:
+    """Helper K: a member that changed its address, or refuses its leader's pushes, showed
+    as healthy (status exit 0) while it was out of the group for good."""
+    fake["n2"].own_view = ("CANDIDATE", 9, None)
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: n2 (CANDIDATE, term 9, sees no leader) does not follow leader n0 (term 1)\n"
+    assert "CANDIDATE" in out
+    fake["n1"].own_view = ("FOLLOWER", 0, "n0")  # an older term's view
+    code, _, err = run(fake, "status")
+    assert code == 1 and err.startswith("error: n1 (FOLLOWER, term 0, sees leader n0), n2 (CANDIDATE, term 9")
+    assert err.endswith(" do not follow leader n0 (term 1)\n")
+    fake["n1"].own_view = fake["n2"].own_view = None
+    assert run(fake, "status")[0] == 0
+
+
+def test_status_refuses_another_member_at_a_members_address(fake: FakeCluster) -> None:
+    """Helper K: a member renamed (or another group's) answering at a member's address
+    showed under its own name, and status exited 0."""
+    fake["n2"].answers_as = "n5"
+    code, out, err = run(fake, "status")
+    assert code == 1 and err == "error: n2 refused: 2 of 3 members answered\n"
+    assert "REFUSED" in out and "n2: UNKNOWN_MEMBER: this member is 'n5'" in out
+    code, out, _ = run(fake, "status", "--json")
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert (rows["n2"]["role"], rows["n2"]["reachable"]) == ("REFUSED", True) and "n5" in rows["n2"]["error"]
+
+
 def test_status_shows_each_members_last_snapshot_index(fake: FakeCluster) -> None:
     code, out, _ = run(fake, "status")
     assert code == 0 and "snapshot" not in out  # no snapshot anywhere: no column

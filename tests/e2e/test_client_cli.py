@@ -17,10 +17,12 @@ from tests.e2e.harness import E2ECluster, eventually
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 
-def dledger(cluster: E2ECluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the `dledger` CLI in a child process against `cluster`."""
+def dledger(
+    cluster: E2ECluster, *args: str, stdin: str | None = None, peers: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the `dledger` CLI in a child process against `cluster` (or `peers`)."""
     command = [sys.executable, "-c", "from dledger.cli.main import main; main()", *args]
-    command += ["-p", cluster.peers, "-g", "e2e"]
+    command += ["-p", peers or cluster.peers, "-g", "e2e"]
     return subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=120)
 
 
@@ -93,6 +95,9 @@ def test_cli_append_get_status_and_bench(shared_cluster: E2ECluster) -> None:
     assert [r["role"] for r in rows].count("LEADER") == 1
     table = dledger(shared_cluster, "status")
     assert table.returncode == 0 and "LEADER" in table.stdout and "committed" in table.stdout
+    misnamed = dledger(shared_cluster, "status", peers=shared_cluster.peers.replace("n2-", "n9-"))
+    assert misnamed.returncode == 1 and "n9 refused" in misnamed.stderr  # (n2 may lead: "no leader" then)
+    assert "n9: UNKNOWN_MEMBER: this member is 'n2', not 'n9'" in misnamed.stdout
 
     for mode in ("single", "batch", "stream"):
         bench = dledger(shared_cluster, "bench", "-m", mode, "-c", "2", "-b", "100", "-d", "1", "--json")
