@@ -270,13 +270,14 @@ class Report:
 
 def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
     """Fill `report` from an open read-only store: every entry, begin/end, checkpoint."""
-    begin, end = int(store.begin_index), int(store.end_index)
+    stale = store.recovery.index_stale_from  # entries from there on were checked by recovery's scan
+    shown = store.recovery if stale >= 0 else store  # a store ends before stale units: show the data's log
+    begin, end = int(shown.begin_index), int(shown.end_index)
     checked, java = 0, JAVA_MAY_OPEN
     if begin >= 0 and begin > end + 1:
         report.problems.append(f"begin index {begin} is beyond end index {end} + 1")
         java = "not known"
     elif begin >= 0:
-        stale = store.recovery.index_stale_from  # entries from there on were checked by recovery's scan
         if stale >= 0:
             report.notes.append(
                 f"the index units from entry {stale} on are missing or stale (an index not flushed before the store "
@@ -304,10 +305,10 @@ def _inspect(store: MmapLogStore, node: Path, report: Report) -> None:
         entries=checked,
         begin_index=begin,
         end_index=end,
-        end_term=int(store.end_term),
+        end_term=int(shown.end_term),
         committed_index=int(store.committed_index),
         checkpoint=f"{info.source} committed={info.committed} end={info.end}" if info.known else "none",
-        write_position=int(store.write_pos),
+        write_position=int(shown.write_pos),
         segments=f"{store.data_list.table.count} data x {store.config.data_file_size} B, "
         f"{store.index_list.table.count} index x {store.config.index_file_size} B",
         java_dledger=java,

@@ -108,14 +108,16 @@ class RecoveryReport:
 
     Attributes:
         begin_index, end_index, end_term, write_pos: the recovered ledger (write_pos is
-            where the last entry ends).
+            where the last entry ends) as the data holds it (see `index_stale_from`).
         stop_reason: why the scan ended (impl.STOP_*, or STOP_HEAD_BLANK /
             STOP_UNIT_CONFLICT of this module); STOP_END for a clean log.
         stop_file, stop_offset: where a torn or corrupt tail was cut (or "" / -1).
         index_rebuilt_from: first index whose unit was rewritten, or -1.
         index_stale_from: read-only: the first index whose unit is missing or names
             another entry (an index not flushed before the store stopped), which a
-            writable open rebuilds from the data; -1 when none is.
+            writable open rebuilds from the data; -1 when none is. When the last
+            entry's unit is one of them (an index tail not flushed), the store's log
+            ends before it; else only the entries whose units are wrong fail to read.
     """
 
     begin_index: int
@@ -278,8 +280,37 @@ class Recovery:
         wrong_from = mismatch if count and 0 <= mismatch <= last else -1  # first index unit to rewrite
         stale = wrong_from if index.read_only else -1  # a writable open rebuilds them
         rebuilt = -1 if index.read_only else self._rebuild_index(begin, last, wrong_from, mismatch_pos)
-        core._set_state(begin, last, last_term, write_pos)
+        readable = (begin, last, last_term, write_pos)
+        unindexed_tail = stale >= 0 and self._tail_unindexed(last, write_pos)
+        core._set_state(*(self._indexed_part(begin, last, stale, mismatch_pos) if unindexed_tail else readable))
         return RecoveryReport(begin, last, last_term, write_pos, reason, stop_file, stop_offset, rebuilt, stale)
+
+    def _tail_unindexed(self, last: int, last_end: int) -> bool:
+        """Whether the last entry's index unit is missing or names another entry (an index
+        tail not flushed), rather than one unit damaged before it (the units after that
+        one agree again: the entries around it stay readable, that one fails)."""
+        table, at = self.index.table, last * INDEX_UNIT_SIZE
+        if not table.count or not table.first_offset <= at <= table.end_offset - INDEX_UNIT_SIZE:
+            return True
+        unit = impl.decode_index_unit(table.read(at, INDEX_UNIT_SIZE))
+        return not (int(unit[3]) == last and int(unit[1]) + int(unit[2]) == last_end)
+
+    def _indexed_part(self, begin: int, last: int, stale: int, stale_pos: int) -> tuple[int, int, int, int]:
+        """A read-only store's log (begin, end, end term, write position): the entries
+        before `stale`, the first whose index unit is missing or stale (at `stale_pos`).
+        The data after it cannot be read by index; a writable open rebuilds the units.
+        Before, the end was the data's and `get()` of those entries failed (helper J)."""
+        log.info(
+            "read-only store: the index units of entries %d..%d are missing or stale (not flushed before the "
+            "store stopped, or its writer is ahead): the log is read up to entry %d",
+            stale,
+            last,
+            stale - 1,
+        )
+        if stale <= begin:
+            return -1, -1, -1, stale_pos
+        unit = impl.decode_index_unit(self.index.table.read((stale - 1) * INDEX_UNIT_SIZE, INDEX_UNIT_SIZE))
+        return begin, stale - 1, int(unit[4]), int(unit[1]) + int(unit[2])
 
     def _rebuild_index(self, begin: int, last: int, wrong_from: int, wrong_pos: int) -> int:
         """Rewrite the index units from `wrong_from` (at data position `wrong_pos`; -1:

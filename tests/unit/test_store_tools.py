@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -99,7 +100,7 @@ def test_check_flags_begin_beyond_end(tmp_path: Path) -> None:
         config=CONFIG,
         data_list=SimpleNamespace(table=SimpleNamespace(count=1), foreign_files=[]),
         index_list=SimpleNamespace(table=SimpleNamespace(count=1), foreign_files=[]),
-        recovery=SimpleNamespace(problem=""),
+        recovery=SimpleNamespace(problem="", index_stale_from=-1),
     )
     report = Report(str(tmp_path))
     _inspect(fake, tmp_path, report)  # type: ignore[arg-type]
@@ -130,8 +131,13 @@ def test_check_notes_index_units_a_writable_open_rebuilds(store: Path) -> None:
     with open(units[1], "r+b") as f:  # and the rest
         f.write(bytes(os.path.getsize(units[1])))
     report = json.loads(run("check", "--json", str(store)).output)
-    assert report["healthy"] is True and report["entries"] == 40, report
+    assert report["healthy"] is True and (report["entries"], report["end_index"]) == (40, 39), report
     assert any("index units from entry 28 on are missing or stale" in n for n in report["notes"])
+    # a read-only reader ends before them (helper J: it said 39, and get(28) failed with DISK_ERROR)
+    with dledger.open_log(store, replace(CONFIG, read_only=True)) as reader:
+        assert (reader.end_index, reader.end_term, reader.get(27).body) == (27, 1, b"x" * 300 + b"27")
+        with pytest.raises(DLedgerError, match="INDEX_OUT_OF_RANGE"):
+            reader.get(28)
     with dledger.open_log(store, CONFIG) as log:  # and a writable open rebuilds them
         assert log.recovery.index_rebuilt_from == 28 and log.get(39).body == b"x" * 300 + b"39"
     assert json.loads(run("check", "--json", str(store)).output)["notes"] == []
