@@ -28,7 +28,7 @@ from dledger.statemachine.snapshot_manager import read_companion
 from dledger.store.mmap_store import MmapLogStore
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
-from tests.node.test_snapshots import SNAP, append_values, node_dir
+from tests.node.test_snapshots import SNAP, append_values, node_dir, stop_seen_gone
 
 PID = 77
 RESEND = (ResponseCode.NOT_LEADER, ResponseCode.TERM_CHANGED, ResponseCode.WAIT_QUORUM_ACK_TIMEOUT)
@@ -71,7 +71,7 @@ def test_a_member_brought_back_by_install_knows_the_producers_in_the_snapshot(
     leader = cluster.leader()
     runs = _produce(cluster, 0, 3)
     lagging = next(i for i in cluster.ids if i != leader.config.self_id)
-    cluster.stop(lagging)
+    stop_seen_gone(cluster, leader, lagging)
     append_values(leader, range(60))
     wait_until(lambda: leader.store.begin_index > runs[0][0] + 3, what="the leader compacted the producer's entries")
     snapshot = leader.snapshots.store.latest() if leader.snapshots is not None else None

@@ -204,6 +204,13 @@ def test_apply_goes_on_while_a_save_is_in_flight(cluster_factory: Callable[..., 
     assert snapshot_dirs(node_dir(cluster, "n0"))[0] < 59  # the captured index, not the later one
 
 
+def stop_seen_gone(cluster: NodeCluster, leader: DLedgerNode, node_id: str) -> None:
+    """Stop `node_id`, and wait until the leader's heartbeats find it gone: until then its
+    compaction keeps what that follower needs (dledger.raft.log_floors)."""
+    cluster.stop(node_id)
+    wait_until(lambda: not leader.core.elector.peers_live_table.get(node_id, True), what="the leader to see it gone")
+
+
 def leave_a_follower_behind(cluster: NodeCluster) -> tuple[DLedgerNode, str]:
     """Append 0..59, a follower stopped after 0..4, until the leader compacted past it;
     the leader and the stopped follower's id."""
@@ -211,9 +218,7 @@ def leave_a_follower_behind(cluster: NodeCluster) -> tuple[DLedgerNode, str]:
     append_values(leader, range(5))
     lagging = next(i for i in cluster.ids if i != leader.config.self_id)
     wait_until(lambda: cluster.nodes[lagging].applied_index >= 4, what="the follower caught up once")
-    cluster.stop(lagging)
-    # until a heartbeat finds it gone, compaction keeps what it needs (dledger.raft.log_floors)
-    wait_until(lambda: not leader.core.elector.peers_live_table.get(lagging, True), what="the leader to see it gone")
+    stop_seen_gone(cluster, leader, lagging)
     append_values(leader, range(5, 60))
     wait_until(lambda: leader.store.begin_index > 10, what="the leader compacted")
     return leader, lagging
