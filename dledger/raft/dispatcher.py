@@ -495,5 +495,6 @@ class EntryDispatcher(InstallSnapshotMixin):
         elif resp.code == ResponseCode.REPEATED_PUSH:
             pass  # a newer copy of this push replaced it on the follower
         else:
+            self._retry_at_ms = now_ms + self.search.refused(self.member_state, self.peer_id, req, resp)
             self._change_state(DispatchState.COMPARE)
             self.write_index = self.match_index + 1

@@ -20,9 +20,12 @@ import logging
 
 from dledger.codes import ResponseCode
 from dledger.raft.member_state import MemberState
-from dledger.raft.messages import PushEntryResponse
+from dledger.raft.messages import PushEntryRequest, PushEntryResponse
 
 log = logging.getLogger(__name__)
+
+REFUSED_RETRY_MS = 1000
+"""Pause before pushing again to a follower that refused a push as malformed."""
 
 
 class MatchSearch:
@@ -32,6 +35,7 @@ class MatchSearch:
         self.low = -1
         self.high = leader_end + 1
         self.diverged = False  # the follower answered LOG_DIVERGED and no match was found since
+        self.refused_from = -1  # the first index of the last push it refused as malformed
 
     def reset(self, leader_end: int) -> None:
         """Forget the bounds: nothing proven yet about the follower's log."""
@@ -83,6 +87,25 @@ class MatchSearch:
                 leader.group,
             )
         self.diverged = True
+
+    def refused(self, leader: MemberState, peer_id: str, req: PushEntryRequest, resp: PushEntryResponse) -> int:
+        """The pause (ms) before pushing to `peer_id` again after `resp` answered the
+        APPEND `req`: REFUSED_RETRY_MS when the follower refused it as malformed
+        (UNEXPECTED_ARGUMENT: a member of an older version that cannot store a kind of
+        entry, helper N: the leader went on 400 times a second without a word), logged
+        once per refused index; 0 otherwise."""
+        if resp.code != ResponseCode.UNEXPECTED_ARGUMENT:
+            return 0
+        if req.first_index != self.refused_from:
+            log.error(
+                "%s: follower %s refuses the entries pushed from index %d as malformed (UNEXPECTED_ARGUMENT; its "
+                "log says why: a member of an older version cannot store some kinds of entry): it stays behind",
+                leader.self_id,
+                peer_id,
+                req.first_index,
+            )
+        self.refused_from = req.first_index
+        return REFUSED_RETRY_MS
 
     def next_probe(self, resp: PushEntryResponse) -> int:
         """Where to COMPARE next, after `resp` (the last answer) did not settle it."""

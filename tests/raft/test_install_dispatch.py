@@ -15,6 +15,7 @@ from dledger.codes import ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.core import RaftCore
 from dledger.raft.dispatcher import DispatchState, EntryDispatcher
+from dledger.raft.match_search import REFUSED_RETRY_MS
 from dledger.raft.member_state import MemberState, MemoryTermStore
 from dledger.raft.messages import InstallSnapshotRequest, InstallSnapshotResponse, PushEntryResponse, PushType
 from dledger.raft.quorum_ack import QuorumAckChecker
@@ -157,24 +158,6 @@ def test_the_floor_is_the_snapshot_index_with_reset_all_and_the_first_entry_with
     assert emptied.floor_index() == 29 and emptied.readable_from() == 30
 
 
-def test_retention_no_longer_waits_for_a_follower_a_snapshot_covers() -> None:
-    config = DLedgerConfig(group="g", self_id="n0", peers=PEERS)
-    store = MemoryLogStore()
-    store.term = 1
-    store.append_many([b"x"] * 100)
-    core = RaftCore(config, store, MemoryTermStore(1, "n0"), random.Random(1))
-    core.member_state.change_to_leader(1)
-    core.member_state.update_committed_index(99)
-    for peer, match in (("n1", 95), ("n2", 10)):
-        core.dispatchers[peer].reset(1)
-        core.dispatchers[peer].match_index = match
-    assert core.retention_floor() == 11  # the slowest follower's next entry
-    core.latest_snapshot = (60, 1)
-    assert core.retention_floor() == 61  # n2 gets the snapshot: only what follows it is needed
-    core.latest_snapshot = (99, 1)
-    assert core.retention_floor() == 100  # both behind it: nothing of the log is needed by them
-
-
 def leader_with_followers(matches: dict[str, int], live: dict[str, bool], **settings: int) -> RaftCore:
     """A leader of term 1 holding entries 0..99, its followers matched at `matches`."""
     config = DLedgerConfig(group="g", self_id="n0", peers=PEERS, **settings)
@@ -190,6 +173,15 @@ def leader_with_followers(matches: dict[str, int], live: dict[str, bool], **sett
         core.dispatchers[peer].state = DispatchState.APPEND
     core.elector.peers_live_table.update(live)
     return core
+
+
+def test_retention_no_longer_waits_for_a_follower_a_snapshot_covers() -> None:
+    core = leader_with_followers({"n1": 95, "n2": 10}, {})
+    assert core.retention_floor() == 11  # the slowest follower's next entry
+    core.latest_snapshot = (60, 1)
+    assert core.retention_floor() == 61  # n2 gets the snapshot: only what follows it is needed
+    core.latest_snapshot = (99, 1)
+    assert core.retention_floor() == 100  # both behind it: nothing of the log is needed by them
 
 
 def test_compaction_keeps_what_a_live_follower_a_few_entries_behind_needs() -> None:
@@ -211,3 +203,25 @@ def test_compaction_keeps_at_most_the_catch_up_entries_and_never_for_an_unmatche
     follower = leader_with_followers({"n1": 99, "n2": 93}, {"n1": True, "n2": True})
     follower.member_state.change_to_follower(1, "n1")
     assert follower.compaction_floor(95) == 96  # a follower keeps nothing for others
+
+
+def test_a_push_refused_as_malformed_is_said_once_and_paced(caplog: pytest.LogCaptureFixture) -> None:
+    """Helper N: a follower of an older version refused every push holding a record
+    (UNEXPECTED_ARGUMENT) and the leader compared and pushed again 400 times a second
+    without a word. It says so once and asks again every REFUSED_RETRY_MS."""
+    _ms, dispatcher = compacted_leader(reset_to=9, snapshot=(9, 1))
+    answer_compare(dispatcher, follower_end=20)
+    answer_compare(dispatcher, follower_end=20)
+    now = T0
+    for _ in range(3):
+        [push] = dispatcher.tick(now)
+        assert (push.type, push.first_index) == (PushType.APPEND, 21)
+        refused = PushEntryResponse(code=ResponseCode.UNEXPECTED_ARGUMENT, term=1, end_index=20)
+        dispatcher.on_response(push, refused, now)
+        assert dispatcher.state is DispatchState.COMPARE
+        assert dispatcher.tick(now + REFUSED_RETRY_MS - 1) == []  # paced
+        now += REFUSED_RETRY_MS
+        answer_compare(dispatcher, follower_end=20, now=now)  # matches again at 20
+        now += 1
+    said = [r.getMessage() for r in caplog.records if "refuses the entries pushed from index 21" in r.getMessage()]
+    assert len(said) == 1
