@@ -156,13 +156,15 @@ def status_name(exc: BaseException) -> str:
 
 
 def status_details(exc: BaseException) -> str:
-    """The details text of a failed call (the exception text when there is none)."""
+    """The details text of a failed call (the exception text when there is none); for
+    UNIMPLEMENTED with why (helper N: a member of an older version without Query,
+    InitProducer or the KV calls)."""
     details = getattr(exc, "details", None)
-    if callable(details):
-        text = details()
-        if isinstance(text, str):
-            return text
-    return str(exc)
+    text = details() if callable(details) else None
+    text = text if isinstance(text, str) else str(exc)
+    if status_name(exc) == "UNIMPLEMENTED":
+        text += " (the member does not offer this call: it runs an older dledger-py)"
+    return text
 
 
 def never_sent(status: str, details: str) -> bool:
@@ -205,10 +207,13 @@ def read_decision(status: str, details: str = "") -> Decision:
 
 def rpc_code(status: str) -> ResponseCode:
     """The DLedger code that stands for a gRPC failure: TIMEOUT for a missed deadline,
-    ACCESS_DENIED for a client refused its identity or role, UNEXPECTED_ARGUMENT for
-    another refused request, NETWORK_ERROR otherwise."""
+    ACCESS_DENIED for a client refused its identity or role, UNSUPPORTED for a call the
+    member does not offer, UNEXPECTED_ARGUMENT for another refused request,
+    NETWORK_ERROR otherwise."""
     if status == "DEADLINE_EXCEEDED":
         return ResponseCode.TIMEOUT
+    if status == "UNIMPLEMENTED":
+        return ResponseCode.UNSUPPORTED
     if status in ACCESS_STATUSES:
         return ResponseCode.ACCESS_DENIED
     if status in _FAIL_STATUSES:

@@ -325,3 +325,13 @@ def test_a_read_that_fails_names_each_failure_once() -> None:
         lone.get(0)
     said = info.value.message
     assert said.startswith("Get failed: n0: UNAVAILABLE") and said.count("n0: UNAVAILABLE") == 1, said
+
+
+def test_a_call_the_member_does_not_offer_is_unsupported_and_says_why(client: DLedgerClient) -> None:
+    """Helper N: a member of an older version without Query or InitProducer made the
+    client say `UNEXPECTED_ARGUMENT (411) ... UNIMPLEMENTED Method not found!`. (The fake
+    members have no Query, as a version before reads of the state machine had none.)"""
+    with pytest.raises(DLedgerError) as info:
+        client.query(b"get")
+    assert info.value.code == ResponseCode.UNSUPPORTED
+    assert "(the member does not offer this call: it runs an older dledger-py)" in str(info.value)

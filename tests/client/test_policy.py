@@ -99,6 +99,7 @@ def test_rpc_code_names_the_dledger_code() -> None:
     assert rpc_code("DEADLINE_EXCEEDED") is ResponseCode.TIMEOUT
     assert rpc_code("UNAVAILABLE") is ResponseCode.NETWORK_ERROR
     assert rpc_code("INVALID_ARGUMENT") is ResponseCode.UNEXPECTED_ARGUMENT
+    assert rpc_code("UNIMPLEMENTED") is ResponseCode.UNSUPPORTED
 
 
 def test_indeterminate_error_is_a_dledger_error_saying_the_outcome_is_unknown() -> None:
