@@ -181,7 +181,10 @@ class LedgerStubs:
 
 def metadata_from_pb(target: Target, message: Any) -> NodeMetadata:
     """A `NodeMetadata` from a MetadataResponse answered by `target`."""
-    members = tuple(MemberInfo(m.id, m.address, m.role, m.match_index, m.snapshot_index) for m in message.members)
+    members = tuple(
+        MemberInfo(m.id, m.address, m.role, m.match_index, m.snapshot_index if m.HasField("snapshot_index") else -1)
+        for m in message.members
+    )
     return NodeMetadata(
         node_id=message.self_id or target.node_id,
         address=target.address,

@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from dledger.cli.main import main
+from dledger.client.types import Target, metadata_from_pb
 from dledger.codes import ResponseCode
+from dledger.transport.convert import pb
 from tests.client.fake_ledger import Action, FakeCluster
 
 pytestmark = pytest.mark.unit
@@ -185,6 +187,16 @@ def test_status_shows_each_members_last_snapshot_index(fake: FakeCluster) -> Non
     code, out, _ = run(fake, "status", "--json")
     rows = {r["id"]: r for r in json.loads(out)}
     assert [rows[n]["snapshot_index"] for n in ("n0", "n1", "n2")] == [4242, -1, 4100]
+
+
+def test_a_member_that_does_not_say_its_snapshot_index_has_none() -> None:
+    """Helper N: status showed `snapshot 0` for members of a version before snapshots
+    (a missing field read as 0, which is a snapshot at index 0)."""
+    message = pb.MetadataResponse(self_id="n0", role="FOLLOWER")
+    message.members.add(id="n0", address="a:1", role="FOLLOWER", match_index=-1)  # an older member's
+    message.members.add(id="n1", address="b:1", role="LEADER", match_index=-1, snapshot_index=0)
+    meta = metadata_from_pb(Target("n0", "a:1"), message)
+    assert [m.snapshot_index for m in meta.members] == [-1, 0] and meta.snapshot_index == -1
 
 
 def test_leadership_transfer(fake: FakeCluster) -> None:
