@@ -264,8 +264,9 @@ def member_core(
     hold = core.elector.vote_hold
     if hold.active and hold.kind == "unclean":
         log.warning(
-            "%s: its last run (async flush) did not end cleanly and may have lost entries it acknowledged: it holds "
-            "its vote until it caught up with a leader, or every member told it its log end, for at most %d ms",
+            "%s: its last run did not end cleanly and flushed asynchronously (or its abort marker does not say how: "
+            "an older version's), so it may have lost entries it acknowledged: it holds its vote until it caught up "
+            "with a leader, or every member told it its log end, for at most %d ms",
             config.self_id,
             hold.max_ms,
         )

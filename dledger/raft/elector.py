@@ -299,13 +299,9 @@ class LeaderElector(LeaderHeartbeats):
         member = self.member_state
         if hold.release(now_ms, member.committed_index, member.leader_id, member.current_term, member.is_leader):
             return True
-        if hold.released:
-            log.info(
-                "%s: caught up with leader %s at index %d: votes again",
-                member.self_id,
-                member.leader_id,
-                member.committed_index,
-            )
+        if hold.released:  # (a member that was elected itself leads: helper N read "with leader <itself>")
+            caught_up = "leads" if member.is_leader else f"caught up with leader {member.leader_id}"
+            log.info("%s: %s at index %d: votes again", member.self_id, caught_up, member.committed_index)
             if hold.kind != "unclean" and self.on_rejoined is not None:
                 self.on_rejoined()
         elif hold.expired:
