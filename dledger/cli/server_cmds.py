@@ -269,8 +269,9 @@ def server(
 
 
 def _prepare_process(self_id: str | None, log_level: str) -> None:
-    """A server process's stack dumps, allocator tuning and logging."""
+    """A server process's stack dumps, allocator tuning, descriptor limit and logging."""
     import faulthandler
+    import resource
     import signal
 
     from dledger import allocator
@@ -278,6 +279,11 @@ def _prepare_process(self_id: str | None, log_level: str) -> None:
     with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file (tests): no dumps
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 <pid>` dumps every thread's stack
     allocator.keep_freed_memory()  # reuse freed message buffers (see dledger.allocator)
+    # every connection holds a descriptor: take all the system allows (helper M exhausted
+    # a member's with idle connections; the store then retries its checkpoint)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),

@@ -127,15 +127,17 @@ class Durability:
         raise NotImplementedError
 
     def try_checkpoint(self) -> bool:
-        """`write_checkpoint`, where a full disk (ENOSPC, EDQUOT) is not the store's
-        failure: the old checkpoint stays (recovery reads the data after it) and the next
-        pass tries again, logged once per cause and once when it works again. Any other
-        error (the directory gone, a read-only or failing disk) raises as before: the
-        flush pass fails the store. Returns whether the checkpoint is written."""
+        """`write_checkpoint`, where a full disk (ENOSPC, EDQUOT) or no file descriptor to
+        spare (EMFILE, ENFILE: helper M held 20,000 idle connections to a member, and its
+        store failed for good) is not the store's failure: the old checkpoint stays
+        (recovery reads the data after it) and the next pass tries again, logged once per
+        cause and once when it works again. Any other error (the directory gone, a
+        read-only or failing disk) raises as before: the flush pass fails the store.
+        Returns whether the checkpoint is written."""
         try:
             self.write_checkpoint()
         except OSError as exc:
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
                 raise
             reason = exc.strerror or str(exc)
             if reason != self._checkpoint_failing:

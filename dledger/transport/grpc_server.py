@@ -76,6 +76,9 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.http2.min_ping_interval_without_data_ms", 500),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.http2.max_pings_without_data", 0),
+    # a connection that has not finished its HTTP/2 (and TLS) handshake by then is closed
+    # (gRPC's default: 120 s): idle connections hold a descriptor each (helper M)
+    ("grpc.server_handshake_timeout_ms", 20_000),
 )
 
 

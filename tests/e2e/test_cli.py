@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,3 +247,20 @@ def test_server_rejects_bad_options(tmp_path: Path) -> None:
     assert done.returncode == 2 and b"not in peers" in done.stderr
     sizes = subprocess.run([*DLEDGER, "server", "--segment-size", "lots"], capture_output=True, timeout=60)
     assert sizes.returncode == 2 and b"not a size" in sizes.stderr
+
+
+def test_a_server_takes_every_file_descriptor_the_system_allows(make_cluster: Any) -> None:
+    """Each connection holds a descriptor; helper M exhausted a member's with idle ones.
+    A server raises its soft limit to the hard one (started here with a lower soft one)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    lowered = min(soft, hard, 1024) - 1
+    resource.setrlimit(resource.RLIMIT_NOFILE, (lowered, hard))
+    try:
+        cluster = make_cluster(1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    member = next(iter(cluster.members.values()))
+    assert member.process is not None
+    limits = Path(f"/proc/{member.process.pid}/limits").read_text().splitlines()
+    [line] = [row for row in limits if row.startswith("Max open files")]
+    assert line.split()[3:5] == [str(hard), str(hard)] != [str(lowered), str(hard)]

@@ -198,6 +198,52 @@ def test_an_append_racing_close_never_writes_after_it(tmp_path: Path, round_no: 
         assert all(again.get_body(i)[:8] == prefix for i, prefix in acked)
 
 
+EXHAUST_DESCRIPTORS = """
+import os, resource, sys
+from dledger.store.mmap_store import MmapLogStore, StoreConfig
+store = MmapLogStore.open(sys.argv[1], StoreConfig(data_file_size=1 << 16, index_file_size=1 << 12,
+                          warm_ahead_bytes=0, checkpoint_interval_ms=0))
+store.term = 1
+store.append(b"before")
+store._flush_once()
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+held = []
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+try:
+    while True:
+        held.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as exc:
+    assert exc.errno == 24, exc  # EMFILE: every descriptor taken (helper M's idle connections)
+store.append(b"during")
+store.update_committed_index(1)
+store._flush_once()  # the checkpoint cannot be written: not the store's failure
+print("during", store.health or "ok", flush=True)
+for fd in held:
+    os.close(fd)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+store.append(b"after")
+store.update_committed_index(2)
+store._flush_once()
+print("after", store.health or "ok", open(os.path.join(sys.argv[1], "checkpoint")).read().split(), flush=True)
+store.close()
+"""
+
+
+def test_a_checkpoint_without_a_file_descriptor_to_spare_does_not_fail_the_store(tmp_path: Path) -> None:
+    """Helper M: 20,000 idle connections to a member took every descriptor; the checkpoint
+    write failed with EMFILE, which failed the store for good (a member that took no write
+    until restarted; two followers so: the group). It is retried now, as a full disk is."""
+    run = subprocess.run(
+        [sys.executable, "-c", EXHAUST_DESCRIPTORS, str(tmp_path / "dledger-n0")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["during ok", "after ok ['committedIndex=2', 'endIndex=2']"]
+    assert "Too many open files (the previous one stays; retrying)" in run.stderr
+
+
 def test_a_store_whose_directory_is_gone_fails_instead_of_retrying(tmp_path: Path) -> None:
     """Only a full disk is retried: with the directory deleted under an open store the
     checkpoint write fails with ENOENT, and that still fails the store (appends then
