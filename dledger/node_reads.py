@@ -99,8 +99,13 @@ class NodeReads:
                 return DLedgerError(ResponseCode.LEADER_TRANSFERRING, f"{why}: it hands leadership over")
         return DLedgerError(ResponseCode.INTERNAL_ERROR, f"the state machine failed: {error!r}")
 
-    def query(self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float) -> QueryResult:
-        """Answer `requests` in `mode` within `timeout_s`.
+    def query(
+        self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float, max_bytes: int | None = None
+    ) -> QueryResult:
+        """Answer `requests` in `mode` within `timeout_s`; the answers of the ones read
+        from the machine may take `max_bytes` together (None: no limit), beyond that
+        UNEXPECTED_ARGUMENT at once (helper M: a Query repeating one large read 65,536
+        times had a member build gigabytes of answers before the message limit said no).
 
         Raises:
             DLedgerError: UNSUPPORTED (no state machine, or no `query`), NOT_LEADER
@@ -124,11 +129,21 @@ class NodeReads:
             if caller.error is not None:
                 raise self._stopped(caller.error)
             raise DLedgerError(ResponseCode.TIMEOUT, f"index {index} not applied in time")
-        machine = caller.state_machine
-        try:
-            answers = [machine.query(request) for request in requests]  # type: ignore[attr-defined]
-        except Exception as exc:
-            raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"query failed: {type(exc).__name__}: {exc}") from None
+        machine, size = caller.state_machine, 0
+        answers: list[bytes] = []
+        for request in requests:
+            try:
+                answer = machine.query(request)  # type: ignore[attr-defined]
+            except Exception as exc:
+                raise DLedgerError(ResponseCode.INTERNAL_ERROR, f"query failed: {type(exc).__name__}: {exc}") from None
+            size += len(answer)
+            if max_bytes is not None and size > max_bytes:
+                raise DLedgerError(
+                    ResponseCode.UNEXPECTED_ARGUMENT,
+                    f"the answers pass {max_bytes} bytes at read {len(answers) + 1} of {len(requests)}: "
+                    "ask for less in one query",
+                )
+            answers.append(answer)
         return QueryResult(answers, index)
 
     def _lease_index(self, deadline: float) -> int:

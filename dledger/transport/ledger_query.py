@@ -38,15 +38,19 @@ def answer_query(core: ServiceCore, raw: bytes, context: Any) -> Any:
             abort(context, grpc.StatusCode.PERMISSION_DENIED, f"{who.describe()}: a RAFT_LOG query appends entries")
     if core.is_closing:
         abort(context, grpc.StatusCode.UNAVAILABLE, f"{core.config.self_id} is shutting down")
-    if not core.try_client_slot():
-        return core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
+    if context is not None and not context.is_active():
+        return out  # its caller went away while it waited in the queue (helper M)
+    caller = core.client_caller(context)
+    no_slot = core.try_client_slot(caller)
+    if no_slot is not None:
+        return core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, no_slot)
     try:
         timeout_s = core.limits.append_wait_s
         remaining = context.time_remaining() if context is not None else None
         if remaining is not None:
             timeout_s = max(0.0, min(timeout_s, remaining))
         try:
-            result = core.node.reads.query(requests, ReadMode(request.mode), timeout_s)
+            result = core.node.reads.query(requests, ReadMode(request.mode), timeout_s, core.limits.max_query_bytes)
         except DLedgerError as exc:
             return core.fill_header(out, exc.code, exc.message)
         except Exception as exc:
@@ -56,4 +60,4 @@ def answer_query(core: ServiceCore, raw: bytes, context: Any) -> Any:
         out.read_index = result.read_index
         return core.fill_header(out, ResponseCode.SUCCESS)
     finally:
-        core.release_client_slot()
+        core.release_client_slot(caller)

@@ -197,12 +197,14 @@ class LedgerService:
         request = parse(pb.AppendRequest, raw, context)
         if self.core.is_closing:
             self._closing_abort(context)
-        if not self.core.try_client_slot():
-            return self._append_error(request, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
+        caller = self.core.client_caller(context)
+        no_slot = self.core.try_client_slot(caller)
+        if no_slot is not None:
+            return self._append_error(request, ResponseCode.LEADER_PENDING_FULL, no_slot)
         try:
             return self._finish_append(request, self._start_append(request, "Append", context), context)
         finally:
-            self.core.release_client_slot()
+            self.core.release_client_slot(caller)
 
     def _read_appends(self, requests: Iterator[bytes], pipeline: _Pipeline, context: Any) -> None:
         try:
@@ -257,6 +259,19 @@ class LedgerService:
         if refusal is not None:
             out.committed_index = self.node.committed_index
             return self.core.fill_header(out, *refusal)
+        if context is not None and not context.is_active():
+            return out  # its caller went away while it waited in the queue: skip the work
+        caller = self.core.client_caller(context)
+        no_slot = self.core.try_client_slot(caller)  # a Get costs up to a second: helper M's floods had none
+        if no_slot is not None:
+            out.committed_index = self.node.committed_index
+            return self.core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, no_slot)
+        try:
+            return self._answer_get(request, out)
+        finally:
+            self.core.release_client_slot(caller)
+
+    def _answer_get(self, request: Any, out: Any) -> Any:
         count = min(request.count or 1, self.limits.max_get_count)
         max_bytes = min(request.max_bytes or self.limits.max_get_bytes, self.limits.max_get_bytes)
         index, size, chunk = request.index, 0, 16
@@ -369,8 +384,9 @@ class LedgerService:
         mismatch = self._transfer_mismatch(request)
         if mismatch is not None:
             return self.core.fill_header(out, *mismatch)
-        if not self.core.try_client_slot():
-            return self.core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, "too many client calls at once")
+        no_slot = self.core.try_client_slot()
+        if no_slot is not None:
+            return self.core.fill_header(out, ResponseCode.LEADER_PENDING_FULL, no_slot)
         try:
             try:
                 future = self.node.leadership_transfer(request.transferee_id)

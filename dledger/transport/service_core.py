@@ -34,12 +34,16 @@ on "too many open streams", `dledger.client.policy`)."""
 CALLER_STREAMS = "too many open streams: %s holds %d %s streams, as many as one caller may"
 """RESOURCE_EXHAUSTED details of a stream refused because its named caller holds
 `ServiceLimits.max_streams_per_caller` streams of the method already."""
+TOO_MANY_CALLS = "too many client calls at once"
+CALLER_CALLS = "too many client calls at once: %s has %d running, as many as one caller may"
+"""The message of a unary call refused because its named caller has
+`ServiceLimits.max_calls_per_caller` client calls running already."""
 
 
 class QueryLike(Protocol):
     """The member's reads of its state machine (`dledger.node_reads.NodeReads`)."""
 
-    def query(self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float) -> Any: ...
+    def query(self, requests: Sequence[bytes], mode: ReadMode, timeout_s: float, max_bytes: int | None) -> Any: ...
 
 
 class NodeLike(Protocol):
@@ -94,12 +98,17 @@ class ServiceLimits:
             certificate or bearer token, a member) may hold at once, so that one
             identity cannot take every slot from the others; plaintext callers are not
             told apart and share the method's slots only.
+        max_calls_per_caller: client calls (Append, Get, Query) one named caller may
+            have running at once, so that one identity (a reader's slow queries) cannot
+            take every client slot from the others; plaintext callers are not told apart.
         max_bodies_per_append: bodies in one append request.
         max_append_bytes: body bytes in one append request (more is refused with
             UNEXPECTED_ARGUMENT before anything is appended: a request must replicate
             well within the leader's quorum-ack wait, `max_wait_ack_time_ms`).
         stream_in_flight: appends of one AppendStream waiting for their commit.
         max_get_count / max_get_bytes: upper bounds of one Get answer.
+        max_query_bytes: the answers of one Query (more: UNEXPECTED_ARGUMENT as soon as
+            the machine's answers pass it, before they are all built).
         default_batch_bytes / max_batch_bytes / default_batch_count / max_batch_count:
             ReadCommitted batch sizes.
         append_wait_s: longest wait for a commit (the node times out sooner).
@@ -118,11 +127,13 @@ class ServiceLimits:
     max_append_streams: int = 16
     max_read_streams: int = 16
     max_streams_per_caller: int = 12
+    max_calls_per_caller: int = 96
     max_bodies_per_append: int = MAX_BODIES_PER_APPEND
     max_append_bytes: int = MAX_APPEND_BYTES
     stream_in_flight: int = 256
     max_get_count: int = 65_536
     max_get_bytes: int = 16 * 1024 * 1024
+    max_query_bytes: int = 32 * 1024 * 1024
     default_batch_bytes: int = 1024 * 1024
     max_batch_bytes: int = 32 * 1024 * 1024
     default_batch_count: int = 65_536
@@ -190,9 +201,10 @@ class ShuttingDown(Exception):
     """The server is shutting down (answered with gRPC UNAVAILABLE)."""
 
 
-def _caller_key(method: StreamMethod, caller: Identity | None) -> tuple[StreamMethod, Identity] | None:
-    """Whose share of `method`'s streams a caller's stream counts against: a named
-    caller's own; None for a caller without a name (plaintext), who has no share."""
+def _caller_key(method: str, caller: Identity | None) -> tuple[str, Identity] | None:
+    """Whose share of `method`'s streams (or of the client calls, "calls") a caller's call
+    counts against: a named caller's own; None for a caller without a name (plaintext),
+    who has no share."""
     return (method, caller) if caller is not None and caller.kind != "unknown" else None
 
 
@@ -226,7 +238,7 @@ class ServiceCore:
             "ReadCommitted": threading.BoundedSemaphore(limits.max_read_streams),
         }
         self.install_slots = threading.BoundedSemaphore(limits.max_install_streams)
-        self._caller_streams: dict[tuple[StreamMethod, Identity], int] = {}
+        self._caller_streams: dict[tuple[str, Identity], int] = {}  # streams and calls
         self._caller_streams_lock = threading.Lock()
         self._wakers: set[Callable[[], None]] = set()
         self._wakers_lock = threading.Lock()
@@ -264,12 +276,39 @@ class ServiceCore:
 
     # -- slots
 
-    def try_client_slot(self) -> bool:
-        """Take a client-call slot if one is free (release with `release_client_slot`)."""
-        return self._client_slots.acquire(blocking=False)
+    def try_client_slot(self, caller: Identity | None = None) -> str | None:
+        """Take a client-call slot and, for a named `caller`, one of its own
+        (`ServiceLimits.max_calls_per_caller`: helper M's read-only certificate held every
+        slot with slow queries, and writers got none); None when taken, else why not
+        (release with `release_client_slot(caller)`)."""
+        key = _caller_key("calls", caller)
+        if key is None:  # no share to count (the plaintext hot path takes no lock)
+            return None if self._client_slots.acquire(blocking=False) else TOO_MANY_CALLS
+        with self._caller_streams_lock:
+            held = self._caller_streams.get(key, 0)
+            if held >= self.limits.max_calls_per_caller:
+                return CALLER_CALLS % (key[1].describe(), held)
+            if not self._client_slots.acquire(blocking=False):
+                return TOO_MANY_CALLS
+            self._caller_streams[key] = held + 1
+        return None
 
-    def release_client_slot(self) -> None:
+    def release_client_slot(self, caller: Identity | None = None) -> None:
+        """Give back what `try_client_slot(caller)` took."""
         self._client_slots.release()
+        self._release_share(_caller_key("calls", caller))
+
+    def _release_share(self, key: tuple[str, Identity] | None) -> None:
+        if key is not None:
+            with self._caller_streams_lock:
+                left = self._caller_streams.pop(key, 0) - 1
+                if left > 0:
+                    self._caller_streams[key] = left
+
+    def client_caller(self, context: Any) -> Identity | None:
+        """Who a Ledger call's caller is, for its share of the slots: None in plaintext
+        (callers are not told apart; nothing to look up on the hot path)."""
+        return self.identify(context) if self.config.tls_enabled else None
 
     def try_stream_slot(self, method: StreamMethod, caller: Identity | None = None) -> str | None:
         """Take a client slot, a slot of `method`'s streams and, for a named `caller`, one
@@ -293,12 +332,7 @@ class ServiceCore:
         """Give back what `try_stream_slot(method, caller)` took."""
         self._stream_slots[method].release()
         self._client_slots.release()
-        key = _caller_key(method, caller)
-        if key is not None:
-            with self._caller_streams_lock:
-                left = self._caller_streams.pop(key, 0) - 1
-                if left > 0:
-                    self._caller_streams[key] = left
+        self._release_share(_caller_key(method, caller))
 
     # -- helpers
 

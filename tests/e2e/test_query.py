@@ -142,6 +142,23 @@ def test_hostile_queries_are_refused_and_change_nothing(group: Group) -> None:
             client.query(b"get", 9)  # type: ignore[arg-type]
 
 
+def test_a_query_whose_answers_pass_the_limit_is_refused_before_they_are_all_built(group: Group) -> None:
+    """Helper M: one Query repeating a large read 65,536 times (the read role is enough)
+    had a member build gigabytes of answers before gRPC's message limit refused them; a
+    few such requests took the group down. The answers stop at `max_query_bytes`."""
+    leader = group.leader()
+    with group.client() as client:
+        client.append(b"set:" + b"v" * (1 << 19))
+    machine = group.machines[leader]
+    before = machine.queries
+    answer = group.stub(leader).Query(pb.QueryRequest(requests=[b"get"] * 100), timeout=30)
+    assert answer.code == ResponseCode.UNEXPECTED_ARGUMENT and not answer.answers
+    assert answer.message == f"the answers pass {32 << 20} bytes at read 65 of 100: ask for less in one query"
+    assert machine.queries - before == 65  # built no further
+    with group.client() as client:
+        assert client.query(b"get") == b"v" * (1 << 19)  # one is answered
+
+
 def test_a_machine_that_fails_a_query_gets_internal_error_and_keeps_serving(group: Group) -> None:
     group.leader()
     with group.client() as client:
@@ -158,9 +175,9 @@ def test_concurrent_queries_share_rpcs(group: Group) -> None:
     calls: list[int] = []
     query = node.reads.query
 
-    def counting(requests: Any, mode: Any, timeout_s: float) -> Any:
+    def counting(requests: Any, mode: Any, timeout_s: float, max_bytes: int | None) -> Any:
         calls.append(len(requests))
-        return query(requests, mode, timeout_s)
+        return query(requests, mode, timeout_s, max_bytes)
 
     node.reads.query = counting  # type: ignore[method-assign]
     machine = group.machines[leader]

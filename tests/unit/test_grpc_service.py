@@ -49,7 +49,7 @@ from dledger.transport import grpc_server, service_core
 from dledger.transport.convert import columns_from_pb, pb, pb_grpc, to_pb
 from dledger.transport.grpc_client import GrpcTransport, open_channel, peer_deadline_ms
 from dledger.transport.grpc_server import BindError, GrpcServer, ServiceLimits
-from dledger.transport.service_core import ArrivalGauge
+from dledger.transport.service_core import TOO_MANY_CALLS, ArrivalGauge
 
 pytestmark = pytest.mark.unit
 
@@ -462,6 +462,9 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
         wait_until(lambda: node.held)
         busy = ledger.Append(pb.AppendRequest(bodies=[b"more"]), timeout=WAIT_S)
         assert busy.code == ResponseCode.LEADER_PENDING_FULL
+        # a Get takes a slot too (helper M: a Get flood had none, and starved the heartbeats)
+        got = ledger.Get(pb.GetRequest(index=0), timeout=WAIT_S)
+        assert (got.code, got.message, list(got.entries)) == (ResponseCode.LEADER_PENDING_FULL, TOO_MANY_CALLS, [])
         with pytest.raises(grpc.RpcError) as info:
             list(ledger.ReadCommitted(pb.ReadCommittedRequest(from_index=0), timeout=WAIT_S))
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -474,6 +477,26 @@ def test_client_slots_are_bounded(node: FakeNode) -> None:
     finally:
         channel.close()
         srv.stop(0)
+
+
+def test_one_named_caller_cannot_take_every_client_call_slot(node: FakeNode) -> None:
+    """Helper M: a read-only certificate kept 140 slow queries running and writers got
+    LEADER_PENDING_FULL for the whole attack. A named caller has at most
+    `max_calls_per_caller` of the client-call slots; plaintext callers are not told apart."""
+    core = GrpcServer(node, "127.0.0.1:0", ServiceLimits(max_client_calls=4, max_calls_per_caller=3)).core
+    reader, writer = Identity("client", name="r", role="read"), Identity("client", name="w", role="write")
+    assert [core.try_client_slot(reader) for _ in range(3)] == [None, None, None]
+    assert (
+        core.try_client_slot(reader)
+        == "too many client calls at once: client r (read) has 3 running, as many as one caller may"
+    )
+    assert core.try_client_slot(writer) is None  # the last slot is the writer's
+    assert core.try_client_slot(writer) == core.try_client_slot() == TOO_MANY_CALLS  # every slot taken
+    core.release_client_slot(reader)
+    assert core.try_client_slot(Identity("unknown")) is None  # no name, no share: the slot it freed
+    for who in (reader, reader, writer, Identity("unknown")):
+        core.release_client_slot(who)
+    assert core._caller_streams == {} and [core.try_client_slot() for _ in range(4)] == [None] * 4
 
 
 def test_one_named_caller_cannot_take_every_stream_slot(node: FakeNode) -> None:
