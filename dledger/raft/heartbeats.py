@@ -45,15 +45,7 @@ class LeaderHeartbeats:
             return []
         self.last_send_heart_beat_time = now_ms
         term = self.member_state.current_term
-        requests = {
-            peer: HeartBeatRequest(
-                **self.member_state.request_header(peer),
-                term=term,
-                ledger_end_index=self.member_state.ledger_end_index,
-                retention_floor=self.member_state.group_floor(),
-            )
-            for peer in self.member_state.other_peer_ids
-        }
+        requests = self.member_state.heartbeat_requests()
         # answers may take up to half an election timeout (a slow link): a round that ended
         # at the next heartbeat counted none of them, and CheckQuorum stepped down while every
         # follower answered (RTT 600 ms with 500 ms heartbeats); heartbeats still go out

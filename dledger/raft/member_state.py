@@ -9,7 +9,7 @@ from enum import Enum
 from dledger.codes import DLedgerError, ResponseCode
 from dledger.config import DLedgerConfig
 from dledger.raft.log import LogStore, TermStore
-from dledger.raft.messages import MAX_TERM, AnswerHeader, RequestHeader, RequestOrResponse
+from dledger.raft.messages import MAX_TERM, AnswerHeader, HeartBeatRequest, RequestHeader, RequestOrResponse
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +277,16 @@ class MemberState:
             group_id=self.group_id,
             incarnation=self.incarnation,
         )
+
+    def heartbeat_requests(self) -> dict[str, HeartBeatRequest]:
+        """One HeartBeat of this leader's term to every other member (the heartbeat round
+        and a ReadIndex round send the same), with its retention floor (`group_floor`,
+        asked once for the round)."""
+        term, end, floor = self.current_term, self.ledger_end_index, self.group_floor()
+        return {
+            peer: HeartBeatRequest(**self.request_header(peer), term=term, ledger_end_index=end, retention_floor=floor)
+            for peer in self.other_peer_ids
+        }
 
     def check_addressing(self, req: RequestOrResponse) -> ResponseCode | None:
         """UNKNOWN_MEMBER / UNKNOWN_GROUP when the request is not for this member (another

@@ -182,15 +182,7 @@ class ReadIndex:
     def _start_round(self, now_ms: int) -> list[Outbound]:
         member = self.member_state
         term = member.current_term
-        requests = {
-            peer: HeartBeatRequest(
-                **member.request_header(peer),
-                term=term,
-                ledger_end_index=member.ledger_end_index,
-                retention_floor=member.group_floor(),
-            )
-            for peer in member.other_peer_ids
-        }
+        requests = member.heartbeat_requests()
         deadline = now_ms + max(1, self.config.max_push_timeout_ms)
         rnd = ReadRound(term, now_ms, deadline, member.committed_index, requests, self._waiting)
         self._waiting = []
