@@ -238,8 +238,8 @@ class ServiceCore:
             "ReadCommitted": threading.BoundedSemaphore(limits.max_read_streams),
         }
         self.install_slots = threading.BoundedSemaphore(limits.max_install_streams)
-        self._caller_streams: dict[tuple[str, Identity], int] = {}  # streams and calls
-        self._caller_streams_lock = threading.Lock()
+        self._caller_shares: dict[tuple[str, Identity], int] = {}  # a named caller's streams and calls
+        self._caller_shares_lock = threading.Lock()
         self._wakers: set[Callable[[], None]] = set()
         self._wakers_lock = threading.Lock()
         self.incoming_appends = ArrivalGauge()
@@ -284,13 +284,13 @@ class ServiceCore:
         key = _caller_key("calls", caller)
         if key is None:  # no share to count (the plaintext hot path takes no lock)
             return None if self._client_slots.acquire(blocking=False) else TOO_MANY_CALLS
-        with self._caller_streams_lock:
-            held = self._caller_streams.get(key, 0)
+        with self._caller_shares_lock:
+            held = self._caller_shares.get(key, 0)
             if held >= self.limits.max_calls_per_caller:
                 return CALLER_CALLS % (key[1].describe(), held)
             if not self._client_slots.acquire(blocking=False):
                 return TOO_MANY_CALLS
-            self._caller_streams[key] = held + 1
+            self._caller_shares[key] = held + 1
         return None
 
     def release_client_slot(self, caller: Identity | None = None) -> None:
@@ -300,10 +300,10 @@ class ServiceCore:
 
     def _release_share(self, key: tuple[str, Identity] | None) -> None:
         if key is not None:
-            with self._caller_streams_lock:
-                left = self._caller_streams.pop(key, 0) - 1
+            with self._caller_shares_lock:
+                left = self._caller_shares.pop(key, 0) - 1
                 if left > 0:
-                    self._caller_streams[key] = left
+                    self._caller_shares[key] = left
 
     def client_caller(self, context: Any) -> Identity | None:
         """Who a Ledger call's caller is, for its share of the slots: None in plaintext
@@ -315,8 +315,8 @@ class ServiceCore:
         of its own (`ServiceLimits.max_streams_per_caller`); None when taken, else why
         not (RESOURCE_EXHAUSTED details)."""
         key = _caller_key(method, caller)
-        with self._caller_streams_lock:
-            held = self._caller_streams.get(key, 0) if key is not None else 0
+        with self._caller_shares_lock:
+            held = self._caller_shares.get(key, 0) if key is not None else 0
             if key is not None and held >= self.limits.max_streams_per_caller:
                 return CALLER_STREAMS % (key[1].describe(), held, method)
             if not self._client_slots.acquire(blocking=False):
@@ -325,7 +325,7 @@ class ServiceCore:
                 self._client_slots.release()
                 return TOO_MANY_STREAMS % method
             if key is not None:
-                self._caller_streams[key] = held + 1
+                self._caller_shares[key] = held + 1
         return None
 
     def release_stream_slot(self, method: StreamMethod, caller: Identity | None = None) -> None:

@@ -496,7 +496,7 @@ def test_one_named_caller_cannot_take_every_client_call_slot(node: FakeNode) -> 
     assert core.try_client_slot(Identity("unknown")) is None  # no name, no share: the slot it freed
     for who in (reader, reader, writer, Identity("unknown")):
         core.release_client_slot(who)
-    assert core._caller_streams == {} and [core.try_client_slot() for _ in range(4)] == [None] * 4
+    assert core._caller_shares == {} and [core.try_client_slot() for _ in range(4)] == [None] * 4
 
 
 def test_one_named_caller_cannot_take_every_stream_slot(node: FakeNode) -> None:
@@ -550,7 +550,7 @@ def test_one_named_caller_cannot_take_every_stream_slot(node: FakeNode) -> None:
             stream.cancel()
         requests.put(None)
         assert list(writer) == []
-        wait_until(lambda: srv.core._caller_streams == {})  # every named stream gave its slots back
+        wait_until(lambda: srv.core._caller_shares == {})  # every named stream gave its slots back
         unnamed = [follow("") for _ in range(4)]  # callers without a name: the method's slots only
         for stream in unnamed:
             stream.cancel()
