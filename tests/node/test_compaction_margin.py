@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
+from dledger.raft.dispatcher import DispatchState
+from dledger.raft.driver import dispatch_pass
 from tests.node.conftest import NodeCluster, wait_until
 from tests.node.snapmachine import SumMachine
 from tests.node.test_snapshots import SNAP, append_values, machine
@@ -25,6 +27,10 @@ def test_the_standby_follower_behind_the_snapshot_gets_entries_not_the_snapshot(
     leader = cluster.leader()
     _keeping_up, standby = list(leader.core.dispatchers)  # peer order: the second one stands by
     wait_until(lambda: leader.core.elector.peers_live_table.get(standby, False), what="the standby answers heartbeats")
+    # both matched first: while the other one is not, the standby is pushed at once (it
+    # took the first entry so once on a loaded machine, after `behind` was read)
+    dispatchers = leader.core.dispatchers.values()
+    wait_until(lambda: all(d.state is DispatchState.APPEND for d in dispatchers), what="both followers matched")
     behind = cluster.nodes[standby].store.end_index
     with caplog.at_level(logging.INFO, logger="dledger.node_snapshots"):
         append_values(leader, range(25))
@@ -35,6 +41,7 @@ def test_the_standby_follower_behind_the_snapshot_gets_entries_not_the_snapshot(
     assert leader.store.begin_index <= max(behind, 0)  # what it needs is still there
 
     leader.config.standby_push_ms = 0  # no more standing by: the next append is pushed to it at once
+    leader._wake(dispatch_pass(standby))  # its pass slept for the rest of the 10-minute hold
     append_values(leader, range(25, 26))
     end = leader.store.end_index
     follower = cluster.nodes[standby]
